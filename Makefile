@@ -1,0 +1,55 @@
+# fsprof build and entry points. `make run` and `make test` each pull in set-up themselves.
+SHELL := /bin/bash
+PY_SYS ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+CLANG ?= clang
+BPFTOOL ?= bpftool
+ARCH := $(shell uname -m | sed 's/x86_64/x86/;s/aarch64/arm64/')
+
+BPF_SRC := $(wildcard bpf/*.bpf.c)
+BPF_OBJ := $(patsubst bpf/%.bpf.c,build/%.bpf.o,$(BPF_SRC))
+BPF_HDR := $(wildcard bpf/*.h)
+
+# Debian packages fsprof needs at run time and in tests.
+DEB_PKGS := clang llvm bpftool libbpf1 libbpf-dev libelf-dev zlib1g-dev e2fsprogs xfsprogs \
+            btrfs-progs util-linux bpftrace fio python3-venv
+
+.PHONY: setup deps tracefs build run test bench clean
+setup: deps $(VENV)/.installed tracefs build
+
+# Install only what is missing, so a second `make setup` is quick and needs no network.
+deps:
+	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing: $$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+$(VENV)/.installed: setup.cfg pyproject.toml
+	$(PY_SYS) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+tracefs:
+	@mountpoint -q /sys/kernel/tracing || mount -t tracefs tracefs /sys/kernel/tracing
+
+build: $(BPF_OBJ)
+
+build/vmlinux.h:
+	@mkdir -p build
+	$(BPFTOOL) btf dump file /sys/kernel/btf/vmlinux format c > $@.tmp && mv $@.tmp $@
+
+build/%.bpf.o: bpf/%.bpf.c $(BPF_HDR) build/vmlinux.h
+	$(CLANG) -target bpf -D__TARGET_ARCH_$(ARCH) -g -O2 -Wall -Werror -Ibuild -Ibpf -c $< -o $@
+
+# The main job on the embedded default: scratch ext4, xfs and btrfs images, nothing of the user's touched.
+run: setup
+	$(PY) -m profiler run --fs ext4,xfs,btrfs --workload fsync-loop
+
+test: setup
+	$(PY) -m pytest -q tests
+
+clean:
+	rm -rf build

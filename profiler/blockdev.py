@@ -1,0 +1,62 @@
+"""Block devices as sysfs shows them: the /sys/block/<dev>/stat counters (an oracle for what the
+BPF probes count), queue settings, and the kernel's dev_t encoding used in tracepoints."""
+
+import os
+from pathlib import Path
+
+SYS_BLOCK = Path("/sys/block")
+
+# Documentation/block/stat.rst, in order.
+STAT_FIELDS = ("read_ios", "read_merges", "read_sectors", "read_ticks_ms",
+               "write_ios", "write_merges", "write_sectors", "write_ticks_ms",
+               "in_flight", "io_ticks_ms", "time_in_queue_ms",
+               "discard_ios", "discard_merges", "discard_sectors", "discard_ticks_ms",
+               "flush_ios", "flush_ticks_ms")
+
+
+def kdev(major, minor):
+    """The kernel's internal dev_t (MKDEV), as tracepoints and super_block.s_dev carry it."""
+    return (major << 20) | minor
+
+
+def kdev_of_stat(st_dev):
+    return kdev(os.major(st_dev), os.minor(st_dev))
+
+
+def kdev_str(dev):
+    return f"{dev >> 20}:{dev & 0xfffff}"
+
+
+def name_of_path(path):
+    """'loop0' for '/dev/loop0'."""
+    return os.path.basename(os.path.realpath(path))
+
+
+def kdev_of_block(name):
+    major, minor = (SYS_BLOCK / name / "dev").read_text().split(":")
+    return kdev(int(major), int(minor))
+
+
+def read_stat(name):
+    values = [int(v) for v in (SYS_BLOCK / name / "stat").read_text().split()]
+    return dict(zip(STAT_FIELDS, values))
+
+
+def stat_delta(before, after):
+    return {k: after[k] - before[k] for k in after if k != "in_flight"}
+
+
+def queue_info(name):
+    """What the block layer does with flushes depends on these: no volatile cache, no flushes."""
+    q = SYS_BLOCK / name / "queue"
+
+    def read(f):
+        try:
+            return (q / f).read_text().strip()
+        except OSError:
+            return None
+
+    sched = read("scheduler") or ""
+    active = sched[sched.find("[") + 1:sched.find("]")] if "[" in sched else sched
+    return {"write_cache": read("write_cache"), "fua": read("fua") == "1", "scheduler": active,
+            "rotational": read("rotational") == "1"}

@@ -1,0 +1,377 @@
+"""The one place fsprof talks to libbpf: load CO-RE objects, attach programs, read maps, poll rings.
+
+ctypes over the system libbpf.so.1 (bcc cannot compile on kernels without headers; a CO-RE object
+built once runs anywhere with BTF). Every failure becomes an FsprofError with one sentence.
+"""
+
+import ctypes
+import ctypes.util
+import errno
+import os
+import re
+import time
+from pathlib import Path
+
+from .errors import FsprofError
+from . import tracefs
+
+BUILD_DIR = Path(__file__).resolve().parent.parent / "build"
+LOG_DIR = Path(os.environ.get("FSPROF_LOG_DIR", "/var/tmp/fsprof/logs"))
+
+_c = ctypes
+_vp = _c.c_void_p
+
+# libbpf's print callback receives a va_list; on x86_64 and arm64 it is passed as a pointer,
+# which libc's vsnprintf formats for us.
+_PRINT_FN = _c.CFUNCTYPE(_c.c_int, _c.c_int, _c.c_char_p, _vp)
+_RING_FN = _c.CFUNCTYPE(_c.c_int, _vp, _vp, _c.c_size_t)
+
+_lib = None
+_libc = _c.CDLL(ctypes.util.find_library("c"), use_errno=True)
+_libc.vsnprintf.argtypes = [_c.c_char_p, _c.c_size_t, _c.c_char_p, _vp]
+_libc.syscall.restype = _c.c_long
+_log_lines = []  # what libbpf printed since the last load; saved to a file when a load fails
+
+
+@_PRINT_FN
+def _collect_print(level, fmt, args):
+    buf = _c.create_string_buffer(4096)
+    _libc.vsnprintf(buf, len(buf), fmt, args)
+    _log_lines.append(buf.value.decode(errors="replace"))
+    return 0
+
+
+def _signatures(lib):
+    sigs = {
+        "libbpf_set_print": (_vp, [_PRINT_FN]),
+        "bpf_object__open_file": (_vp, [_c.c_char_p, _vp]),
+        "bpf_object__load": (_c.c_int, [_vp]),
+        "bpf_object__close": (None, [_vp]),
+        "bpf_object__next_program": (_vp, [_vp, _vp]),
+        "bpf_object__find_map_by_name": (_vp, [_vp, _c.c_char_p]),
+        "bpf_program__name": (_c.c_char_p, [_vp]),
+        "bpf_program__section_name": (_c.c_char_p, [_vp]),
+        "bpf_program__set_autoload": (_c.c_int, [_vp, _c.c_bool]),
+        "bpf_program__autoload": (_c.c_bool, [_vp]),
+        "bpf_program__attach": (_vp, [_vp]),
+        "bpf_program__attach_perf_event": (_vp, [_vp, _c.c_int]),
+        "bpf_link__destroy": (_c.c_int, [_vp]),
+        "bpf_map__fd": (_c.c_int, [_vp]),
+        "bpf_map__key_size": (_c.c_uint32, [_vp]),
+        "bpf_map__value_size": (_c.c_uint32, [_vp]),
+        "bpf_map__type": (_c.c_int, [_vp]),
+        "bpf_map_lookup_elem": (_c.c_int, [_c.c_int, _vp, _vp]),
+        "bpf_map_update_elem": (_c.c_int, [_c.c_int, _vp, _vp, _c.c_uint64]),
+        "bpf_map_delete_elem": (_c.c_int, [_c.c_int, _vp]),
+        "bpf_map_get_next_key": (_c.c_int, [_c.c_int, _vp, _vp]),
+        "libbpf_num_possible_cpus": (_c.c_int, []),
+        "ring_buffer__new": (_vp, [_c.c_int, _RING_FN, _vp, _vp]),
+        "ring_buffer__poll": (_c.c_int, [_vp, _c.c_int]),
+        "ring_buffer__free": (None, [_vp]),
+    }
+    for name, (res, args) in sigs.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = res, args
+
+
+def libbpf():
+    """The loaded libbpf, with signatures declared and its messages captured."""
+    global _lib
+    if _lib is None:
+        try:
+            lib = _c.CDLL("libbpf.so.1", use_errno=True)
+        except OSError:
+            raise FsprofError("libbpf.so.1 is not installed; run `make setup` (Debian package libbpf1)")
+        _signatures(lib)
+        lib.libbpf_set_print(_collect_print)
+        _lib = lib
+    return _lib
+
+
+def _errno_text(err):
+    err = abs(err)
+    return f"{errno.errorcode.get(err, err)}: {os.strerror(err)}"
+
+
+def check_privileges():
+    if os.geteuid() != 0:
+        raise FsprofError("fsprof must run as root: it loads BPF programs, opens perf events and mounts filesystems")
+
+
+# BPF map types whose values are per CPU (BPF_MAP_TYPE_PERCPU_HASH, _PERCPU_ARRAY, _LRU_PERCPU_HASH).
+_PERCPU_TYPES = {5, 6, 10}
+BPF_STACK_TRACE = 7
+BPF_NOEXIST, BPF_ANY = 1, 0
+
+
+class Map:
+    """A BPF map with ctypes key and value types mirroring the C structs."""
+
+    def __init__(self, name, handle, key_type, value_type):
+        lib = libbpf()
+        self.name = name
+        self.fd = lib.bpf_map__fd(handle)
+        self.percpu = lib.bpf_map__type(handle) in _PERCPU_TYPES
+        self.key_type, self.value_type = key_type, value_type
+        for what, ctype, size in (("key", key_type, lib.bpf_map__key_size(handle)),
+                                  ("value", value_type, lib.bpf_map__value_size(handle))):
+            if _c.sizeof(ctype) != size:
+                raise FsprofError(f"map {name}: the Python {what} type is {_c.sizeof(ctype)} bytes but the "
+                                  f"BPF object says {size}; profiler/maps.py is out of date with bpf/")
+        self.ncpus = lib.libbpf_num_possible_cpus() if self.percpu else 1
+        # Per-CPU values come back as one 8-byte-aligned slot per possible CPU.
+        self._slot = (_c.sizeof(value_type) + 7) & ~7
+
+    def keys(self):
+        lib, key = libbpf(), None
+        nxt = self.key_type()
+        keys = []
+        while lib.bpf_map_get_next_key(self.fd, None if key is None else _c.byref(key), _c.byref(nxt)) == 0:
+            keys.append(nxt)
+            key, nxt = nxt, self.key_type()
+        return keys
+
+    def lookup(self, key):
+        """The value, or for per-CPU maps a list of values (one per CPU); None when absent."""
+        buf = _c.create_string_buffer(self._slot * self.ncpus)
+        if libbpf().bpf_map_lookup_elem(self.fd, _c.byref(key), buf) != 0:
+            return None
+        vals = [self.value_type.from_buffer_copy(buf, i * self._slot) for i in range(self.ncpus)]
+        if issubclass(self.value_type, _c._SimpleCData):
+            vals = [v.value for v in vals]
+        return vals if self.percpu else vals[0]
+
+    def items(self):
+        for key in self.keys():
+            val = self.lookup(key)
+            if val is not None:
+                yield key, val
+
+    def update(self, key, value, flags=BPF_ANY):
+        if self.percpu:
+            raise FsprofError(f"map {self.name}: per-CPU maps are written by the kernel only")
+        if libbpf().bpf_map_update_elem(self.fd, _c.byref(key), _c.byref(value), flags) != 0:
+            raise FsprofError(f"could not write to BPF map {self.name} ({_errno_text(_c.get_errno())})")
+
+    def delete(self, key):
+        return libbpf().bpf_map_delete_elem(self.fd, _c.byref(key)) == 0
+
+    def clear(self):
+        for key in self.keys():
+            self.delete(key)
+
+
+class RingBuffer:
+    """Polls a BPF ring buffer map; callback(bytes) gets each record (for rare events only)."""
+
+    def __init__(self, bpf_map, callback):
+        def on_sample(_ctx, data, size):
+            callback(_c.string_at(data, size))
+            return 0
+
+        self._cb = _RING_FN(on_sample)  # keep a reference: libbpf holds the raw pointer
+        self._rb = libbpf().ring_buffer__new(bpf_map.fd, self._cb, None, None)
+        if not self._rb:
+            raise FsprofError(f"could not open ring buffer {bpf_map.name} ({_errno_text(_c.get_errno())})")
+
+    def poll(self, timeout_ms=100):
+        n = libbpf().ring_buffer__poll(self._rb, timeout_ms)
+        if n < 0 and -n != errno.EINTR:
+            raise FsprofError(f"ring buffer poll failed ({_errno_text(n)})")
+        return max(n, 0)
+
+    def close(self):
+        if self._rb:
+            libbpf().ring_buffer__free(self._rb)
+            self._rb = None
+
+
+class PerfEventAttr(_c.Structure):
+    """struct perf_event_attr up to config3 (PERF_ATTR_SIZE_VER8)."""
+    _fields_ = [
+        ("type", _c.c_uint32), ("size", _c.c_uint32), ("config", _c.c_uint64),
+        ("sample_period_or_freq", _c.c_uint64), ("sample_type", _c.c_uint64),
+        ("read_format", _c.c_uint64), ("flags", _c.c_uint64),
+        ("wakeup_events", _c.c_uint32), ("bp_type", _c.c_uint32),
+        ("config1", _c.c_uint64), ("config2", _c.c_uint64),
+        ("branch_sample_type", _c.c_uint64), ("sample_regs_user", _c.c_uint64),
+        ("sample_stack_user", _c.c_uint32), ("clockid", _c.c_int32),
+        ("sample_regs_intr", _c.c_uint64), ("aux_watermark", _c.c_uint32),
+        ("sample_max_stack", _c.c_uint16), ("reserved_2", _c.c_uint16),
+        ("aux_sample_size", _c.c_uint32), ("reserved_3", _c.c_uint32),
+        ("sig_data", _c.c_uint64), ("config3", _c.c_uint64),
+    ]
+
+
+PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK = 1, 0
+_PERF_FLAG_FREQ = 1 << 10
+_NR_PERF_EVENT_OPEN = {"x86_64": 298, "aarch64": 241}
+
+
+def perf_event_open_sampling(cpu, freq_hz):
+    """A cpu-clock sampling event on one CPU (all tasks), as perf record -F uses."""
+    attr = PerfEventAttr(type=PERF_TYPE_SOFTWARE, size=_c.sizeof(PerfEventAttr),
+                         config=PERF_COUNT_SW_CPU_CLOCK, sample_period_or_freq=freq_hz,
+                         flags=_PERF_FLAG_FREQ)
+    nr = _NR_PERF_EVENT_OPEN[os.uname().machine]
+    fd = _libc.syscall(nr, _c.byref(attr), -1, cpu, -1, 0)
+    if fd < 0:
+        err = _c.get_errno()
+        raise FsprofError(f"perf_event_open for CPU sampling failed on CPU {cpu} ({_errno_text(err)})")
+    return fd
+
+
+def online_cpus():
+    text = Path("/sys/devices/system/cpu/online").read_text().strip()
+    cpus = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        cpus.extend(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+# SEC() prefixes that name a tracepoint, and how to find the tracepoint's name in them.
+_TP_SECTION = re.compile(r"^(?:tracepoint|tp)/(?P<cat>[^/]+)/(?P<name>[^/]+)$")
+_RAW_SECTION = re.compile(r"^(?:raw_tp|raw_tracepoint|tp_btf)/(?P<name>[^/]+)$")
+
+
+def tracepoint_of(section):
+    """(category or None, name) of the tracepoint a program attaches to, or None if not a tracepoint."""
+    m = _TP_SECTION.match(section)
+    if m:
+        return m["cat"], m["name"]
+    m = _RAW_SECTION.match(section)
+    if m:
+        return None, m["name"]
+    return None
+
+
+class BpfObject:
+    """One loaded bpf/*.bpf.o: its programs, maps and links; close() detaches everything.
+
+    Programs whose tracepoint this kernel lacks are not loaded; `skipped` says which and why.
+    """
+
+    def __init__(self, name, only=None, path=None):
+        """Open and load build/<name>.bpf.o (or `path`). `only`, if given, names the programs to load."""
+        check_privileges()
+        tracefs.ensure_mounted()
+        lib = libbpf()
+        self.name = name
+        self.path = Path(path) if path else BUILD_DIR / f"{name}.bpf.o"
+        if not self.path.exists():
+            raise FsprofError(f"{self.path} is not built; run `make build`")
+        if not Path("/sys/kernel/btf/vmlinux").exists():
+            raise FsprofError("this kernel has no BTF (/sys/kernel/btf/vmlinux); fsprof's CO-RE programs need CONFIG_DEBUG_INFO_BTF=y")
+        self.links, self.skipped = [], {}
+        self._maps = {}
+        _log_lines.clear()
+        self._obj = lib.bpf_object__open_file(str(self.path).encode(), None)
+        if not self._obj:
+            raise FsprofError(f"libbpf could not open {self.path} ({_errno_text(_c.get_errno())})")
+        self.programs = {}
+        prog = lib.bpf_object__next_program(self._obj, None)
+        while prog:
+            pname = lib.bpf_program__name(prog).decode()
+            section = lib.bpf_program__section_name(prog).decode()
+            reason = None
+            if only is not None and pname not in only:
+                reason = "not requested"
+            else:
+                reason = self._missing_reason(section)
+            if reason:
+                lib.bpf_program__set_autoload(prog, False)
+                self.skipped[pname] = reason
+            else:
+                self.programs[pname] = (prog, section)
+            prog = lib.bpf_object__next_program(self._obj, prog)
+        err = lib.bpf_object__load(self._obj)
+        if err:
+            self._fail_load(err)
+
+    @staticmethod
+    def _missing_reason(section):
+        tp = tracepoint_of(section)
+        if tp is None:
+            return None
+        cat, name = tp
+        if not tracefs.has_event(name, cat):
+            where = f"{cat}:{name}" if cat else name
+            return f"tracepoint {where} does not exist on this kernel"
+        return None
+
+    def _fail_load(self, err):
+        log = "\n".join(_log_lines)
+        LOG_DIR.mkdir(parents=True, exist_ok=True)
+        log_file = LOG_DIR / f"{self.name}-load-{int(time.time())}.log"
+        log_file.write_text(log)
+        libbpf().bpf_object__close(self._obj)
+        self._obj = None
+        if abs(err) == errno.EPERM:
+            # We are root (checked at open), so EPERM is policy: lockdown, or a locked-down program type.
+            raise FsprofError(f"the kernel refused to load {self.name}.bpf.o although fsprof runs as root "
+                              f"({_errno_text(err)}): kernel lockdown or policy forbids this program type; "
+                              f"libbpf's log is in {log_file}")
+        verifier = any("BEGIN PROG LOAD LOG" in line for line in _log_lines)
+        what = "the BPF verifier rejected a program in" if verifier else "libbpf could not load"
+        raise FsprofError(f"{what} {self.name}.bpf.o ({_errno_text(err)}); the log is in {log_file}")
+
+    def map(self, name, key_type, value_type):
+        if name not in self._maps:
+            handle = libbpf().bpf_object__find_map_by_name(self._obj, name.encode())
+            if not handle:
+                raise FsprofError(f"{self.name}.bpf.o has no map named {name}")
+            self._maps[name] = Map(name, handle, key_type, value_type)
+        return self._maps[name]
+
+    def _prog(self, pname):
+        if pname not in self.programs:
+            why = self.skipped.get(pname, "it does not exist")
+            raise FsprofError(f"program {pname} of {self.name}.bpf.o is not loaded: {why}")
+        return self.programs[pname][0]
+
+    def attach(self, pname):
+        """Attach a tracepoint, raw_tp or tp_btf program as its SEC() says."""
+        link = libbpf().bpf_program__attach(self._prog(pname))
+        if not link:
+            err = _c.get_errno()
+            raise FsprofError(f"could not attach {pname} ({self.programs[pname][1]}): {_errno_text(err)}")
+        self.links.append(link)
+
+    def attach_all(self):
+        """Attach every loaded program that libbpf can attach by its section (not perf_event ones)."""
+        for pname, (_, section) in self.programs.items():
+            if section != "perf_event":
+                self.attach(pname)
+
+    def attach_perf_sampling(self, pname, freq_hz=99):
+        """Attach a perf_event program to cpu-clock sampling on every online CPU."""
+        prog = self._prog(pname)
+        for cpu in online_cpus():
+            fd = perf_event_open_sampling(cpu, freq_hz)
+            link = libbpf().bpf_program__attach_perf_event(prog, fd)
+            if not link:
+                err = _c.get_errno()
+                os.close(fd)
+                raise FsprofError(f"could not attach {pname} to CPU {cpu}: {_errno_text(err)}")
+            self.links.append(link)  # the link owns the perf event fd and closes it on destroy
+
+    def close(self):
+        lib = libbpf()
+        for link in self.links:
+            lib.bpf_link__destroy(link)
+        self.links = []
+        if self._obj:
+            lib.bpf_object__close(self._obj)
+            self._obj = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        # A last resort: an object dropped without close() must not leave links attached.
+        if getattr(self, "_obj", None):
+            self.close()
