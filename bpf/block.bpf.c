@@ -50,10 +50,13 @@ int on_rq_issue(struct trace_event_raw_block_rq *ctx)
 {
 	struct blk_key key = { .dev = ctx->dev };
 	struct blk_val *v, zero = {};
+	char rwbs[4];
 
 	if (!bpf_map_lookup_elem(&traced_devs, &key.dev))
 		return 0;
-	key.cls = rwbs_class(ctx->rwbs);
+	/* The verifier forbids variable offsets into the context: classify a copy. */
+	bpf_probe_read_kernel(rwbs, sizeof(rwbs), ctx->rwbs);
+	key.cls = rwbs_class(rwbs);
 	v = bpf_map_lookup_elem(&blk_counts, &key);
 	if (!v) {
 		bpf_map_update_elem(&blk_counts, &key, &zero, BPF_NOEXIST);

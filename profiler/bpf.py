@@ -164,15 +164,15 @@ class Map:
 class RingBuffer:
     """Polls a BPF ring buffer map; callback(bytes) gets each record (for rare events only)."""
 
-    def __init__(self, bpf_map, callback):
+    def __init__(self, map_fd, name, callback):
         def on_sample(_ctx, data, size):
             callback(_c.string_at(data, size))
             return 0
 
         self._cb = _RING_FN(on_sample)  # keep a reference: libbpf holds the raw pointer
-        self._rb = libbpf().ring_buffer__new(bpf_map.fd, self._cb, None, None)
+        self._rb = libbpf().ring_buffer__new(map_fd, self._cb, None, None)
         if not self._rb:
-            raise FsprofError(f"could not open ring buffer {bpf_map.name} ({_errno_text(_c.get_errno())})")
+            raise FsprofError(f"could not open ring buffer {name} ({_errno_text(_c.get_errno())})")
 
     def poll(self, timeout_ms=100):
         n = libbpf().ring_buffer__poll(self._rb, timeout_ms)
@@ -316,13 +316,20 @@ class BpfObject:
         what = "the BPF verifier rejected a program in" if verifier else "libbpf could not load"
         raise FsprofError(f"{what} {self.name}.bpf.o ({_errno_text(err)}); the log is in {log_file}")
 
+    def _map_handle(self, name):
+        handle = libbpf().bpf_object__find_map_by_name(self._obj, name.encode())
+        if not handle:
+            raise FsprofError(f"{self.name}.bpf.o has no map named {name}")
+        return handle
+
     def map(self, name, key_type, value_type):
         if name not in self._maps:
-            handle = libbpf().bpf_object__find_map_by_name(self._obj, name.encode())
-            if not handle:
-                raise FsprofError(f"{self.name}.bpf.o has no map named {name}")
-            self._maps[name] = Map(name, handle, key_type, value_type)
+            self._maps[name] = Map(name, self._map_handle(name), key_type, value_type)
         return self._maps[name]
+
+    def ring_buffer(self, name, callback):
+        """A reader of ring buffer map `name`; the caller polls and closes it."""
+        return RingBuffer(libbpf().bpf_map__fd(self._map_handle(name)), name, callback)
 
     def _prog(self, pname):
         if pname not in self.programs:

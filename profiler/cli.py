@@ -1,0 +1,101 @@
+"""fsprof's command line. Every failure a user can cause ends in one sentence and a non-zero exit."""
+
+import argparse
+import json
+import sys
+
+from . import __version__
+from .errors import FsprofError
+
+SIZE_SUFFIXES = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def size(text):
+    t = text.strip().lower().removesuffix("ib").removesuffix("b")
+    num, suffix = (t[:-1], t[-1]) if t and t[-1] in SIZE_SUFFIXES else (t, "")
+    try:
+        return int(float(num) * SIZE_SUFFIXES[suffix])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a size (e.g. 1G, 512M)")
+
+
+def parser():
+    ap = argparse.ArgumentParser(prog="fsprof", description="Kernel-tracing filesystem profiler.")
+    ap.add_argument("--version", action="version", version=f"fsprof {__version__}")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run a workload on scratch filesystems under tracing")
+    run.add_argument("--fs", default="ext4,xfs,btrfs", help="filesystems, comma-separated (default: %(default)s)")
+    run.add_argument("--workload", default="fsync-loop", help="bundled workload (default: %(default)s)")
+    run.add_argument("--count", type=int, help="workload iterations (fsync-loop default 1000)")
+    run.add_argument("--size", type=int, help="bytes per write (fsync-loop default 4096)")
+    run.add_argument("--mkfs-options", action="append", metavar="[FS=]OPTS",
+                     help="extra mkfs arguments, for one filesystem with an FS= prefix; repeatable")
+    run.add_argument("--mount-options", action="append", metavar="[FS=]OPTS",
+                     help="mount -o options, e.g. ext4=barrier=0; repeatable")
+    run.add_argument("--sysctl", action="append", metavar="NAME=VALUE", help="set for the run, restored after")
+    run.add_argument("--scheduler", help="I/O scheduler of the devices under test for the run")
+    run.add_argument("--drop-caches", action="store_true", help="drop the page cache before the workload")
+    run.add_argument("--image-size", type=size, default=size("1G"), help="scratch image size (default 1G)")
+    run.add_argument("--devices", type=int, default=1, help="btrfs only: loop images in one filesystem")
+    run.add_argument("--scratch-dir", default="/var/tmp/fsprof/scratch", help="where scratch images live")
+    run.add_argument("--device", help="use this block device instead of a scratch image (erases it)")
+    run.add_argument("--erase-device", action="store_true", help="confirm that --device may be erased")
+    run.add_argument("--force-erase", action="store_true",
+                     help="erase --device even though it carries a filesystem or partition signature")
+    run.add_argument("-o", "--output", help="run directory (default fsprof-runs/<timestamp>)")
+    run.add_argument("--json", action="store_true", help="print the result as JSON instead of tables")
+
+    rep = sub.add_parser("report", help="show a recorded run")
+    rep.add_argument("run_dir")
+    rep.add_argument("--json", action="store_true", help="print the result JSON")
+
+    sub.add_parser("doctor", help="what this kernel supports and what fsprof can therefore do")
+    sub.add_parser("cleanup", help="undo what a killed fsprof run left behind")
+    return ap
+
+
+def _cleanup_stale(quiet=False):
+    from . import scratch
+    for sentence in scratch.cleanup_stale():
+        if not quiet:
+            print(f"fsprof: cleaned up after a dead run: {sentence}", file=sys.stderr)
+
+
+def dispatch(args):
+    from . import report
+    if args.command == "report":
+        result = report.load(args.run_dir)
+        print(json.dumps(result, indent=1) if args.json else report.render(result))
+        return 0
+    if args.command == "doctor":
+        from .doctor import doctor
+        return doctor()
+
+    from .bpf import check_privileges
+    check_privileges()
+    _cleanup_stale()
+    if args.command == "cleanup":
+        return 0
+    from . import run, scratch
+    scratch.install_signal_handlers()
+    result, out_dir = run.run(args)
+    print(json.dumps(result, indent=1) if args.json else report.render(result))
+    print(f"\nresult: {out_dir / report.RESULT_FILE}", file=sys.stderr)
+    return 0
+
+
+def main(argv=None):
+    args = parser().parse_args(argv)
+    try:
+        return dispatch(args)
+    except FsprofError as e:
+        print(f"fsprof: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("fsprof: interrupted; everything fsprof set up was undone", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""`fsprof run`: provision each filesystem, run the workload under tracing, write result.json.
+
+Order per filesystem: provision (scratch loop image, or a device the user named) -> settle ->
+point the probes at its devices -> launch the workload gated -> snapshot in-kernel aggregates and
+/sys/block counters -> undo the filesystem. Sysctls hold for the whole run.
+"""
+
+import json
+import os
+import platform
+import shlex
+import subprocess
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from . import __version__, blockdev, scratch
+from .collect import Collector
+from .errors import FsprofError
+from .report import RESULT_FILE
+from .workload import GatedProcess, workload_argv
+
+# Scratch ext4 is made with its inode tables and journal initialised up front: otherwise the
+# ext4lazyinit thread zeroes them after mount, with cache flushes of its own, during the workload.
+DEFAULT_MKFS_OPTIONS = {
+    "ext4": ["-E", "lazy_itable_init=0,lazy_journal_init=0"],
+    "ext3": ["-E", "lazy_itable_init=0,lazy_journal_init=0"],
+}
+
+
+def per_fs_option(values, fs_names, what):
+    """--mkfs-options / --mount-options values are '[FS=]OPTS'; a value without a known
+    filesystem prefix applies to every filesystem of the run. Returns {fs: OPTS}."""
+    out = {}
+    for value in values or []:
+        prefix, sep, rest = value.partition("=")
+        if sep and prefix in scratch.FILESYSTEMS:
+            if prefix not in fs_names:
+                raise FsprofError(f"{what} '{value}' names {prefix}, which is not among --fs {','.join(fs_names)}")
+            targets, opts = [prefix], rest
+        else:
+            targets, opts = fs_names, value
+        for fs in targets:
+            out[fs] = f"{out[fs]},{opts}" if fs in out and what == "--mount-options" else (
+                f"{out[fs]} {opts}" if fs in out else opts)
+    return out
+
+
+def parse_sysctls(values):
+    out = []
+    for value in values or []:
+        name, sep, val = value.partition("=")
+        if not sep or not name:
+            raise FsprofError(f"--sysctl '{value}' is not NAME=VALUE (e.g. vm.dirty_bytes=100000)")
+        out.append((name, val))
+    return out
+
+
+def build_configs(args):
+    names = [n.strip() for n in args.fs.split(",") if n.strip()]
+    if not names:
+        raise FsprofError("--fs names no filesystem; give e.g. --fs ext4,xfs,btrfs")
+    for name in names:
+        if name not in scratch.FILESYSTEMS:
+            raise FsprofError(f"unknown filesystem '{name}'; fsprof supports {', '.join(scratch.FILESYSTEMS)}")
+    mkfs = per_fs_option(args.mkfs_options, names, "--mkfs-options")
+    mount = per_fs_option(args.mount_options, names, "--mount-options")
+    configs, seen = [], {}
+    for name in names:
+        seen[name] = seen.get(name, 0) + 1
+        label = name if seen[name] == 1 else f"{name}-{seen[name]}"
+        opts = DEFAULT_MKFS_OPTIONS.get(name, []) + shlex.split(mkfs.get(name, ""))
+        configs.append(scratch.FsConfig(fs=name, mkfs_options=opts, mount_options=mount.get(name, ""),
+                                        size_bytes=args.image_size, devices=args.devices if name == "btrfs" else 1,
+                                        label=label))
+    return configs
+
+
+def _syncfs(path):
+    subprocess.run(["sync", "-f", str(path)], check=False)
+
+
+def measure(collector, sfs, workload, params, out_dir, drop_caches):
+    """One traced workload run on a provisioned filesystem; returns its result entry."""
+    label_dir = out_dir / sfs.config.label
+    label_dir.mkdir(parents=True, exist_ok=True)
+    result_file = label_dir / "workload.json"
+    workdir = Path(sfs.mountpoint) / "fsprof-work"
+    workdir.mkdir(exist_ok=True)
+    _syncfs(sfs.mountpoint)  # start from a clean filesystem: nothing of mkfs/mount left to write
+    if drop_caches:
+        scratch.drop_caches()
+
+    block_devs = {kdev: name for name, kdev in sfs.block_devs}
+    collector.trace_devices(block_devs)
+    collector.reset()
+    before = {name: blockdev.read_stat(name) for name in block_devs.values()}
+    proc = GatedProcess(workload_argv(workload, params, str(result_file)), cwd=str(workdir))
+    try:
+        collector.trace_pid(proc.pid)
+        proc.release()
+        status = proc.wait()
+    except BaseException:
+        proc.kill()
+        raise
+    elapsed = time.monotonic() - proc.started
+    traced = collector.snapshot(sfs.dev, block_devs)
+    after = {name: blockdev.read_stat(name) for name in block_devs.values()}
+    if status != 0:
+        raise FsprofError(f"the {workload} workload exited with status {status} on {sfs.config.label}")
+
+    first = sfs.block_devs[0][0]
+    return {
+        "label": sfs.config.label, "fs": sfs.config.fs,
+        "mkfs_options": list(sfs.config.mkfs_options), "mount_options": sfs.config.mount_options,
+        "device": {"name": first, "dev": blockdev.kdev_str(sfs.block_devs[0][1]),
+                   "all": [name for name, _ in sfs.block_devs], **blockdev.queue_info(first)},
+        "elapsed_s": elapsed,
+        "workload": json.loads(result_file.read_text()),
+        **traced,
+        "kernel_counters": {name: blockdev.stat_delta(before[name], after[name]) for name in before},
+    }
+
+
+def default_out_dir():
+    return Path("fsprof-runs") / datetime.now().strftime("%Y%m%d-%H%M%S")
+
+
+def run(args):
+    configs = build_configs(args)
+    sysctls = parse_sysctls(args.sysctl)
+    params = {k: v for k, v in (("count", args.count), ("size", args.size)) if v is not None}
+    out_dir = Path(args.output) if args.output else default_out_dir()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    scratch_dir = Path(args.scratch_dir) / out_dir.resolve().name
+    result = {
+        "schema": "fsprof.run/1", "fsprof_version": __version__, "kernel": platform.release(),
+        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "workload": {"name": args.workload, "params": params},
+        "sysctls": dict(sysctls), "filesystems": [],
+    }
+    workload_argv(args.workload, params, "-")  # unknown workload: fail before touching anything
+    with scratch.Changes() as run_changes:
+        for name, value in sysctls:
+            scratch.set_sysctl(run_changes, name, value)
+        with Collector() as collector:
+            result["probes_skipped"] = collector.skipped
+            for config in configs:
+                with scratch.Changes() as changes:
+                    if args.device:
+                        sfs = scratch.provision_device(changes, config, args.device, erase=args.erase_device,
+                                                       force=args.force_erase, scratch_dir=scratch_dir)
+                    else:
+                        sfs = scratch.provision(changes, config, scratch_dir)
+                    if args.scheduler:
+                        for name, _ in sfs.block_devs:
+                            scratch.set_scheduler(changes, name, args.scheduler)
+                    result["filesystems"].append(
+                        measure(collector, sfs, args.workload, params, out_dir, args.drop_caches))
+    try:
+        os.rmdir(scratch_dir)
+    except OSError:
+        pass
+    (out_dir / RESULT_FILE).write_text(json.dumps(result, indent=1))
+    return result, out_dir

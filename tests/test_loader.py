@@ -1,0 +1,141 @@
+"""The loader against real programs: every attach type, every map kind, the ring buffer, and the
+errors a user can meet (verifier rejection, missing tracepoint)."""
+
+import ctypes as c
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from profiler import maps, syscalls
+from profiler.bpf import BUILD_DIR, BpfObject
+from profiler.errors import FsprofError
+
+HIT_PROGS = {"tp_switch": 0, "raw_tp_switch": 1, "tp_btf_switch": 2}
+
+
+def spin(seconds):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        time.sleep(0.001)
+
+
+def test_tracepoint_raw_tp_and_tp_btf_programs_fire():
+    with BpfObject("probe", only=set(HIT_PROGS)) as obj:
+        obj.attach_all()
+        spin(0.2)
+        hits = obj.map("hits", c.c_uint32, c.c_uint64)
+        counts = {p: sum(hits.lookup(c.c_uint32(i))) for p, i in HIT_PROGS.items()}
+    assert all(n > 0 for n in counts.values()), counts
+
+
+def kallsyms():
+    syms = []
+    for line in Path("/proc/kallsyms").read_text().splitlines():
+        addr, _, name = line.split()[:3]
+        syms.append((int(addr, 16), name))
+    syms.sort()
+    return syms
+
+
+def test_perf_event_sampling_with_kernel_stacks():
+    with BpfObject("probe", only={"on_sample"}) as obj:
+        obj.attach_perf_sampling("on_sample", freq_hz=999)
+        # Make the kernel busy in a known place: many small syscalls.
+        end = time.monotonic() + 0.5
+        while time.monotonic() < end:
+            os.stat("/")
+        sampled = obj.map("sampled_stacks", c.c_uint32, c.c_uint64)
+        stacks = obj.map("stacks", c.c_uint32, c.c_uint64 * 127)
+        ids = sampled.keys()
+        assert ids, "no kernel stacks sampled"
+        syms = kallsyms()
+        lo, hi = syms[0][0], syms[-1][0]
+        frames = [addr for sid in ids for addr in (stacks.lookup(sid) or []) if addr]
+    assert frames and all(lo <= a for a in frames)
+    # Sampled addresses must fall in kernel text named by /proc/kallsyms.
+    assert sum(lo <= a <= hi + (1 << 24) for a in frames) == len(frames)
+
+
+def test_ring_buffer_delivers_our_own_syscalls():
+    seen = []
+    with BpfObject("probe", only={"ring_sys_enter"}) as obj:
+        obj.map("ring_tgid", c.c_uint32, c.c_uint32).update(c.c_uint32(0), c.c_uint32(os.getpid()))
+        obj.attach("ring_sys_enter")
+        ring = obj.ring_buffer("events", seen.append)
+        try:
+            fd = os.open("/dev/null", os.O_WRONLY)
+            os.close(fd)
+            for _ in range(5):
+                ring.poll(50)
+        finally:
+            ring.close()
+    nrs = {int.from_bytes(rec[4:8], "little") for rec in seen}
+    assert syscalls.table()["openat"][0] in nrs and syscalls.table()["close"][0] in nrs
+
+
+def test_hash_map_update_lookup_clear_and_size_check():
+    with BpfObject("syscalls") as obj:
+        tgids = obj.map("traced_tgids", c.c_uint32, c.c_uint8)
+        for pid in (11, 22, 33):
+            tgids.update(c.c_uint32(pid), c.c_uint8(1))
+        assert sorted(k.value for k in tgids.keys()) == [11, 22, 33]
+        assert tgids.lookup(c.c_uint32(22)) == 1
+        tgids.clear()
+        assert tgids.keys() == []
+        with pytest.raises(FsprofError, match="out of date"):
+            obj.map("op_hist", maps.OpKey, maps.BlkVal)
+
+
+def compile_bpf(tmp_path, name, source):
+    src = tmp_path / f"{name}.bpf.c"
+    src.write_text('#include "vmlinux.h"\n#include <bpf/bpf_helpers.h>\nchar LICENSE[] SEC("license") = "GPL";\n'
+                   + source)
+    obj = tmp_path / f"{name}.bpf.o"
+    subprocess.run(["clang", "-target", "bpf", "-g", "-O2", f"-I{BUILD_DIR}", "-c", str(src), "-o", str(obj)],
+                   check=True)
+    return obj
+
+
+def test_verifier_rejection_is_one_sentence_with_the_log_saved(tmp_path, monkeypatch):
+    monkeypatch.setattr("profiler.bpf.LOG_DIR", tmp_path / "logs")
+    obj = compile_bpf(tmp_path, "bad", """
+SEC("tracepoint/sched/sched_switch")
+int bad(void *ctx) { return *(volatile int *)0; }  /* a NULL dereference the verifier refuses */
+""")
+    with pytest.raises(FsprofError) as err:
+        BpfObject("bad", path=obj)
+    msg = str(err.value)
+    assert "verifier rejected" in msg and "\n" not in msg
+    log = next((tmp_path / "logs").iterdir()).read_text()
+    assert "BEGIN PROG LOAD LOG" in log
+
+
+def test_missing_tracepoint_is_skipped_and_said(tmp_path):
+    obj = compile_bpf(tmp_path, "partial", """
+SEC("tracepoint/nosuchgroup/nosuchevent")
+int absent(void *ctx) { return 0; }
+SEC("tracepoint/sched/sched_switch")
+int present(void *ctx) { return 0; }
+""")
+    with BpfObject("partial", path=obj) as loaded:
+        loaded.attach_all()
+        assert list(loaded.programs) == ["present"]
+        assert "nosuchgroup:nosuchevent does not exist" in loaded.skipped["absent"]
+        with pytest.raises(FsprofError, match="not loaded"):
+            loaded.attach("absent")
+
+
+def test_close_detaches_every_link():
+    def tracing_progs():
+        out = subprocess.run(["bpftool", "prog", "show"], capture_output=True, text=True).stdout
+        return out.count("name on_sys_enter")
+
+    before = tracing_progs()
+    obj = BpfObject("syscalls")
+    obj.attach_all()
+    assert tracing_progs() == before + 1
+    obj.close()
+    assert tracing_progs() == before
