@@ -80,8 +80,9 @@ def _syncfs(path):
     subprocess.run(["sync", "-f", str(path)], check=False)
 
 
-def measure(collector, sfs, workload, params, out_dir, drop_caches):
-    """One traced workload run on a provisioned filesystem; returns its result entry."""
+def measure(collector, sfs, workload, params, out_dir, drop_caches, changes=None):
+    """One traced workload run on a provisioned filesystem; returns its result entry. With
+    `changes`, the workload is journaled so that a cleanup after SIGKILL stops it."""
     label_dir = out_dir / sfs.config.label
     label_dir.mkdir(parents=True, exist_ok=True)
     result_file = label_dir / "workload.json"
@@ -97,6 +98,8 @@ def measure(collector, sfs, workload, params, out_dir, drop_caches):
     before = {name: blockdev.read_stat(name) for name in block_devs.values()}
     proc = GatedProcess(workload_argv(workload, params, str(result_file)), cwd=str(workdir))
     try:
+        if changes is not None:
+            scratch.record_process(changes, proc.pid)
         collector.trace_pid(proc.pid)
         proc.release()
         status = proc.wait()
@@ -156,7 +159,7 @@ def run(args):
                         for name, _ in sfs.block_devs:
                             scratch.set_scheduler(changes, name, args.scheduler)
                     result["filesystems"].append(
-                        measure(collector, sfs, args.workload, params, out_dir, args.drop_caches))
+                        measure(collector, sfs, args.workload, params, out_dir, args.drop_caches, changes))
     try:
         os.rmdir(scratch_dir)
     except OSError:

@@ -1,11 +1,15 @@
 """Bundled workloads and the gated launch that lets tracing see a workload's first syscall."""
 
+import ctypes
 import os
 import signal
 import sys
 import time
 
 from .errors import FsprofError
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_PR_SET_PDEATHSIG = 1
 
 # name -> (python module in workloads/, default parameters)
 WORKLOADS = {
@@ -39,6 +43,8 @@ class GatedProcess:
             try:
                 os.close(gate_w)
                 os.setpgid(0, 0)
+                # Die with fsprof: a SIGKILLed fsprof must not leave its workload on the mount.
+                _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 if os.read(gate_r, 1) != b"g":

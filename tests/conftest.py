@@ -1,0 +1,59 @@
+"""Helpers shared by the tests: running the CLI, and finding what a test left mounted or attached."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FSPROF = [sys.executable, "-m", "profiler"]
+
+if os.geteuid() != 0:
+    pytest.exit("fsprof's tests load BPF programs and mount filesystems: run them as root", returncode=2)
+
+
+def run_fsprof(*args, timeout=600):
+    return subprocess.run([*FSPROF, *args], capture_output=True, text=True, cwd=REPO, timeout=timeout)
+
+
+def mounts_under(root):
+    """(target, fstype) of every mount below root, from /proc/mounts."""
+    with open("/proc/mounts") as f:
+        entries = [line.split() for line in f]
+    return [(e[1], e[2]) for e in entries if e[1].startswith(str(root) + "/")]
+
+
+def loops_under(root):
+    """Loop devices whose backing file lies below root."""
+    found = []
+    for name in os.listdir("/sys/block"):
+        try:
+            with open(f"/sys/block/{name}/loop/backing_file") as f:
+                backing = f.read().strip()
+        except OSError:
+            continue
+        if backing.startswith(str(root) + "/"):
+            found.append(f"/dev/{name}")
+    return found
+
+
+@pytest.fixture
+def ext4_loop(tmp_path):
+    """A loop device of the test's own carrying ext4 with a file on it: a stand-in for a user's disk."""
+    image = tmp_path / "user-disk.img"
+    with open(image, "wb") as f:
+        f.truncate(256 << 20)
+    device = subprocess.run(["losetup", "--find", "--show", str(image)], check=True,
+                            capture_output=True, text=True).stdout.strip()
+    mountpoint = tmp_path / "user-mnt"
+    mountpoint.mkdir()
+    try:
+        subprocess.run(["mkfs.ext4", "-q", "-F", device], check=True)
+        subprocess.run(["mount", device, str(mountpoint)], check=True)
+        (mountpoint / "precious").write_text("keep me")
+        subprocess.run(["umount", str(mountpoint)], check=True)
+        yield device, mountpoint
+    finally:
+        subprocess.run(["umount", str(mountpoint)], capture_output=True)
+        subprocess.run(["losetup", "-d", device], check=False)

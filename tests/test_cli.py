@@ -1,0 +1,87 @@
+"""Bad input gets one sentence on stderr and a non-zero exit, never a traceback."""
+
+import subprocess
+
+import pytest
+
+from conftest import FSPROF, loops_under, mounts_under, run_fsprof
+
+
+def assert_one_sentence(proc, *fragments):
+    assert proc.returncode != 0
+    err = proc.stderr.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert err.startswith("fsprof: ")
+    for fragment in fragments:
+        assert fragment in err, err
+
+
+def test_unknown_filesystem(tmp_path):
+    proc = run_fsprof("run", "--fs", "ext4,zfs", "-o", str(tmp_path / "run"))
+    assert_one_sentence(proc, "unknown filesystem 'zfs'")
+
+
+def test_unknown_workload(tmp_path):
+    assert_one_sentence(run_fsprof("run", "--workload", "nope", "-o", str(tmp_path / "run")), "unknown workload")
+
+
+def test_mkfs_option_rejected_leaves_nothing(tmp_path):
+    proc = run_fsprof("run", "--fs", "ext4", "--mkfs-options", "-O nonsense_feature",
+                      "--scratch-dir", str(tmp_path), "-o", str(tmp_path / "run"))
+    assert_one_sentence(proc, "mkfs.ext4")
+    assert not mounts_under(tmp_path) and not loops_under(tmp_path)
+
+
+def test_device_that_does_not_exist(tmp_path):
+    proc = run_fsprof("run", "--fs", "ext4", "--device", "/dev/nosuchdisk", "--erase-device",
+                      "-o", str(tmp_path / "run"))
+    assert_one_sentence(proc, "/dev/nosuchdisk does not exist")
+
+
+def test_device_needs_the_erase_flag(tmp_path, ext4_loop):
+    device, _ = ext4_loop
+    proc = run_fsprof("run", "--fs", "ext4", "--device", device, "-o", str(tmp_path / "run"))
+    assert_one_sentence(proc, "--erase-device")
+
+
+def test_mounted_device_refused_even_with_both_flags(tmp_path, ext4_loop):
+    device, mountpoint = ext4_loop
+    subprocess.run(["mount", device, str(mountpoint)], check=True)
+    try:
+        proc = run_fsprof("run", "--fs", "ext4", "--device", device, "--erase-device", "--force-erase",
+                          "-o", str(tmp_path / "run"))
+        assert_one_sentence(proc, "mounted")
+        assert (mountpoint / "precious").read_text() == "keep me"
+    finally:
+        subprocess.run(["umount", str(mountpoint)], check=True)
+
+
+def test_device_with_a_filesystem_needs_force(tmp_path, ext4_loop):
+    device, _ = ext4_loop
+    proc = run_fsprof("run", "--fs", "xfs", "--device", device, "--erase-device", "-o", str(tmp_path / "run"))
+    assert_one_sentence(proc, "--force-erase")
+
+
+def test_non_root_user_is_told_so(tmp_path):
+    # nobody keeps only the right to read files (our interpreter lives under /root).
+    proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                           "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search", *FSPROF,
+                           "run", "--fs", "ext4", "-o", str(tmp_path / "run")],
+                          capture_output=True, text=True)
+    assert_one_sentence(proc, "must run as root")
+
+
+def test_report_of_a_directory_that_is_no_run(tmp_path):
+    assert_one_sentence(run_fsprof("report", str(tmp_path)), "not an fsprof run directory")
+
+
+def test_bad_sysctl_syntax(tmp_path):
+    assert_one_sentence(run_fsprof("run", "--sysctl", "vm.dirty_bytes", "-o", str(tmp_path / "run")), "NAME=VALUE")
+
+
+def test_doctor_says_fsprof_can_run():
+    proc = run_fsprof("doctor")
+    assert proc.returncode == 0, proc.stdout
+    assert "fsprof can run here" in proc.stdout
+    for piece in ("raw_syscalls", "kprobes", "fentry", "perf_event sampling"):
+        assert piece in proc.stdout

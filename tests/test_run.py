@@ -1,0 +1,150 @@
+"""End to end: fsprof run on real loop-backed ext4, XFS and btrfs, checked against independent
+oracles: the workload's own counts, /sys/block/<dev>/stat, and a bpftrace one-liner."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import loops_under, mounts_under, run_fsprof
+from profiler import blockdev, scratch
+from profiler.collect import Collector
+from profiler.run import measure
+from profiler.workload import GatedProcess, workload_argv
+
+COUNT = 300
+
+
+def run_json(tmp_path, *args):
+    out = tmp_path / "run"
+    proc = run_fsprof("run", "--count", str(COUNT), "--scratch-dir", str(tmp_path / "scratch"),
+                      "-o", str(out), *args)
+    assert proc.returncode == 0, proc.stderr
+    assert not mounts_under(tmp_path) and not loops_under(tmp_path)
+    return json.loads((out / "result.json").read_text())
+
+
+def flushes(fs):
+    return sum(dev["flush"]["count"] for dev in fs["block"].values())
+
+
+def kernel_flushes(fs):
+    return sum(dev["flush_ios"] for dev in fs["kernel_counters"].values())
+
+
+@pytest.mark.slow
+def test_fsync_loop_on_ext4_xfs_btrfs_matches_the_oracles(tmp_path):
+    result = run_json(tmp_path, "--fs", "ext4,xfs,btrfs")
+    assert [fs["fs"] for fs in result["filesystems"]] == ["ext4", "xfs", "btrfs"]
+    for fs in result["filesystems"]:
+        own, ops = fs["workload"], fs["syscalls"]
+        # Exactly the workload's own counts: nothing lost, nothing from other filesystems mixed in.
+        assert ops["fsync"]["count"] == own["fsyncs"] == COUNT, fs["label"]
+        assert ops["write"]["count"] == own["writes"] == COUNT, fs["label"]
+        for h in (ops["fsync"], ops["write"]):
+            assert sum(h["log2_ns"]) == h["count"]
+        # fsync time seen at the syscall boundary cannot exceed what the workload timed around it.
+        assert ops["fsync"]["total_ns"] <= own["fsync_ns_total"]
+        assert ops["fsync"]["total_ns"] >= 0.9 * own["fsync_ns_total"]
+        # Barriers are on by default and loop devices have a volatile cache: at least one flush per fsync.
+        assert flushes(fs) >= COUNT, fs["label"]
+        assert abs(flushes(fs) - kernel_flushes(fs)) <= 0.01 * kernel_flushes(fs), fs["label"]
+    report = run_fsprof("report", str(tmp_path / "run"))
+    assert report.returncode == 0 and "fsync latency" in report.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("barrier, expect_flushes", [("barrier=0", False), ("barrier=1", True)])
+def test_ext4_barrier_option_decides_the_flushes(tmp_path, barrier, expect_flushes):
+    fs = run_json(tmp_path, "--fs", "ext4", "--mount-options", barrier)["filesystems"][0]
+    assert fs["mount_options"] == barrier
+    assert fs["syscalls"]["fsync"]["count"] == COUNT
+    if expect_flushes:
+        assert flushes(fs) >= COUNT
+    else:
+        assert flushes(fs) == 0
+    assert abs(flushes(fs) - kernel_flushes(fs)) <= 0.01 * max(kernel_flushes(fs), 1)
+
+
+def start_bpftrace(kdev):
+    script = (f'BEGIN {{ printf("ready\\n"); }} tracepoint:block:block_rq_issue '
+              f'/args->dev == {kdev}/ {{ @[args->rwbs] = count(); }}')
+    proc = subprocess.Popen(["bpftrace", "-e", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in proc.stdout:  # "Attaching N probes...", then BEGIN's line once every probe is attached
+        if line.strip() == "ready":
+            return proc
+    proc.kill()
+    pytest.fail(f"bpftrace did not start: {proc.communicate()[1]}")
+
+
+def stop_bpftrace(proc):
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    # Lines like "@[FF]: 600": a flush request is REQ_PREFLUSH + REQ_OP_FLUSH, rwbs "FF..."
+    return sum(int(line.rpartition(" ")[2]) for line in out.splitlines() if line.startswith("@[FF"))
+
+
+@pytest.mark.slow
+def test_bpftrace_counts_the_same_flushes(tmp_path):
+    with scratch.Changes() as changes, Collector() as collector:
+        sfs = scratch.provision(changes, scratch.FsConfig("ext4"), tmp_path / "scratch")
+        subprocess.run(["sync", "-f", sfs.mountpoint], check=True)
+        oracle = start_bpftrace(sfs.block_devs[0][1])
+        try:
+            fs = measure(collector, sfs, "fsync-loop", {"count": COUNT}, tmp_path / "out", drop_caches=False)
+        finally:
+            theirs = stop_bpftrace(oracle)
+    ours = flushes(fs)
+    assert ours >= COUNT
+    # bpftrace watched a little longer (fsprof's own pre-run syncfs): allow 1%.
+    assert abs(theirs - ours) <= 0.01 * ours, (theirs, ours)
+
+
+def test_children_of_the_workload_are_followed(tmp_path):
+    """The traced process is a shell; the fsyncs happen in its child."""
+    with scratch.Changes() as changes, Collector() as collector:
+        sfs = scratch.provision(changes, scratch.FsConfig("ext4"), tmp_path / "scratch")
+        collector.trace_devices({kdev: name for name, kdev in sfs.block_devs})
+        collector.reset()
+        inner = workload_argv("fsync-loop", {"count": 50}, str(tmp_path / "w.json"))
+        proc = GatedProcess(["/bin/sh", "-c", " ".join(inner) + "; true"], cwd=sfs.mountpoint)
+        collector.trace_pid(proc.pid)
+        proc.release()
+        assert proc.wait() == 0
+        ops = collector.snapshot(sfs.dev, {})["syscalls"]
+    assert ops["fsync"]["count"] == 50
+
+
+def scratch_state(tmp_path):
+    return mounts_under(tmp_path), loops_under(tmp_path)
+
+
+@pytest.mark.slow
+def test_sigkill_mid_workload_then_next_invocation_cleans_up(tmp_path):
+    sysctl = Path("/proc/sys/vm/dirty_expire_centisecs")
+    original = sysctl.read_text().strip()
+    changed = str(int(original) + 17)
+    proc = subprocess.Popen([sys.executable, "-m", "profiler", "run", "--fs", "ext4", "--count", "10000000",
+                             "--sysctl", f"vm.dirty_expire_centisecs={changed}",
+                             "--scratch-dir", str(tmp_path / "scratch"), "-o", str(tmp_path / "run")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 30
+    while not mounts_under(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # well into the workload
+    proc.kill()
+    proc.wait()
+    mounts, loops = scratch_state(tmp_path)
+    assert mounts and loops and sysctl.read_text().strip() == changed, "the kill left nothing to clean"
+
+    cleanup = run_fsprof("cleanup")
+    assert cleanup.returncode == 0, cleanup.stderr
+    assert scratch_state(tmp_path) == ([], [])
+    assert sysctl.read_text().strip() == original
+    leftover = subprocess.run(["pgrep", "-f", "workloads.fsync_loop"], capture_output=True, text=True).stdout
+    assert not leftover.strip()
