@@ -28,22 +28,21 @@ DEFAULT_MKFS_OPTIONS = {
 }
 
 
-def per_fs_option(values, fs_names, what):
+def per_fs_option(values, fs_names, what, sep):
     """--mkfs-options / --mount-options values are '[FS=]OPTS'; a value without a known
-    filesystem prefix applies to every filesystem of the run. Returns {fs: OPTS}."""
+    filesystem prefix applies to every filesystem of the run. Returns {fs: OPTS joined by sep}."""
     out = {}
     for value in values or []:
-        prefix, sep, rest = value.partition("=")
-        if sep and prefix in scratch.FILESYSTEMS:
+        prefix, has_eq, rest = value.partition("=")
+        if has_eq and prefix in scratch.FILESYSTEMS:
             if prefix not in fs_names:
                 raise FsprofError(f"{what} '{value}' names {prefix}, which is not among --fs {','.join(fs_names)}")
             targets, opts = [prefix], rest
         else:
             targets, opts = fs_names, value
         for fs in targets:
-            out[fs] = f"{out[fs]},{opts}" if fs in out and what == "--mount-options" else (
-                f"{out[fs]} {opts}" if fs in out else opts)
-    return out
+            out.setdefault(fs, []).append(opts)
+    return {fs: sep.join(opts) for fs, opts in out.items()}
 
 
 def parse_sysctls(values):
@@ -63,8 +62,8 @@ def build_configs(args):
     for name in names:
         if name not in scratch.FILESYSTEMS:
             raise FsprofError(f"unknown filesystem '{name}'; fsprof supports {', '.join(scratch.FILESYSTEMS)}")
-    mkfs = per_fs_option(args.mkfs_options, names, "--mkfs-options")
-    mount = per_fs_option(args.mount_options, names, "--mount-options")
+    mkfs = per_fs_option(args.mkfs_options, names, "--mkfs-options", " ")
+    mount = per_fs_option(args.mount_options, names, "--mount-options", ",")
     configs, seen = [], {}
     for name in names:
         seen[name] = seen.get(name, 0) + 1
@@ -133,9 +132,10 @@ def run(args):
     configs = build_configs(args)
     sysctls = parse_sysctls(args.sysctl)
     params = {k: v for k, v in (("count", args.count), ("size", args.size)) if v is not None}
-    out_dir = Path(args.output) if args.output else default_out_dir()
+    # Absolute: the workload runs with its cwd on the scratch filesystem and writes its result here.
+    out_dir = (Path(args.output) if args.output else default_out_dir()).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
-    scratch_dir = Path(args.scratch_dir) / out_dir.resolve().name
+    scratch_dir = Path(args.scratch_dir) / out_dir.name
     result = {
         "schema": "fsprof.run/1", "fsprof_version": __version__, "kernel": platform.release(),
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),

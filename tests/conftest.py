@@ -13,8 +13,9 @@ if os.geteuid() != 0:
     pytest.exit("fsprof's tests load BPF programs and mount filesystems: run them as root", returncode=2)
 
 
-def run_fsprof(*args, timeout=600):
-    return subprocess.run([*FSPROF, *args], capture_output=True, text=True, cwd=REPO, timeout=timeout)
+def run_fsprof(*args, cwd=REPO, timeout=600):
+    env = {**os.environ, "PYTHONPATH": REPO}  # the package, whatever the cwd
+    return subprocess.run([*FSPROF, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout)
 
 
 def mounts_under(root):
