@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import os
 import sys
 
 from . import __version__
@@ -55,15 +56,16 @@ def parser():
     return ap
 
 
-def _cleanup_stale(quiet=False):
+def _cleanup_stale():
     from . import scratch
     for sentence in scratch.cleanup_stale():
-        if not quiet:
-            print(f"fsprof: cleaned up after a dead run: {sentence}", file=sys.stderr)
+        print(f"fsprof: cleaned up after a dead run: {sentence}", file=sys.stderr)
 
 
 def dispatch(args):
     from . import report
+    if os.geteuid() == 0:
+        _cleanup_stale()  # whatever the command: a dead run's mounts and sysctls go first
     if args.command == "report":
         result = report.load(args.run_dir)
         print(json.dumps(result, indent=1) if args.json else report.render(result))
@@ -74,7 +76,6 @@ def dispatch(args):
 
     from .bpf import check_privileges
     check_privileges()
-    _cleanup_stale()
     if args.command == "cleanup":
         return 0
     from . import run, scratch

@@ -128,7 +128,8 @@ def scratch_state(tmp_path):
 
 
 @pytest.mark.slow
-def test_sigkill_mid_workload_then_next_invocation_cleans_up(tmp_path):
+@pytest.mark.parametrize("next_command", ["cleanup", "doctor"])
+def test_sigkill_mid_workload_then_next_invocation_cleans_up(tmp_path, next_command):
     sysctl = Path("/proc/sys/vm/dirty_expire_centisecs")
     original = sysctl.read_text().strip()
     changed = str(int(original) + 17)
@@ -145,8 +146,9 @@ def test_sigkill_mid_workload_then_next_invocation_cleans_up(tmp_path):
     mounts, loops = scratch_state(tmp_path)
     assert mounts and loops and sysctl.read_text().strip() == changed, "the kill left nothing to clean"
 
-    cleanup = run_fsprof("cleanup")
-    assert cleanup.returncode == 0, cleanup.stderr
+    after = run_fsprof(next_command)
+    assert after.returncode == 0, after.stderr
+    assert "cleaned up after a dead run" in after.stderr
     assert scratch_state(tmp_path) == ([], [])
     assert sysctl.read_text().strip() == original
     leftover = subprocess.run(["pgrep", "-f", "workloads.fsync_loop"], capture_output=True, text=True).stdout
