@@ -40,21 +40,27 @@ def loops_under(root):
 
 
 @pytest.fixture
-def ext4_loop(tmp_path):
-    """A loop device of the test's own carrying ext4 with a file on it: a stand-in for a user's disk."""
+def loopdev(tmp_path):
+    """A loop device of the test's own over an image outside any scratch dir: a user's disk stand-in."""
     image = tmp_path / "user-disk.img"
     with open(image, "wb") as f:
-        f.truncate(256 << 20)
+        f.truncate(512 << 20)  # xfs needs at least 300 MiB
     device = subprocess.run(["losetup", "--find", "--show", str(image)], check=True,
                             capture_output=True, text=True).stdout.strip()
+    yield device
+    subprocess.run(["losetup", "-d", device], check=False)
+
+
+@pytest.fixture
+def ext4_loop(loopdev, tmp_path):
+    """loopdev carrying ext4 with a file on it; yields (device, an empty mountpoint for it)."""
     mountpoint = tmp_path / "user-mnt"
     mountpoint.mkdir()
+    subprocess.run(["mkfs.ext4", "-q", "-F", loopdev], check=True)
+    subprocess.run(["mount", loopdev, str(mountpoint)], check=True)
     try:
-        subprocess.run(["mkfs.ext4", "-q", "-F", device], check=True)
-        subprocess.run(["mount", device, str(mountpoint)], check=True)
         (mountpoint / "precious").write_text("keep me")
-        subprocess.run(["umount", str(mountpoint)], check=True)
-        yield device, mountpoint
     finally:
-        subprocess.run(["umount", str(mountpoint)], capture_output=True)
-        subprocess.run(["losetup", "-d", device], check=False)
+        subprocess.run(["umount", str(mountpoint)], check=True)
+    yield loopdev, mountpoint
+    subprocess.run(["umount", str(mountpoint)], capture_output=True)

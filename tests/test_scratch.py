@@ -66,18 +66,6 @@ def dirs(tmp_path):
         subprocess.run(["losetup", "-d", loop], check=False)
 
 
-@pytest.fixture
-def loopdev(dirs):
-    """A loop device of our own over an image outside the scratch dir, as a user's device stand-in."""
-    image = dirs.root / "user-disk.img"
-    with open(image, "wb") as f:
-        f.truncate(SIZE)
-    dev = subprocess.run(["losetup", "--find", "--show", str(image)], check=True,
-                         capture_output=True, text=True).stdout.strip()
-    yield dev
-    subprocess.run(["losetup", "-d", dev], check=False)
-
-
 def fstype_of(mountpoint):
     with open("/proc/mounts") as f:
         return next(e[2] for e in map(str.split, f) if e[1] == mountpoint)
