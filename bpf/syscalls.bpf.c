@@ -75,7 +75,7 @@ static __always_inline __u32 cwd_dev(struct task_struct *task)
 
 /* A relative path resolves against dirfd (or the cwd); an absolute one we cannot place without a
  * path walk, so it stays unresolved (dev 0) rather than being guessed. */
-static __always_inline __u32 path_dev(struct task_struct *task, long dirfd, const char *path)
+static __always_inline __u32 path_dev(struct task_struct *task, int dirfd, const char *path)
 {
 	char c = 0;
 
@@ -110,7 +110,8 @@ int on_sys_enter(struct trace_event_raw_sys_enter *ctx)
 		op.dev = fd_dev(task, ctx->args[0]);
 		break;
 	case DEV_SRC_DIRFD:
-		op.dev = path_dev(task, ctx->args[0], (const char *)ctx->args[1]);
+		/* dirfd is an int: only the low 32 bits of the register are meaningful. */
+		op.dev = path_dev(task, (int)ctx->args[0], (const char *)ctx->args[1]);
 		break;
 	case DEV_SRC_CWD:
 		op.dev = path_dev(task, AT_FDCWD, (const char *)ctx->args[0]);
@@ -177,10 +178,11 @@ int on_exit(struct trace_event_raw_sched_process_exit *ctx)
 	__u32 tid = (__u32)id, tgid = id >> 32;
 
 	bpf_map_delete_elem(&inflight, &tid);
-	/* Forked threads were added by tid; the process leaves when its last thread does. */
+	/* Threads were added by tid when they were created; the process leaves with its last thread
+	 * (whichever that is), or with its leader on kernels without group_dead. */
 	if (tid != tgid)
 		bpf_map_delete_elem(&traced_tgids, &tid);
-	else if (!bpf_core_field_exists(ctx->group_dead) || ctx->group_dead)
+	if (bpf_core_field_exists(ctx->group_dead) ? ctx->group_dead : tid == tgid)
 		bpf_map_delete_elem(&traced_tgids, &tgid);
 	return 0;
 }

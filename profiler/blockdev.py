@@ -5,6 +5,7 @@ import os
 from pathlib import Path
 
 SYS_BLOCK = Path("/sys/block")
+CLASS_BLOCK = Path("/sys/class/block")  # disks and partitions alike
 
 # Documentation/block/stat.rst, in order.
 STAT_FIELDS = ("read_ios", "read_merges", "read_sectors", "read_ticks_ms",
@@ -19,26 +20,24 @@ def kdev(major, minor):
     return (major << 20) | minor
 
 
-def kdev_of_stat(st_dev):
-    return kdev(os.major(st_dev), os.minor(st_dev))
-
-
 def kdev_str(dev):
     return f"{dev >> 20}:{dev & 0xfffff}"
 
 
-def name_of_path(path):
-    """'loop0' for '/dev/loop0'."""
-    return os.path.basename(os.path.realpath(path))
+def whole_disk(name):
+    """The disk a partition belongs to ('sda' for 'sda1'): block tracepoints and flush counters
+    are per disk, so a partition's I/O is counted on its disk (with its sibling partitions')."""
+    node = CLASS_BLOCK / name
+    return node.resolve().parent.name if (node / "partition").exists() else name
 
 
 def kdev_of_block(name):
-    major, minor = (SYS_BLOCK / name / "dev").read_text().split(":")
+    major, minor = (CLASS_BLOCK / name / "dev").read_text().split(":")
     return kdev(int(major), int(minor))
 
 
 def read_stat(name):
-    values = [int(v) for v in (SYS_BLOCK / name / "stat").read_text().split()]
+    values = [int(v) for v in (CLASS_BLOCK / name / "stat").read_text().split()]
     return dict(zip(STAT_FIELDS, values))
 
 

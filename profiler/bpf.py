@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from .errors import FsprofError
-from . import tracefs
+from . import signals, tracefs
 
 BUILD_DIR = Path(__file__).resolve().parent.parent / "build"
 LOG_DIR = Path(os.environ.get("FSPROF_LOG_DIR", "/var/tmp/fsprof/logs"))
@@ -52,7 +52,6 @@ def _signatures(lib):
         "bpf_program__name": (_c.c_char_p, [_vp]),
         "bpf_program__section_name": (_c.c_char_p, [_vp]),
         "bpf_program__set_autoload": (_c.c_int, [_vp, _c.c_bool]),
-        "bpf_program__autoload": (_c.c_bool, [_vp]),
         "bpf_program__attach": (_vp, [_vp]),
         "bpf_program__attach_perf_event": (_vp, [_vp, _c.c_int]),
         "bpf_link__destroy": (_c.c_int, [_vp]),
@@ -93,14 +92,26 @@ def _errno_text(err):
     return f"{errno.errorcode.get(err, err)}: {os.strerror(err)}"
 
 
+# Capabilities fsprof uses (bit numbers from linux/capability.h).
+NEEDED_CAPS = {"CAP_SYS_ADMIN": 21, "CAP_PERFMON": 38, "CAP_BPF": 39}
+
+
+def missing_capabilities():
+    text = Path("/proc/self/status").read_text()
+    eff = int(next(line.split()[1] for line in text.splitlines() if line.startswith("CapEff:")), 16)
+    return [name for name, bit in NEEDED_CAPS.items() if not eff >> bit & 1]
+
+
 def check_privileges():
     if os.geteuid() != 0:
         raise FsprofError("fsprof must run as root: it loads BPF programs, opens perf events and mounts filesystems")
+    missing = missing_capabilities()
+    if missing:
+        raise FsprofError(f"fsprof runs as root but lacks {', '.join(missing)}: run it with full root capabilities")
 
 
 # BPF map types whose values are per CPU (BPF_MAP_TYPE_PERCPU_HASH, _PERCPU_ARRAY, _LRU_PERCPU_HASH).
 _PERCPU_TYPES = {5, 6, 10}
-BPF_STACK_TRACE = 7
 BPF_NOEXIST, BPF_ANY = 1, 0
 
 
@@ -364,13 +375,14 @@ class BpfObject:
             self.links.append(link)  # the link owns the perf event fd and closes it on destroy
 
     def close(self):
+        """Detach and free; safe to call twice, and a signal cannot cut it in half."""
         lib = libbpf()
-        for link in self.links:
-            lib.bpf_link__destroy(link)
-        self.links = []
-        if self._obj:
-            lib.bpf_object__close(self._obj)
-            self._obj = None
+        with signals.deferred():
+            while self.links:
+                lib.bpf_link__destroy(self.links.pop())
+            obj, self._obj = self._obj, None
+            if obj:
+                lib.bpf_object__close(obj)
 
     def __enter__(self):
         return self

@@ -15,21 +15,41 @@ def size(text):
     t = text.strip().lower().removesuffix("ib").removesuffix("b")
     num, suffix = (t[:-1], t[-1]) if t and t[-1] in SIZE_SUFFIXES else (t, "")
     try:
-        return int(float(num) * SIZE_SUFFIXES[suffix])
-    except ValueError:
+        value = int(float(num) * SIZE_SUFFIXES[suffix])
+    except (ValueError, OverflowError):
+        value = 0
+    if value <= 0:
         raise argparse.ArgumentTypeError(f"'{text}' is not a size (e.g. 1G, 512M)")
+    return value
+
+
+def positive(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a positive whole number")
+    return value
+
+
+class Parser(argparse.ArgumentParser):
+    """Usage errors in one sentence, as every other error: `--help` has the full usage."""
+
+    def error(self, message):
+        self.exit(2, f"fsprof: {message} (see `{self.prog} --help`)\n")
 
 
 def parser():
-    ap = argparse.ArgumentParser(prog="fsprof", description="Kernel-tracing filesystem profiler.")
+    ap = Parser(prog="fsprof", description="Kernel-tracing filesystem profiler.")
     ap.add_argument("--version", action="version", version=f"fsprof {__version__}")
-    sub = ap.add_subparsers(dest="command", required=True)
+    sub = ap.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     run = sub.add_parser("run", help="run a workload on scratch filesystems under tracing")
     run.add_argument("--fs", default="ext4,xfs,btrfs", help="filesystems, comma-separated (default: %(default)s)")
     run.add_argument("--workload", default="fsync-loop", help="bundled workload (default: %(default)s)")
-    run.add_argument("--count", type=int, help="workload iterations (fsync-loop default 1000)")
-    run.add_argument("--size", type=int, help="bytes per write (fsync-loop default 4096)")
+    run.add_argument("--count", type=positive, help="workload iterations (fsync-loop default 1000)")
+    run.add_argument("--size", type=positive, help="bytes per write (fsync-loop default 4096)")
     run.add_argument("--mkfs-options", action="append", metavar="[FS=]OPTS",
                      help="extra mkfs arguments, for one filesystem with an FS= prefix; repeatable")
     run.add_argument("--mount-options", action="append", metavar="[FS=]OPTS",
@@ -38,7 +58,7 @@ def parser():
     run.add_argument("--scheduler", help="I/O scheduler of the devices under test for the run")
     run.add_argument("--drop-caches", action="store_true", help="drop the page cache before the workload")
     run.add_argument("--image-size", type=size, default=size("1G"), help="scratch image size (default 1G)")
-    run.add_argument("--devices", type=int, default=1, help="btrfs only: loop images in one filesystem")
+    run.add_argument("--devices", type=positive, default=1, help="btrfs only: loop images in one filesystem")
     run.add_argument("--scratch-dir", default="/var/tmp/fsprof/scratch", help="where scratch images live")
     run.add_argument("--device", help="use this block device instead of a scratch image (erases it)")
     run.add_argument("--erase-device", action="store_true", help="confirm that --device may be erased")
@@ -78,8 +98,8 @@ def dispatch(args):
     check_privileges()
     if args.command == "cleanup":
         return 0
-    from . import run, scratch
-    scratch.install_signal_handlers()
+    from . import run, signals
+    signals.install_handlers()
     result, out_dir = run.run(args)
     print(json.dumps(result, indent=1) if args.json else report.render(result))
     print(f"\nresult: {out_dir / report.RESULT_FILE}", file=sys.stderr)
@@ -96,6 +116,11 @@ def main(argv=None):
     except KeyboardInterrupt:
         print("fsprof: interrupted; everything fsprof set up was undone", file=sys.stderr)
         return 130
+    except OSError as e:
+        # The machine said no (a path, a permission): one sentence, as for any other bad input.
+        where = f": {e.filename}" if e.filename else ""
+        print(f"fsprof: {e.strerror or e}{where}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

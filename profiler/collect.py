@@ -50,11 +50,13 @@ class Collector:
 
     def snapshot(self, sb_dev, block_devs):
         """Syscalls on the filesystem with superblock `sb_dev`, and requests to `block_devs`
-        ({kdev: name}), as plain data."""
-        ops = {}
+        ({kdev: name}), as plain data. Syscalls of the traced processes whose filesystem could not
+        be told (an absolute path, sync, io_uring_enter, a failed open) are kept apart as
+        "unresolved", so that nothing traced silently disappears."""
+        ops, unresolved = {}, {}
         for key, per_cpu in self.op_hist.items():
-            if key.dev == sb_dev:
-                ops[syscalls.name_of(key.nr)] = maps.sum_hists(per_cpu)
+            if key.dev in (sb_dev, 0):
+                (ops if key.dev else unresolved)[syscalls.name_of(key.nr)] = maps.sum_hists(per_cpu)
         block = {name: {cls: {"count": 0, "bytes": 0} for cls in maps.BLK_CLASSES}
                  for name in block_devs.values()}
         for key, per_cpu in self.blk_counts.items():
@@ -62,7 +64,8 @@ class Collector:
                 entry = block[block_devs[key.dev]][maps.BLK_CLASSES[key.cls]]
                 entry["count"] += sum(v.count for v in per_cpu)
                 entry["bytes"] += sum(v.bytes for v in per_cpu)
-        return {"superblock_dev": kdev_str(sb_dev), "syscalls": ops, "block": block}
+        return {"superblock_dev": kdev_str(sb_dev), "syscalls": ops, "unresolved_syscalls": unresolved,
+                "block": block}
 
     def close(self):
         for obj in self.objects:

@@ -89,6 +89,14 @@ def attach_check(prog, what):
     return check
 
 
+def check_fsprof_programs():
+    """The programs a run loads, loaded for real: this is where a verifier would refuse them."""
+    from .collect import Collector
+    with Collector() as collector:
+        skipped = collector.skipped
+    return True, "syscalls and block programs load" + (f"; skipped: {skipped}" if skipped else "")
+
+
 def optional_program_check(prog):
     """kprobe and fentry are tried for real: load, attach, and report the kernel's answer."""
     def check():
@@ -145,6 +153,7 @@ def checks():
     for group, events in TRACEPOINT_GROUPS.items():
         out.append((f"tracepoints {group}", bool(events), tracepoint_check(group, events)))
     out += [
+        ("fsprof's programs", True, check_fsprof_programs),
         ("attach tracepoint", True, attach_check("tp_switch", "classic tracepoint")),
         ("attach raw_tp", True, attach_check("raw_tp_switch", "raw tracepoint")),
         ("attach tp_btf", False, attach_check("tp_btf_switch", "BTF tracepoint")),
@@ -154,8 +163,8 @@ def checks():
         ("fentry/fexit", False, optional_program_check("fentry_fsync")),
         ("loop devices", True, check_loop),
         ("mkfs.ext4", True, tool_check("mkfs.ext4", "e2fsprogs")),
-        ("mkfs.xfs", False, tool_check("mkfs.xfs", "xfsprogs")),
-        ("mkfs.btrfs", False, tool_check("mkfs.btrfs", "btrfs-progs")),
+        ("mkfs.xfs", False, tool_check("mkfs.xfs", "xfsprogs; needed for xfs runs")),
+        ("mkfs.btrfs", False, tool_check("mkfs.btrfs", "btrfs-progs; needed for btrfs runs")),
         ("bpftrace", False, tool_check("bpftrace", "bpftrace")),
         ("task delay accounting", False, check_delayacct),
     ]

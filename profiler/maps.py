@@ -4,7 +4,6 @@ BTF-declared size at open, so a change on one side without the other fails at on
 import ctypes as c
 
 HIST_SLOTS = 40
-MAX_SYSCALL_NR = 512
 
 # enum dev_source
 DEV_SRC_NONE, DEV_SRC_FD, DEV_SRC_RET_FD, DEV_SRC_DIRFD, DEV_SRC_CWD, DEV_SRC_GLOBAL = range(6)

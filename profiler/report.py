@@ -7,6 +7,7 @@ from .errors import FsprofError
 from .maps import BLK_CLASSES
 
 RESULT_FILE = "result.json"
+SCHEMA = "fsprof.run/1"
 
 
 def load(run_dir):
@@ -14,9 +15,12 @@ def load(run_dir):
     if not path.is_file():
         raise FsprofError(f"{run_dir} is not an fsprof run directory (no {RESULT_FILE} in it)")
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise FsprofError(f"{path} is not valid JSON ({e.msg} at line {e.lineno})")
+        result = json.loads(path.read_bytes())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise FsprofError(f"{path} is not valid JSON ({e})")
+    if not isinstance(result, dict) or result.get("schema") != SCHEMA:
+        raise FsprofError(f"{path} is not an fsprof result (schema {SCHEMA})")
+    return result
 
 
 def fmt_ns(ns):
@@ -59,14 +63,18 @@ def render_fs(fs):
         h = ops[name]
         lines.append(f"   {name:<12} {h['count']:>8} {fmt_ns(h['total_ns'] / h['count']):>9} "
                      f"{fmt_ns(h['max_ns']):>9} {fmt_ns(h['total_ns']):>9}")
+    unresolved = fs.get("unresolved_syscalls", {})
+    if unresolved:
+        lines.append("   not placed on a filesystem (absolute path, sync, async I/O): " +
+                     ", ".join(f"{n} {h['count']}" for n, h in sorted(unresolved.items())))
     fsyncs = ops.get("fsync", {}).get("count", 0) + ops.get("fdatasync", {}).get("count", 0)
     for name, counts in fs["block"].items():
         kernel = fs["kernel_counters"].get(name, {})
         flush = counts["flush"]["count"]
+        others = [f"{counts[c]['count']} {c.replace('_', ' ')}" for c in BLK_CLASSES[1:] if counts[c]["count"]]
         lines.append(f"   requests to {name}: {flush} cache flushes ({per_op(flush, fsyncs)} per fsync; "
-                     f"/sys/block/{name}/stat says {kernel.get('flush_ios', 'n/a')}), "
-                     + ", ".join(f"{counts[c]['count']} {c.replace('_', ' ')}" for c in BLK_CLASSES[1:]
-                                 if counts[c]["count"]))
+                     f"/sys/block/{name}/stat says {kernel.get('flush_ios', 'n/a')})"
+                     + "".join(f", {o}" for o in others))
     for name in ("write", "fsync"):
         if name in ops:
             lines.append(f"   {name} latency:")

@@ -17,7 +17,7 @@ from pathlib import Path
 from . import __version__, blockdev, scratch
 from .collect import Collector
 from .errors import FsprofError
-from .report import RESULT_FILE
+from .report import RESULT_FILE, SCHEMA
 from .workload import GatedProcess, workload_argv
 
 # Scratch ext4 is made with its inode tables and journal initialised up front: otherwise the
@@ -64,6 +64,8 @@ def build_configs(args):
             raise FsprofError(f"unknown filesystem '{name}'; fsprof supports {', '.join(scratch.FILESYSTEMS)}")
     mkfs = per_fs_option(args.mkfs_options, names, "--mkfs-options", " ")
     mount = per_fs_option(args.mount_options, names, "--mount-options", ",")
+    if args.devices > 1 and "btrfs" not in names:
+        raise FsprofError(f"--devices {args.devices} applies to btrfs only, and --fs has no btrfs")
     configs, seen = [], {}
     for name in names:
         seen[name] = seen.get(name, 0) + 1
@@ -128,41 +130,51 @@ def default_out_dir():
     return Path("fsprof-runs") / datetime.now().strftime("%Y%m%d-%H%M%S")
 
 
+def make_out_dir(args):
+    # Absolute: the workload runs with its cwd on the scratch filesystem and writes its result here.
+    out_dir = (Path(args.output) if args.output else default_out_dir()).resolve()
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise FsprofError(f"cannot use {out_dir} as the run directory: {e.strerror}")
+    return out_dir
+
+
+def provision_one(changes, config, args, scratch_dir, first):
+    if not args.device:
+        return scratch.provision(changes, config, scratch_dir)
+    # The device is checked for a signature before the first filesystem only: the next one finds
+    # the filesystem fsprof itself just made there.
+    return scratch.provision_device(changes, config, args.device, erase=args.erase_device,
+                                    force=args.force_erase or not first, scratch_dir=scratch_dir)
+
+
 def run(args):
     configs = build_configs(args)
     sysctls = parse_sysctls(args.sysctl)
     params = {k: v for k, v in (("count", args.count), ("size", args.size)) if v is not None}
-    # Absolute: the workload runs with its cwd on the scratch filesystem and writes its result here.
-    out_dir = (Path(args.output) if args.output else default_out_dir()).resolve()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    scratch_dir = Path(args.scratch_dir) / out_dir.name
+    workload_argv(args.workload, params, "-")  # unknown workload: fail before touching anything
+    out_dir = make_out_dir(args)
     result = {
-        "schema": "fsprof.run/1", "fsprof_version": __version__, "kernel": platform.release(),
+        "schema": SCHEMA, "fsprof_version": __version__, "kernel": platform.release(),
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "workload": {"name": args.workload, "params": params},
         "sysctls": dict(sysctls), "filesystems": [],
     }
-    workload_argv(args.workload, params, "-")  # unknown workload: fail before touching anything
     with scratch.Changes() as run_changes:
+        scratch_dir = scratch.make_scratch_dir(run_changes, Path(args.scratch_dir) / out_dir.name)
         for name, value in sysctls:
             scratch.set_sysctl(run_changes, name, value)
         with Collector() as collector:
             result["probes_skipped"] = collector.skipped
-            for config in configs:
+            for i, config in enumerate(configs):
                 with scratch.Changes() as changes:
-                    if args.device:
-                        sfs = scratch.provision_device(changes, config, args.device, erase=args.erase_device,
-                                                       force=args.force_erase, scratch_dir=scratch_dir)
-                    else:
-                        sfs = scratch.provision(changes, config, scratch_dir)
+                    sfs = provision_one(changes, config, args, scratch_dir, first=i == 0)
                     if args.scheduler:
                         for name, _ in sfs.block_devs:
                             scratch.set_scheduler(changes, name, args.scheduler)
                     result["filesystems"].append(
                         measure(collector, sfs, args.workload, params, out_dir, args.drop_caches, changes))
-    try:
-        os.rmdir(scratch_dir)
-    except OSError:
-        pass
-    (out_dir / RESULT_FILE).write_text(json.dumps(result, indent=1))
+                # Written after each filesystem: an interrupted run keeps what it measured.
+                (out_dir / RESULT_FILE).write_text(json.dumps(result, indent=1))
     return result, out_dir

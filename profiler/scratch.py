@@ -21,10 +21,11 @@ import shlex
 import signal
 import stat
 import subprocess
-import threading
 import time
 
+from profiler.blockdev import kdev, kdev_of_block, whole_disk
 from profiler.errors import FsprofError
+from profiler.signals import deferred
 
 STATE_DIR = "/var/tmp/fsprof/state"
 SCRATCH_DIR = "/var/tmp/fsprof/scratch"
@@ -33,9 +34,6 @@ GIB = 1 << 30
 
 log = logging.getLogger("fsprof")
 
-# Signals that must not cut an undo in half; SIG_IGN is inherited by the umount/losetup children too,
-# which matters because Ctrl-C reaches the whole foreground process group.
-_UNDO_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _STATE_SUFFIX = ".jsonl"
 _PACKAGES = {"mkfs.xfs": "xfsprogs", "mkfs.btrfs": "btrfs-progs", "mount": "mount", "umount": "mount"}
 # Each pair keeps exactly one member non-zero and writing one zeroes the other; vm.dirty_bytes cannot be
@@ -86,7 +84,7 @@ class Changes:
 
     def undo(self):
         """Undo every record, newest first; returns sentences of what was done. Failed steps stay recorded."""
-        with _signals_ignored():
+        with deferred():
             done, warnings, self.records = _undo_records(self.records)
         self.warnings += warnings
         return done
@@ -95,7 +93,7 @@ class Changes:
         """Undo, then drop the state file; if some step failed, keep those records for `fsprof cleanup`."""
         if self._fd is None:
             return
-        with _signals_ignored():
+        with deferred():
             self.undo()
             _finish_state_file(self.path, self._fd, self.records, self.warnings)
             self._fd = None
@@ -148,15 +146,23 @@ def cleanup_stale(state_dir=None):
     """Undo the changes of every fsprof that died without undoing them; returns sentences of what was done."""
     state_dir = state_dir or state_dir_default()
     try:
-        names = sorted(os.listdir(state_dir))
+        # Newest first, as within a journal: a run's per-filesystem journals before its own.
+        names = sorted(os.listdir(state_dir), key=lambda n: _mtime(os.path.join(state_dir, n)), reverse=True)
     except FileNotFoundError:
         return []
     done = []
-    with _signals_ignored():
+    with deferred():
         for name in names:
             if name.endswith(_STATE_SUFFIX):
                 done += _cleanup_one(os.path.join(state_dir, name))
     return done
+
+
+def _mtime(path):
+    try:
+        return os.stat(path).st_mtime_ns
+    except FileNotFoundError:
+        return 0
 
 
 def _cleanup_one(path):
@@ -189,29 +195,6 @@ def _read_records(fd):
             if isinstance(rec, dict):
                 records.append(rec)
     return records
-
-
-@contextlib.contextmanager
-def _signals_ignored():
-    """Ignore SIGINT/SIGTERM/SIGHUP so a second Ctrl-C cannot leave a half-done undo."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # only the main thread may change handlers, and only it receives signals
-        return
-    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in _UNDO_SIGNALS}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
-
-
-def install_signal_handlers():
-    """Make SIGTERM and SIGHUP raise SystemExit(128+signo), so `with Changes()` unwinds and undoes."""
-    def _exit(signo, _frame):
-        raise SystemExit(128 + signo)
-
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _exit)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -422,8 +405,8 @@ def set_sysctl(changes, name, value):
     value = str(value)
     try:
         old = _read_sysctl(name)
-    except (FileNotFoundError, NotADirectoryError):
-        raise FsprofError(f"unknown sysctl '{name}' (there is no {_sysctl_path(name)})") from None
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        raise FsprofError(f"unknown sysctl '{name}' (there is no file {_sysctl_path(name)})") from None
     if _same(old, value):
         return
     fields = {"name": name, "old": old, "new": value}
@@ -492,7 +475,9 @@ class FsConfig:
             raise FsprofError(f"unknown filesystem '{self.fs}'; fsprof supports {', '.join(FILESYSTEMS)}")
         self.mkfs_options = tuple(self.mkfs_options)
         self.label = self.label or self.fs
-        if self.devices < 1 or (self.devices > 1 and self.fs != "btrfs"):
+        if self.devices < 1:
+            raise FsprofError(f"a filesystem needs at least one device, not {self.devices}")
+        if self.devices > 1 and self.fs != "btrfs":
             raise FsprofError(f"{self.fs} cannot span {self.devices} devices; only btrfs can use several")
         if self.size_bytes <= 0:
             raise FsprofError(f"the scratch image size must be positive, not {self.size_bytes}")
@@ -512,7 +497,7 @@ class ScratchFs:
 
 def kernel_devt(devnum):
     """Python's st_dev/st_rdev to the kernel's internal dev_t encoding, as tracepoints report it."""
-    return os.major(devnum) << 20 | os.minor(devnum)
+    return kdev(os.major(devnum), os.minor(devnum))
 
 
 def provision(changes, config, scratch_dir=SCRATCH_DIR):
@@ -536,10 +521,22 @@ def provision_device(changes, config, device, erase=False, force=False, scratch_
     return _mount(changes, config, [device], [], base)
 
 
+def make_scratch_dir(changes, path):
+    """A run's own scratch directory (its parent is created as needed and stays), journaled so a
+    dead run's empty directory goes too."""
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
+    except OSError as e:
+        raise FsprofError(f"cannot create the scratch directory {path}: {e.strerror}") from None
+    return _make_dir(changes, "directory", os.path.realpath(path))
+
+
 def _make_label_dir(changes, scratch_dir, label):
     if not os.path.isdir(scratch_dir):
-        os.makedirs(scratch_dir, exist_ok=True)
-        os.chmod(scratch_dir, 0o700)
+        try:
+            os.makedirs(scratch_dir, mode=0o700, exist_ok=True)
+        except OSError as e:
+            raise FsprofError(f"cannot create the scratch directory {scratch_dir}: {e.strerror}") from None
     return _make_dir(changes, "directory", os.path.join(os.path.realpath(scratch_dir), label))
 
 
@@ -548,6 +545,8 @@ def _make_dir(changes, kind, path):
     an empty directory left by a crash is reused, a non-empty or mounted one is someone's work."""
     try:
         os.mkdir(path, 0o700)
+    except NotADirectoryError:
+        raise FsprofError(f"cannot create {path}: a part of that path is not a directory") from None
     except FileExistsError:
         if not os.path.isdir(path) or os.listdir(path) or os.path.ismount(path):
             raise FsprofError(f"scratch directory {path} is already in use; another fsprof run may own it "
@@ -584,9 +583,8 @@ def _mkfs(config, devices):
     proc = _run([tool, *force, "-q", *config.mkfs_options, *devices], f"making {config.fs}")
     if proc.returncode == 0:
         return
-    if config.mkfs_options:
-        raise FsprofError(f"{tool} rejected the options '{shlex.join(config.mkfs_options)}': {_first_line(proc)}")
-    raise FsprofError(f"{tool} failed on {', '.join(devices)}: {_first_line(proc)}")
+    opts = f" with the options '{shlex.join(config.mkfs_options)}'" if config.mkfs_options else ""
+    raise FsprofError(f"{tool} failed on {', '.join(devices)}{opts}: {_first_line(proc)}")
 
 
 def _mount(changes, config, devices, images, base):
@@ -609,7 +607,8 @@ def _mount(changes, config, devices, images, base):
         devices=list(devices),
         images=list(images),
         dev=_superblock_dev(target),
-        block_devs=[(os.path.basename(d), kernel_devt(os.stat(d).st_rdev)) for d in devices],
+        block_devs=[(disk, kdev_of_block(disk)) for disk in
+                    dict.fromkeys(whole_disk(os.path.basename(d)) for d in devices)],
     )
 
 
@@ -724,7 +723,7 @@ def _superblock_dev(target):
     stat's st_dev: btrfs reports a per-subvolume anonymous device there."""
     majmin = next(m["majmin"] for m in reversed(_mountinfo()) if m["target"] == target)
     major, minor = majmin.split(":")
-    return int(major) << 20 | int(minor)
+    return kdev(int(major), int(minor))
 
 
 def _mountinfo():

@@ -75,8 +75,47 @@ def test_report_of_a_directory_that_is_no_run(tmp_path):
     assert_one_sentence(run_fsprof("report", str(tmp_path)), "not an fsprof run directory")
 
 
-def test_bad_sysctl_syntax(tmp_path):
-    assert_one_sentence(run_fsprof("run", "--sysctl", "vm.dirty_bytes", "-o", str(tmp_path / "run")), "NAME=VALUE")
+@pytest.mark.parametrize("args, fragment", [
+    (["--sysctl", "vm.dirty_bytes"], "NAME=VALUE"),
+    (["--sysctl", "vm=1"], "unknown sysctl 'vm'"),
+    (["--sysctl", "vm.no_such_knob=1"], "unknown sysctl"),
+    (["--image-size", "inf"], "is not a size"),
+    (["--count", "-1"], "not a positive whole number"),
+    (["--fs", ""], "names no filesystem"),
+    (["--fs", "ext4", "--devices", "2"], "btrfs only"),
+    (["--fs", "ext4", "--mount-options", "xfs=logbufs=8"], "not among --fs"),
+    (["--fs", "ext4", "--scheduler", "bogus"], "not available"),
+    (["--fs", "ext4", "--image-size", "1k"], "mkfs.ext4 failed"),
+])
+def test_bad_run_arguments(tmp_path, args, fragment):
+    proc = run_fsprof("run", "--count", "5", "--scratch-dir", str(tmp_path / "scratch"), "-o", str(tmp_path / "run"),
+                      *args)
+    assert_one_sentence(proc, fragment)
+    assert not mounts_under(tmp_path) and not loops_under(tmp_path)
+    assert not (tmp_path / "scratch").exists() or not any((tmp_path / "scratch").iterdir())
+
+
+def test_run_directory_that_is_a_file(tmp_path):
+    (tmp_path / "taken").write_text("")
+    assert_one_sentence(run_fsprof("run", "-o", str(tmp_path / "taken")), "cannot use")
+
+
+def test_scratch_dir_that_is_a_file(tmp_path):
+    (tmp_path / "taken").write_text("")
+    proc = run_fsprof("run", "--fs", "ext4", "--scratch-dir", str(tmp_path / "taken"), "-o", str(tmp_path / "run"))
+    assert_one_sentence(proc, "scratch directory")
+
+
+@pytest.mark.parametrize("content", [b"[]", b'{"schema": "x"}', b"\xff\xfe"])
+def test_report_of_something_that_is_no_result(tmp_path, content):
+    (tmp_path / "result.json").write_bytes(content)
+    assert_one_sentence(run_fsprof("report", str(tmp_path)), "result.json")
+
+
+def test_root_without_bpf_capabilities_is_told_which(tmp_path):
+    proc = subprocess.run(["setpriv", "--bounding-set=-bpf,-perfmon,-sys_admin", *FSPROF, "run", "--fs", "ext4",
+                           "-o", str(tmp_path / "run")], capture_output=True, text=True)
+    assert_one_sentence(proc, "lacks CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF")
 
 
 def test_doctor_says_fsprof_can_run():

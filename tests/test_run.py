@@ -153,3 +153,39 @@ def test_sigkill_mid_workload_then_next_invocation_cleans_up(tmp_path, next_comm
     assert sysctl.read_text().strip() == original
     leftover = subprocess.run(["pgrep", "-f", "workloads.fsync_loop"], capture_output=True, text=True).stdout
     assert not leftover.strip()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupted_run_undoes_everything(tmp_path, sig, status):
+    sysctl = Path("/proc/sys/vm/dirty_expire_centisecs")
+    original = sysctl.read_text().strip()
+    proc = subprocess.Popen([sys.executable, "-m", "profiler", "run", "--fs", "ext4", "--count", "10000000",
+                             "--sysctl", f"vm.dirty_expire_centisecs={int(original) + 17}",
+                             "--scratch-dir", str(tmp_path / "scratch"), "-o", str(tmp_path / "run")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not mounts_under(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == status, err
+    assert "Traceback" not in err
+    assert scratch_state(tmp_path) == ([], [])
+    assert sysctl.read_text().strip() == original
+    assert not any((tmp_path / "scratch").iterdir())
+
+
+@pytest.mark.slow
+def test_named_device_serves_several_filesystems(tmp_path, loopdev):
+    """A device the user names (blank here) is checked once, then reused for each filesystem."""
+    proc = run_fsprof("run", "--fs", "ext4,xfs", "--count", "50", "--device", loopdev, "--erase-device",
+                      "--scratch-dir", str(tmp_path / "scratch"), "-o", str(tmp_path / "run"))
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert [fs["fs"] for fs in result["filesystems"]] == ["ext4", "xfs"]
+    for fs in result["filesystems"]:
+        assert fs["device"]["name"] == os.path.basename(loopdev)
+        assert fs["syscalls"]["fsync"]["count"] == 50
+    assert not mounts_under(tmp_path)

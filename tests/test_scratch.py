@@ -178,9 +178,10 @@ def test_scheduler_set_and_restored(dirs, loopdev):
 
 CHILD = textwrap.dedent("""
     import sys, time
-    from profiler.scratch import Changes, FsConfig, install_signal_handlers, provision, set_sysctl
+    from profiler.scratch import Changes, FsConfig, provision, set_sysctl
+    from profiler.signals import install_handlers
     state, scratch, value = sys.argv[1:]
-    install_signal_handlers()
+    install_handlers()
     with Changes(state) as changes:
         fs = provision(changes, FsConfig("ext4", size_bytes=%d), scratch)
         set_sysctl(changes, "%s", value)
@@ -278,7 +279,7 @@ def test_several_devices_only_for_btrfs():
 
 
 def test_mkfs_rejects_option(dirs):
-    with pytest.raises(FsprofError, match="^mkfs.ext4 rejected the options '-O nonsense_feature': .*nonsense_feature"):
+    with pytest.raises(FsprofError, match="^mkfs.ext4 failed on .* with the options '-O nonsense_feature': .*nonsense_feature"):
         with Changes(dirs.state) as changes:
             provision(changes, FsConfig("ext4", mkfs_options=["-O", "nonsense_feature"], size_bytes=SIZE),
                       dirs.scratch)

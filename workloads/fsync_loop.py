@@ -41,4 +41,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except OSError as e:  # e.g. ENOSPC on a small image: one line, and fsprof reports the status
+        raise SystemExit(f"fsync-loop: {e.strerror}")
