@@ -1,7 +1,6 @@
 """Block devices as sysfs shows them: the /sys/block/<dev>/stat counters (an oracle for what the
 BPF probes count), queue settings, and the kernel's dev_t encoding used in tracepoints."""
 
-import os
 from pathlib import Path
 
 SYS_BLOCK = Path("/sys/block")

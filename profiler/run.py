@@ -6,7 +6,6 @@ point the probes at its devices -> launch the workload gated -> snapshot in-kern
 """
 
 import json
-import os
 import platform
 import shlex
 import subprocess

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import loops_under, mounts_under, run_fsprof
-from profiler import blockdev, scratch
+from profiler import scratch
 from profiler.collect import Collector
 from profiler.run import measure
 from profiler.workload import GatedProcess, workload_argv
