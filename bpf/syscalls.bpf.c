@@ -126,13 +126,17 @@ int on_sys_enter(struct trace_event_raw_sys_enter *ctx)
 SEC("tracepoint/raw_syscalls/sys_exit")
 int on_sys_exit(struct trace_event_raw_sys_exit *ctx)
 {
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	__u32 nr = ctx->id, tid = (__u32)bpf_get_current_pid_tgid();
 	struct inflight *op;
 	struct op_key key = {};
 	struct hist *h;
 	__u64 delta;
 	__u8 *src;
 
+	/* An array lookup first: most syscalls on the machine are not traced ones. */
+	src = bpf_map_lookup_elem(&syscall_dev_source, &nr);
+	if (!src || *src == DEV_SRC_NONE)
+		return 0;
 	op = bpf_map_lookup_elem(&inflight, &tid);
 	if (!op)
 		return 0;
@@ -141,8 +145,7 @@ int on_sys_exit(struct trace_event_raw_sys_exit *ctx)
 	key.dev = op->dev;
 	bpf_map_delete_elem(&inflight, &tid);
 
-	src = bpf_map_lookup_elem(&syscall_dev_source, &key.nr);
-	if (src && *src == DEV_SRC_RET_FD && ctx->ret >= 0)
+	if (*src == DEV_SRC_RET_FD && ctx->ret >= 0)
 		key.dev = fd_dev((struct task_struct *)bpf_get_current_task(), ctx->ret);
 
 	h = bpf_map_lookup_elem(&op_hist, &key);
