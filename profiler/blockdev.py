@@ -44,6 +44,13 @@ def stat_delta(before, after):
     return {k: after[k] - before[k] for k in after if k != "in_flight"}
 
 
+def scheduler(name):
+    """(active, available) I/O schedulers of a block device, from the bracketed sysfs list."""
+    words = (SYS_BLOCK / name / "queue" / "scheduler").read_text().split()
+    active = next((w[1:-1] for w in words if w.startswith("[")), None)
+    return active, [w.strip("[]") for w in words]
+
+
 def queue_info(name):
     """What the block layer does with flushes depends on these: no volatile cache, no flushes."""
     q = SYS_BLOCK / name / "queue"
@@ -54,7 +61,9 @@ def queue_info(name):
         except OSError:
             return None
 
-    sched = read("scheduler") or ""
-    active = sched[sched.find("[") + 1:sched.find("]")] if "[" in sched else sched
+    try:
+        active = scheduler(name)[0] or "none"
+    except OSError:
+        active = None
     return {"write_cache": read("write_cache"), "fua": read("fua") == "1", "scheduler": active,
             "rotational": read("rotational") == "1"}

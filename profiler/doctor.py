@@ -144,7 +144,7 @@ def device_lines():
             continue  # an unattached loop device says nothing
         q = blockdev.queue_info(d.name)
         lines.append(f"    {d.name:<10} write cache {q['write_cache']}, FUA {'yes' if q['fua'] else 'no'}, "
-                     f"scheduler {q['scheduler']}{', rotational' if q['rotational'] else ''}")
+                     f"scheduler {q['scheduler'] or 'n/a'}{', rotational' if q['rotational'] else ''}")
     return lines
 
 

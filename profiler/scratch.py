@@ -23,7 +23,7 @@ import stat
 import subprocess
 import time
 
-from profiler.blockdev import kdev, kdev_of_block, whole_disk
+from profiler.blockdev import kdev, kdev_of_block, scheduler, whole_disk
 from profiler.errors import FsprofError
 from profiler.signals import deferred
 
@@ -313,7 +313,7 @@ def _undo_sysctl(rec):
 def _undo_scheduler(rec):
     device, old, new = rec["device"], rec["old"], rec["new"]
     try:
-        current, _ = _read_scheduler(device)
+        current, _ = scheduler(device)
     except FileNotFoundError:
         return None  # the device is gone, and its setting with it
     if current == old:
@@ -420,14 +420,6 @@ def set_sysctl(changes, name, value):
         raise FsprofError(f"the kernel rejected {name} = {value}: {e.strerror}") from None
 
 
-def _read_scheduler(device):
-    """(current, available) I/O schedulers of a block device, from the bracketed sysfs list."""
-    with open(f"/sys/block/{device}/queue/scheduler") as f:
-        words = f.read().split()
-    current = next((w[1:-1] for w in words if w.startswith("[")), None)
-    return current, [w.strip("[]") for w in words]
-
-
 def _write_scheduler(device, sched):
     with open(f"/sys/block/{device}/queue/scheduler", "w") as f:
         f.write(sched)
@@ -437,7 +429,7 @@ def set_scheduler(changes, blockdev_name, sched):
     """Set the I/O scheduler of a block device ("loop3" or "/dev/loop3") after recording the old one."""
     device = os.path.basename(blockdev_name)
     try:
-        current, available = _read_scheduler(device)
+        current, available = scheduler(device)
     except FileNotFoundError:
         raise FsprofError(f"block device '{device}' has no I/O scheduler setting "
                           f"(no /sys/block/{device}/queue/scheduler)") from None

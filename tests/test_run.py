@@ -127,30 +127,38 @@ def scratch_state(tmp_path):
     return mounts_under(tmp_path), loops_under(tmp_path)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("next_command", ["cleanup", "doctor"])
-def test_sigkill_mid_workload_then_next_invocation_cleans_up(tmp_path, next_command):
-    sysctl = Path("/proc/sys/vm/dirty_expire_centisecs")
-    original = sysctl.read_text().strip()
-    changed = str(int(original) + 17)
+SYSCTL = Path("/proc/sys/vm/dirty_expire_centisecs")  # harmless to change for a few seconds
+
+
+def start_long_run(tmp_path, changed_sysctl):
+    """An ext4 fsync-loop run that sets a sysctl, returned once it is well into its workload."""
     proc = subprocess.Popen([sys.executable, "-m", "profiler", "run", "--fs", "ext4", "--count", "10000000",
-                             "--sysctl", f"vm.dirty_expire_centisecs={changed}",
+                             "--sysctl", f"vm.dirty_expire_centisecs={changed_sysctl}",
                              "--scratch-dir", str(tmp_path / "scratch"), "-o", str(tmp_path / "run")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
     while not mounts_under(tmp_path) and time.monotonic() < deadline:
         time.sleep(0.05)
-    time.sleep(0.5)  # well into the workload
+    time.sleep(0.5)
+    return proc
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("next_command", ["cleanup", "doctor"])
+def test_sigkill_mid_workload_then_next_invocation_cleans_up(tmp_path, next_command):
+    original = SYSCTL.read_text().strip()
+    changed = str(int(original) + 17)
+    proc = start_long_run(tmp_path, changed)
     proc.kill()
     proc.wait()
     mounts, loops = scratch_state(tmp_path)
-    assert mounts and loops and sysctl.read_text().strip() == changed, "the kill left nothing to clean"
+    assert mounts and loops and SYSCTL.read_text().strip() == changed, "the kill left nothing to clean"
 
     after = run_fsprof(next_command)
     assert after.returncode == 0, after.stderr
     assert "cleaned up after a dead run" in after.stderr
     assert scratch_state(tmp_path) == ([], [])
-    assert sysctl.read_text().strip() == original
+    assert SYSCTL.read_text().strip() == original
     leftover = subprocess.run(["pgrep", "-f", "workloads.fsync_loop"], capture_output=True, text=True).stdout
     assert not leftover.strip()
 
@@ -158,22 +166,14 @@ def test_sigkill_mid_workload_then_next_invocation_cleans_up(tmp_path, next_comm
 @pytest.mark.slow
 @pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_interrupted_run_undoes_everything(tmp_path, sig, status):
-    sysctl = Path("/proc/sys/vm/dirty_expire_centisecs")
-    original = sysctl.read_text().strip()
-    proc = subprocess.Popen([sys.executable, "-m", "profiler", "run", "--fs", "ext4", "--count", "10000000",
-                             "--sysctl", f"vm.dirty_expire_centisecs={int(original) + 17}",
-                             "--scratch-dir", str(tmp_path / "scratch"), "-o", str(tmp_path / "run")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 30
-    while not mounts_under(tmp_path) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.5)
+    original = SYSCTL.read_text().strip()
+    proc = start_long_run(tmp_path, int(original) + 17)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == status, err
     assert "Traceback" not in err
     assert scratch_state(tmp_path) == ([], [])
-    assert sysctl.read_text().strip() == original
+    assert SYSCTL.read_text().strip() == original
     assert not any((tmp_path / "scratch").iterdir())
 
 

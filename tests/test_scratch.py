@@ -66,6 +66,14 @@ def dirs(tmp_path):
         subprocess.run(["losetup", "-d", loop], check=False)
 
 
+def mount_as_user(device, target):
+    """ext4 on device, mounted at target as a user would have it (the dirs fixture unmounts it)."""
+    target.mkdir()
+    subprocess.run(["mkfs.ext4", "-F", "-q", device], check=True)
+    subprocess.run(["mount", device, str(target)], check=True)
+    return target
+
+
 def fstype_of(mountpoint):
     with open("/proc/mounts") as f:
         return next(e[2] for e in map(str.split, f) if e[1] == mountpoint)
@@ -250,10 +258,7 @@ def test_failed_undo_stays_recorded_for_a_later_cleanup(dirs):
 
 
 def test_unknown_and_foreign_records_are_warned_about_not_undone(dirs, loopdev):
-    target = dirs.root / "theirs"
-    target.mkdir()
-    subprocess.run(["mkfs.ext4", "-F", "-q", loopdev], check=True)
-    subprocess.run(["mount", loopdev, str(target)], check=True)
+    target = mount_as_user(loopdev, dirs.root / "theirs")
     with Changes(dirs.state) as changes:
         changes.record("mount", target=str(target), source="/dev/loop99", devnums=["7:99"])
         changes.record("loop", backing_file=str(dirs.root / "user-disk.img.not"))
@@ -315,10 +320,7 @@ def test_device_refused_without_erase(dirs, loopdev):
 
 
 def test_mounted_device_refused_even_with_force(dirs, loopdev):
-    target = dirs.root / "users-mount"
-    target.mkdir()
-    subprocess.run(["mkfs.ext4", "-F", "-q", loopdev], check=True)
-    subprocess.run(["mount", loopdev, str(target)], check=True)
+    target = mount_as_user(loopdev, dirs.root / "users-mount")
     try:
         with pytest.raises(FsprofError, match=f"is mounted at {target}, and fsprof never mkfs's"):
             with Changes(dirs.state) as changes:
