@@ -11,10 +11,16 @@ ARCH := $(shell uname -m | sed 's/x86_64/x86/;s/aarch64/arm64/')
 BPF_SRC := $(wildcard bpf/*.bpf.c)
 BPF_OBJ := $(patsubst bpf/%.bpf.c,build/%.bpf.o,$(BPF_SRC))
 BPF_HDR := $(wildcard bpf/*.h)
+# Workload engines written in C (where Python's per-call cost would make the workload the bottleneck).
+WL_SRC := $(wildcard workloads/*.c)
+WL_BIN := $(patsubst workloads/%.c,build/workloads/%,$(WL_SRC))
 
 # Debian packages fsprof needs at run time and in tests.
 DEB_PKGS := clang llvm bpftool libbpf1 libbpf-dev libelf-dev zlib1g-dev e2fsprogs xfsprogs \
-            btrfs-progs util-linux bpftrace fio python3-venv
+            btrfs-progs util-linux bpftrace fio python3-venv liburing-dev libaio-dev libarchive-dev \
+            sysbench bonnie++
+# The untar workload's real kernel tree; without it the workload generates a synthetic one.
+OPT_PKGS := linux-source-6.1
 
 .PHONY: setup deps tracefs build run test clean
 setup: deps $(VENV)/.installed tracefs build
@@ -26,6 +32,9 @@ deps:
 	  echo "installing: $$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
+	@for p in $(OPT_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$p >/dev/null || \
+	  echo "note: $$p could not be installed; the untar workload will use a synthetic tree"; done
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PY_SYS) -m venv $(VENV)
@@ -36,7 +45,7 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 tracefs:
 	@mountpoint -q /sys/kernel/tracing || mount -t tracefs tracefs /sys/kernel/tracing
 
-build: $(BPF_OBJ)
+build: $(BPF_OBJ) $(WL_BIN)
 
 build/vmlinux.h:
 	@mkdir -p build
@@ -44,6 +53,10 @@ build/vmlinux.h:
 
 build/%.bpf.o: bpf/%.bpf.c $(BPF_HDR) build/vmlinux.h
 	$(CLANG) -target bpf -D__TARGET_ARCH_$(ARCH) -g -O2 -Wall -Werror -Ibuild -Ibpf -c $< -o $@
+
+build/workloads/%: workloads/%.c workloads/phase.h
+	@mkdir -p build/workloads
+	$(CC) -O2 -g -Wall -Werror -o $@ $< -Wl,--as-needed -lpthread -luring -laio -larchive -lm
 
 # The main job on the embedded default: scratch ext4, xfs and btrfs images, nothing of the user's touched.
 run: setup

@@ -16,10 +16,25 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
-	__uint(max_entries, 1024);
+	__uint(max_entries, 4096);
 	__type(key, struct blk_key);
 	__type(value, struct blk_val);
 } blk_counts SEC(".maps");
+
+/* Shared with syscalls.bpf.c: the loader makes these the same maps as that object's. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct phase_state);
+} phase_state SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, N_DROPS);
+	__type(key, __u32);
+	__type(value, __u64);
+} drops SEC(".maps");
 
 static __always_inline bool is_op_char(char c)
 {
@@ -50,6 +65,9 @@ int on_rq_issue(struct trace_event_raw_block_rq *ctx)
 {
 	struct blk_key key = { .dev = ctx->dev };
 	struct blk_val *v, zero = {};
+	struct phase_state *ps;
+	__u32 zero_idx = 0, reason = DROP_BLOCK_FULL;
+	__u64 *n;
 	char rwbs[4];
 
 	if (!bpf_map_lookup_elem(&traced_devs, &key.dev))
@@ -57,12 +75,18 @@ int on_rq_issue(struct trace_event_raw_block_rq *ctx)
 	/* The verifier forbids variable offsets into the context: classify a copy. */
 	bpf_probe_read_kernel(rwbs, sizeof(rwbs), ctx->rwbs);
 	key.cls = rwbs_class(rwbs);
+	ps = bpf_map_lookup_elem(&phase_state, &zero_idx);
+	key.phase = ps ? ps->current : 0;
 	v = bpf_map_lookup_elem(&blk_counts, &key);
 	if (!v) {
 		bpf_map_update_elem(&blk_counts, &key, &zero, BPF_NOEXIST);
 		v = bpf_map_lookup_elem(&blk_counts, &key);
-		if (!v)
+		if (!v) {
+			n = bpf_map_lookup_elem(&drops, &reason);
+			if (n)
+				(*n)++;
 			return 0;
+		}
 	}
 	v->count++;
 	v->bytes += ctx->bytes;

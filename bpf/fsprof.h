@@ -6,6 +6,17 @@
 
 #define HIST_SLOTS 40          /* log2(ns) slots: 2^40 ns is about 18 minutes */
 #define MAX_SYSCALL_NR 512
+/* Latency histograms are linear-in-log: each power of two is cut into 2^FINE_SUB_BITS slots, so a
+ * percentile read at a slot's midpoint is within 1/32 (3.1%) of the true value. Values below 16 ns
+ * have a slot each; 2^40 ns (about 18 minutes) and above share the last slot. */
+#define FINE_SUB_BITS 4
+#define FINE_SLOTS ((40 - FINE_SUB_BITS + 1) << FINE_SUB_BITS)
+#define MAX_STACK_DEPTH 127
+
+/* Phase markers: a traced process calls prctl(FSPROF_PHASE_MAGIC, index) (workloads/phase.h and
+ * workloads/common.py); no kernel defines this option, so it returns EINVAL and changes nothing. */
+#define FSPROF_PHASE_MAGIC 0x66737072
+#define MAX_PHASES 32
 
 /* How a traced syscall names the filesystem it works on (profiler/syscalls.py holds the table). */
 enum dev_source {
@@ -15,19 +26,74 @@ enum dev_source {
 	DEV_SRC_DIRFD = 3,     /* *at form: args[0] dirfd, args[1] path */
 	DEV_SRC_CWD = 4,       /* args[0] is a path relative to the cwd */
 	DEV_SRC_GLOBAL = 5,    /* no single filesystem (sync, io_uring_enter, io_submit) */
+	DEV_SRC_MARKER = 6,    /* prctl: not traced, but may carry a phase marker */
+};
+
+/* Who is traced: the pid tree of the workload, a cgroup, or every process (with a dev filter, for
+ * `fsprof record --mount`). */
+enum filter_mode {
+	FILTER_PID = 0,
+	FILTER_CGROUP = 1,
+	FILTER_ALL = 2,
+};
+
+struct filter {
+	__u32 mode;
+	__u32 dev;             /* nonzero: only operations on this superblock count */
+};
+
+struct phase_state {
+	__u32 current;
+	__u32 pad;
+	__u64 start_ns[MAX_PHASES];   /* bpf_ktime_get_ns() when each phase was first entered */
+};
+
+/* Events the probes could not record, counted so that nothing is lost silently. */
+enum drop_reason {
+	DROP_INFLIGHT_FULL = 0,  /* no room to remember a traced syscall: its time is not counted */
+	DROP_OPS_FULL,           /* op histogram map full */
+	DROP_OFFCPU_FULL,        /* off-CPU aggregate map full */
+	DROP_OFFCPU_STACK,       /* switch-out stack not captured (stack map full or collision) */
+	DROP_SAMPLES_FULL,       /* on-CPU sample map full */
+	DROP_SAMPLE_STACK,       /* sample stack not captured */
+	DROP_OFF_SLOTS,          /* an open blocked at more distinct stacks than it keeps: the extra
+	                          * interval was counted under the dev known at entry (not a loss) */
+	DROP_BLOCK_FULL,         /* block request map full */
+	N_DROPS,
 };
 
 struct hist {
 	__u64 count;
 	__u64 total_ns;
 	__u64 max_ns;
-	__u64 slots[HIST_SLOTS];
+	__u64 slots[FINE_SLOTS];
 };
 
 /* dev is the kernel's dev_t of the superblock (major << 20 | minor); 0 = not resolved. */
 struct op_key {
 	__u32 dev;
-	__u32 nr;
+	__u16 nr;
+	__u16 phase;
+};
+
+/* One off-CPU aggregate: time a traced thread spent switched out inside syscall `nr`, with the
+ * kernel stack at switch-out; runnable = preempted while it could run (CPU contention). */
+struct off_key {
+	struct op_key op;
+	__s32 stackid;
+	__u32 runnable;
+};
+
+struct off_val {
+	__u64 count;
+	__u64 total_ns;
+};
+
+/* One on-CPU sample of a traced thread inside syscall `nr`. */
+struct sample_key {
+	struct op_key op;
+	__s32 stackid;
+	__u32 pad;
 };
 
 enum blk_class {
@@ -41,7 +107,8 @@ enum blk_class {
 
 struct blk_key {
 	__u32 dev;
-	__u32 cls;
+	__u16 cls;
+	__u16 phase;
 };
 
 struct blk_val {
@@ -61,6 +128,19 @@ static __always_inline __u32 log2_slot(__u64 v)
 	if (v >= (1ULL << 2))  { v >>= 2;  slot += 2; }
 	if (v >= (1ULL << 1))  { slot += 1; }
 	return slot < HIST_SLOTS ? slot : HIST_SLOTS - 1;
+}
+
+static __always_inline __u32 fine_slot(__u64 v)
+{
+	__u32 e, slot;
+
+	if (v < (1 << FINE_SUB_BITS))
+		return v;
+	if (v >= (1ULL << 40))
+		return FINE_SLOTS - 1;
+	e = log2_slot(v);   /* >= FINE_SUB_BITS here */
+	slot = ((e - FINE_SUB_BITS + 1) << FINE_SUB_BITS) + ((v >> (e - FINE_SUB_BITS)) & ((1 << FINE_SUB_BITS) - 1));
+	return slot < FINE_SLOTS ? slot : FINE_SLOTS - 1;
 }
 
 #endif

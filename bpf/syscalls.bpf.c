@@ -1,23 +1,46 @@
 // SPDX-License-Identifier: GPL-2.0
-/* Syscall-level latency of the traced processes, per (filesystem, syscall), aggregated in the
- * kernel. raw_syscalls brackets every syscall; the pid filter and the syscall table drop all
- * others before any work is done. */
+/* The life of a traced syscall, aggregated in the kernel:
+ *   sys_enter    remember (start, syscall, filesystem, phase) for the thread
+ *   sched_switch time each interval the thread spends off CPU inside it, with the switch-out stack
+ *                and whether it was preempted (runnable) or blocked
+ *   perf sample  count kernel stacks while it runs on CPU
+ *   sys_exit     add its wall time to a linear-in-log histogram; hand its off-CPU intervals to
+ *                the (filesystem, syscall, phase, stack) aggregate
+ * Nothing is streamed to userspace; userspace reads the maps at the end of a run. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
+#include <bpf/bpf_tracing.h>
 #include "fsprof.h"
 
 #define AT_FDCWD -100
+#define OFF_SLOTS 4      /* distinct (stack, runnable) off-CPU kinds kept per in-flight syscall */
 
 char LICENSE[] SEC("license") = "GPL";
 
-/* Processes to trace (tgid). Userspace seeds the workload; forks of traced processes join. */
+/* Who is traced (enum filter_mode) and the optional superblock filter. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct filter);
+} filter_cfg SEC(".maps");
+
+/* FILTER_PID: processes to trace (tgid). Userspace seeds the workload; forks of traced processes join. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
 	__type(key, __u32);
 	__type(value, __u8);
 } traced_tgids SEC(".maps");
+
+/* FILTER_CGROUP: the cgroup (v2 directory fd) whose tasks, and its descendants', are traced. */
+struct {
+	__uint(type, BPF_MAP_TYPE_CGROUP_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} traced_cgroup SEC(".maps");
 
 /* syscall number -> enum dev_source; DEV_SRC_NONE means not traced. */
 struct {
@@ -27,29 +50,86 @@ struct {
 	__type(value, __u8);
 } syscall_dev_source SEC(".maps");
 
+/* The current workload phase; shared with block.bpf.c (the loader reuses this map there). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct phase_state);
+} phase_state SEC(".maps");
+
+struct off_slot {
+	__s32 stackid;
+	__u32 runnable;
+	__u64 count;
+	__u64 total_ns;
+};
+
 struct inflight {
 	__u64 start_ns;
-	__u32 nr;
-	__u32 dev;
+	__u64 out_ns;          /* when it switched out; 0 while on CPU */
+	struct op_key op;      /* dev as known at entry; an open's fd is resolved at exit */
+	__s32 out_stack;
+	__u16 out_runnable;
+	__u16 deferred;        /* an open: its filesystem is known only at exit, so off-CPU time waits in slots */
+	struct off_slot slots[OFF_SLOTS];
 };
 
 /* The syscall each traced thread is in, by tid. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
+	__uint(max_entries, 16384);
 	__type(key, __u32);
 	__type(value, struct inflight);
 } inflight SEC(".maps");
 
+/* Wall time per (filesystem, syscall, phase). Not preallocated: a value is about 4.7 KiB per CPU. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
-	__uint(max_entries, 8192);
+	__uint(max_entries, 4096);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct op_key);
 	__type(value, struct hist);
 } op_hist SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct off_key);
+	__type(value, struct off_val);
+} offcpu SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct sample_key);
+	__type(value, __u64);
+} samples SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 32768);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, MAX_STACK_DEPTH * sizeof(__u64));
+} stacks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, N_DROPS);
+	__type(key, __u32);
+	__type(value, __u64);
+} drops SEC(".maps");
+
 const struct hist zero_hist = {};
 const __u8 one = 1;
+
+static __always_inline void count_drop(__u32 reason)
+{
+	__u64 *n = bpf_map_lookup_elem(&drops, &reason);
+
+	if (n)
+		(*n)++;
+}
 
 static __always_inline __u32 file_dev(struct file *file)
 {
@@ -85,11 +165,42 @@ static __always_inline __u32 path_dev(struct task_struct *task, int dirfd, const
 	return dirfd == AT_FDCWD ? cwd_dev(task) : fd_dev(task, dirfd);
 }
 
-static __always_inline bool is_traced(void)
+static __always_inline struct filter *get_filter(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&filter_cfg, &zero);
+}
+
+static __always_inline bool is_traced(struct filter *f)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 
+	if (f->mode == FILTER_ALL)
+		return true;
+	if (f->mode == FILTER_CGROUP)
+		return bpf_current_task_under_cgroup(&traced_cgroup, 0) == 1;
 	return bpf_map_lookup_elem(&traced_tgids, &tgid) != NULL;
+}
+
+static __always_inline void set_phase(__u64 index)
+{
+	__u32 zero = 0;
+	struct phase_state *ps = bpf_map_lookup_elem(&phase_state, &zero);
+
+	if (!ps || index >= MAX_PHASES)
+		return;
+	ps->current = index;
+	if (!ps->start_ns[index])
+		ps->start_ns[index] = bpf_ktime_get_ns();
+}
+
+static __always_inline __u16 current_phase(void)
+{
+	__u32 zero = 0;
+	struct phase_state *ps = bpf_map_lookup_elem(&phase_state, &zero);
+
+	return ps ? ps->current : 0;
 }
 
 SEC("tracepoint/raw_syscalls/sys_enter")
@@ -98,29 +209,80 @@ int on_sys_enter(struct trace_event_raw_sys_enter *ctx)
 	__u32 nr = ctx->id, tid = (__u32)bpf_get_current_pid_tgid();
 	struct task_struct *task;
 	struct inflight op = {};
+	struct filter *f;
 	__u8 *src;
 
 	src = bpf_map_lookup_elem(&syscall_dev_source, &nr);
-	if (!src || *src == DEV_SRC_NONE || !is_traced())
+	if (!src || *src == DEV_SRC_NONE || !(f = get_filter()) || !is_traced(f))
 		return 0;
+	if (*src == DEV_SRC_MARKER) {
+		if (ctx->args[0] == FSPROF_PHASE_MAGIC)
+			set_phase(ctx->args[1]);
+		return 0;
+	}
 
 	task = (struct task_struct *)bpf_get_current_task();
 	switch (*src) {
 	case DEV_SRC_FD:
-		op.dev = fd_dev(task, ctx->args[0]);
+		op.op.dev = fd_dev(task, ctx->args[0]);
 		break;
 	case DEV_SRC_DIRFD:
 		/* dirfd is an int: only the low 32 bits of the register are meaningful. */
-		op.dev = path_dev(task, (int)ctx->args[0], (const char *)ctx->args[1]);
+		op.op.dev = path_dev(task, (int)ctx->args[0], (const char *)ctx->args[1]);
 		break;
 	case DEV_SRC_CWD:
-		op.dev = path_dev(task, AT_FDCWD, (const char *)ctx->args[0]);
+		op.op.dev = path_dev(task, AT_FDCWD, (const char *)ctx->args[0]);
 		break;
 	}
-	op.nr = nr;
+	/* With a filesystem filter, operations known to be elsewhere are not followed at all. */
+	if (f->dev && op.op.dev != f->dev && *src != DEV_SRC_RET_FD)
+		return 0;
+	op.op.nr = nr;
+	op.op.phase = current_phase();
+	op.deferred = *src == DEV_SRC_RET_FD;
+	op.out_stack = -1;
 	op.start_ns = bpf_ktime_get_ns();
-	bpf_map_update_elem(&inflight, &tid, &op, BPF_ANY);
+	if (bpf_map_update_elem(&inflight, &tid, &op, BPF_ANY))
+		count_drop(DROP_INFLIGHT_FULL);
 	return 0;
+}
+
+static __always_inline void add_offcpu(struct op_key *opk, __s32 stackid, __u32 runnable, __u64 count, __u64 ns)
+{
+	struct off_key key = { .op = *opk, .stackid = stackid, .runnable = runnable };
+	struct off_val *v, zero = {};
+
+	v = bpf_map_lookup_elem(&offcpu, &key);
+	if (!v) {
+		bpf_map_update_elem(&offcpu, &key, &zero, BPF_NOEXIST);
+		v = bpf_map_lookup_elem(&offcpu, &key);
+		if (!v) {
+			count_drop(DROP_OFFCPU_FULL);
+			return;
+		}
+	}
+	v->count += count;
+	v->total_ns += ns;
+}
+
+static __always_inline void add_op(struct op_key *key, __u64 delta)
+{
+	struct hist *h = bpf_map_lookup_elem(&op_hist, key);
+
+	if (!h) {
+		bpf_map_update_elem(&op_hist, key, &zero_hist, BPF_NOEXIST);
+		h = bpf_map_lookup_elem(&op_hist, key);
+		if (!h) {
+			count_drop(DROP_OPS_FULL);
+			return;
+		}
+	}
+	/* Per-CPU value: no atomics needed. */
+	h->count++;
+	h->total_ns += delta;
+	if (delta > h->max_ns)
+		h->max_ns = delta;
+	h->slots[fine_slot(delta)]++;
 }
 
 SEC("tracepoint/raw_syscalls/sys_exit")
@@ -128,39 +290,119 @@ int on_sys_exit(struct trace_event_raw_sys_exit *ctx)
 {
 	__u32 nr = ctx->id, tid = (__u32)bpf_get_current_pid_tgid();
 	struct inflight *op;
-	struct op_key key = {};
-	struct hist *h;
+	struct op_key key;
+	struct filter *f;
 	__u64 delta;
 	__u8 *src;
 
 	/* An array lookup first: most syscalls on the machine are not traced ones. */
 	src = bpf_map_lookup_elem(&syscall_dev_source, &nr);
-	if (!src || *src == DEV_SRC_NONE)
+	if (!src || *src == DEV_SRC_NONE || *src == DEV_SRC_MARKER)
 		return 0;
 	op = bpf_map_lookup_elem(&inflight, &tid);
 	if (!op)
 		return 0;
 	delta = bpf_ktime_get_ns() - op->start_ns;
-	key.nr = op->nr;
-	key.dev = op->dev;
-	bpf_map_delete_elem(&inflight, &tid);
-
+	key = op->op;
 	if (*src == DEV_SRC_RET_FD && ctx->ret >= 0)
 		key.dev = fd_dev((struct task_struct *)bpf_get_current_task(), ctx->ret);
 
-	h = bpf_map_lookup_elem(&op_hist, &key);
-	if (!h) {
-		bpf_map_update_elem(&op_hist, &key, &zero_hist, BPF_NOEXIST);
-		h = bpf_map_lookup_elem(&op_hist, &key);
-		if (!h)
-			return 0;
+	f = get_filter();
+	if (!f || !f->dev || key.dev == f->dev) {
+		add_op(&key, delta);
+		#pragma unroll
+		for (int i = 0; i < OFF_SLOTS; i++) {
+			if (op->slots[i].count)
+				add_offcpu(&key, op->slots[i].stackid, op->slots[i].runnable,
+					   op->slots[i].count, op->slots[i].total_ns);
+		}
 	}
-	/* Per-CPU value: no atomics needed. */
-	h->count++;
-	h->total_ns += delta;
-	if (delta > h->max_ns)
-		h->max_ns = delta;
-	h->slots[log2_slot(delta)]++;
+	bpf_map_delete_elem(&inflight, &tid);
+	return 0;
+}
+
+/* Interval ended. Its key is the syscall's (filesystem, syscall, phase); for an open, whose
+ * filesystem is certain only at exit, the interval waits in the in-flight record until then. */
+static __always_inline void off_interval_end(struct inflight *op, __u64 now)
+{
+	__u64 ns = now - op->out_ns;
+	int free = -1;
+
+	op->out_ns = 0;
+	if (!op->deferred) {
+		add_offcpu(&op->op, op->out_stack, op->out_runnable, 1, ns);
+		return;
+	}
+	#pragma unroll
+	for (int i = 0; i < OFF_SLOTS; i++) {
+		if (op->slots[i].count && op->slots[i].stackid == op->out_stack &&
+		    op->slots[i].runnable == op->out_runnable) {
+			op->slots[i].count++;
+			op->slots[i].total_ns += ns;
+			return;
+		}
+		if (!op->slots[i].count && free < 0)
+			free = i;
+	}
+	if (free >= 0 && free < OFF_SLOTS) {
+		op->slots[free].stackid = op->out_stack;
+		op->slots[free].runnable = op->out_runnable;
+		op->slots[free].count = 1;
+		op->slots[free].total_ns = ns;
+		return;
+	}
+	count_drop(DROP_OFF_SLOTS);
+	add_offcpu(&op->op, op->out_stack, op->out_runnable, 1, ns);
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
+	     unsigned int prev_state)
+{
+	__u32 prev_tid = BPF_CORE_READ(prev, pid), next_tid = BPF_CORE_READ(next, pid);
+	struct inflight *op;
+	__u64 now = bpf_ktime_get_ns();
+
+	/* prev is the current task here, so the stack taken is the one it is leaving at. */
+	op = bpf_map_lookup_elem(&inflight, &prev_tid);
+	if (op) {
+		op->out_ns = now;
+		op->out_runnable = preempt || prev_state == 0 /* TASK_RUNNING */;
+		op->out_stack = bpf_get_stackid(ctx, &stacks, 0);
+		if (op->out_stack < 0)
+			count_drop(DROP_OFFCPU_STACK);
+	}
+	op = bpf_map_lookup_elem(&inflight, &next_tid);
+	if (op && op->out_ns)
+		off_interval_end(op, now);
+	return 0;
+}
+
+/* On-CPU samples (perf_event cpu-clock on every CPU) of traced threads inside a traced syscall. */
+SEC("perf_event")
+int on_sample(struct bpf_perf_event_data *ctx)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct inflight *op = bpf_map_lookup_elem(&inflight, &tid);
+	struct sample_key key = {};
+	__u64 *n, zero = 0;
+
+	if (!op)
+		return 0;
+	key.op = op->op;
+	key.stackid = bpf_get_stackid(ctx, &stacks, 0);
+	if (key.stackid < 0)
+		count_drop(DROP_SAMPLE_STACK);
+	n = bpf_map_lookup_elem(&samples, &key);
+	if (!n) {
+		bpf_map_update_elem(&samples, &key, &zero, BPF_NOEXIST);
+		n = bpf_map_lookup_elem(&samples, &key);
+		if (!n) {
+			count_drop(DROP_SAMPLES_FULL);
+			return 0;
+		}
+	}
+	(*n)++;
 	return 0;
 }
 
@@ -168,8 +410,9 @@ SEC("tracepoint/sched/sched_process_fork")
 int on_fork(struct trace_event_raw_sched_process_fork *ctx)
 {
 	__u32 child = ctx->child_pid;
+	struct filter *f = get_filter();
 
-	if (is_traced())
+	if (f && f->mode == FILTER_PID && is_traced(f))
 		bpf_map_update_elem(&traced_tgids, &child, &one, BPF_ANY);
 	return 0;
 }

@@ -56,6 +56,7 @@ def _signatures(lib):
         "bpf_program__attach_perf_event": (_vp, [_vp, _c.c_int]),
         "bpf_link__destroy": (_c.c_int, [_vp]),
         "bpf_map__fd": (_c.c_int, [_vp]),
+        "bpf_map__reuse_fd": (_c.c_int, [_vp, _c.c_int]),
         "bpf_map__key_size": (_c.c_uint32, [_vp]),
         "bpf_map__value_size": (_c.c_uint32, [_vp]),
         "bpf_map__type": (_c.c_int, [_vp]),
@@ -263,8 +264,9 @@ class BpfObject:
     Programs whose tracepoint this kernel lacks are not loaded; `skipped` says which and why.
     """
 
-    def __init__(self, name, only=None, path=None):
-        """Open and load build/<name>.bpf.o (or `path`). `only`, if given, names the programs to load."""
+    def __init__(self, name, only=None, path=None, share=None):
+        """Open and load build/<name>.bpf.o (or `path`). `only`, if given, names the programs to load;
+        `share` ({map name: Map of another object}) makes those maps the other object's."""
         check_privileges()
         tracefs.ensure_mounted()
         lib = libbpf()
@@ -296,6 +298,12 @@ class BpfObject:
             else:
                 self.programs[pname] = (prog, section)
             prog = lib.bpf_object__next_program(self._obj, prog)
+        for map_name, other in (share or {}).items():
+            err = lib.bpf_map__reuse_fd(self._map_handle(map_name), other.fd)
+            if err:
+                lib.bpf_object__close(self._obj)
+                self._obj = None
+                raise FsprofError(f"could not share map {map_name} with {self.name}.bpf.o ({_errno_text(err)})")
         err = lib.bpf_object__load(self._obj)
         if err:
             self._fail_load(err)

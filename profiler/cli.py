@@ -45,11 +45,18 @@ def parser():
     ap.add_argument("--version", action="version", version=f"fsprof {__version__}")
     sub = ap.add_subparsers(dest="command", required=True, parser_class=Parser)
 
-    run = sub.add_parser("run", help="run a workload on scratch filesystems under tracing")
+    run = sub.add_parser(
+        "run", help="run a workload on scratch filesystems under tracing", allow_abbrev=False,
+        usage="fsprof run [options] [--workload NAME [workload options]] [-- CMD ARGS]",
+        epilog="Options fsprof does not know go to the workload: e.g. `fsprof run --workload "
+               "fsync-heavy --file-test-mode rndwr --file-fsync-freq 1`; `python -m workloads.<name> "
+               "--help` lists a workload's own. After `--`, your own command runs instead, in a "
+               "directory on the filesystem under test; {mnt} in it is replaced by the mount point.")
     run.add_argument("--fs", default="ext4,xfs,btrfs", help="filesystems, comma-separated (default: %(default)s)")
-    run.add_argument("--workload", default="fsync-loop", help="bundled workload (default: %(default)s)")
-    run.add_argument("--count", type=positive, help="workload iterations (fsync-loop default 1000)")
-    run.add_argument("--size", type=positive, help="bytes per write (fsync-loop default 4096)")
+    run.add_argument("--workload", default="fsync-loop",
+                     help="bundled workload: fsync-loop, fsync-heavy, bonnie, untar (default: %(default)s)")
+    run.add_argument("--sample-hz", type=int, default=999,
+                     help="on-CPU sampling frequency of the traced threads, 0 = off (default 999)")
     run.add_argument("--mkfs-options", action="append", metavar="[FS=]OPTS",
                      help="extra mkfs arguments, for one filesystem with an FS= prefix; repeatable")
     run.add_argument("--mount-options", action="append", metavar="[FS=]OPTS",
@@ -106,8 +113,24 @@ def dispatch(args):
     return 0
 
 
+def parse(argv):
+    """`run` takes options it does not know as the workload's own, and `-- CMD ARGS` as the
+    user's command; every other command is parsed strictly."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = parser()
+    has_command = "--" in argv
+    command = argv[argv.index("--") + 1:] if has_command else []
+    args, rest = ap.parse_known_args(argv[:argv.index("--")] if has_command else argv)
+    if args.command != "run" and (rest or has_command):
+        ap.error(f"unrecognized arguments: {' '.join(rest + (['--', *command] if has_command else []))}")
+    if has_command and not command:
+        ap.error("nothing follows `--`; give the command to run")
+    args.workload_args, args.command_argv = rest, command
+    return args
+
+
 def main(argv=None):
-    args = parser().parse_args(argv)
+    args = parse(argv)
     try:
         return dispatch(args)
     except FsprofError as e:

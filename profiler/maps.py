@@ -4,9 +4,18 @@ BTF-declared size at open, so a change on one side without the other fails at on
 import ctypes as c
 
 HIST_SLOTS = 40
+FINE_SUB_BITS = 4
+FINE_SLOTS = (40 - FINE_SUB_BITS + 1) << FINE_SUB_BITS
+MAX_STACK_DEPTH = 127
+MAX_PHASES = 32
 
 # enum dev_source
-DEV_SRC_NONE, DEV_SRC_FD, DEV_SRC_RET_FD, DEV_SRC_DIRFD, DEV_SRC_CWD, DEV_SRC_GLOBAL = range(6)
+DEV_SRC_NONE, DEV_SRC_FD, DEV_SRC_RET_FD, DEV_SRC_DIRFD, DEV_SRC_CWD, DEV_SRC_GLOBAL, DEV_SRC_MARKER = range(7)
+# enum filter_mode
+FILTER_PID, FILTER_CGROUP, FILTER_ALL = range(3)
+# enum drop_reason, in order
+DROP_REASONS = ("inflight_full", "ops_full", "offcpu_full", "offcpu_stack", "samples_full", "sample_stack",
+                "open_slots_overflow", "block_full")
 
 # enum blk_class, in order
 BLK_CLASSES = ("flush", "fua_write", "write", "read", "discard", "other")
@@ -14,26 +23,51 @@ BLK_CLASSES = ("flush", "fua_write", "write", "read", "discard", "other")
 
 class Hist(c.Structure):
     _fields_ = [("count", c.c_uint64), ("total_ns", c.c_uint64), ("max_ns", c.c_uint64),
-                ("slots", c.c_uint64 * HIST_SLOTS)]
+                ("slots", c.c_uint64 * FINE_SLOTS)]
 
 
 class OpKey(c.Structure):
-    _fields_ = [("dev", c.c_uint32), ("nr", c.c_uint32)]
+    _fields_ = [("dev", c.c_uint32), ("nr", c.c_uint16), ("phase", c.c_uint16)]
+
+
+class OffKey(c.Structure):
+    _fields_ = [("op", OpKey), ("stackid", c.c_int32), ("runnable", c.c_uint32)]
+
+
+class OffVal(c.Structure):
+    _fields_ = [("count", c.c_uint64), ("total_ns", c.c_uint64)]
+
+
+class SampleKey(c.Structure):
+    _fields_ = [("op", OpKey), ("stackid", c.c_int32), ("pad", c.c_uint32)]
+
+
+class Filter(c.Structure):
+    _fields_ = [("mode", c.c_uint32), ("dev", c.c_uint32)]
+
+
+class PhaseState(c.Structure):
+    _fields_ = [("current", c.c_uint32), ("pad", c.c_uint32), ("start_ns", c.c_uint64 * MAX_PHASES)]
 
 
 class BlkKey(c.Structure):
-    _fields_ = [("dev", c.c_uint32), ("cls", c.c_uint32)]
+    _fields_ = [("dev", c.c_uint32), ("cls", c.c_uint16), ("phase", c.c_uint16)]
 
 
 class BlkVal(c.Structure):
     _fields_ = [("count", c.c_uint64), ("bytes", c.c_uint64)]
 
 
+Stack = c.c_uint64 * MAX_STACK_DEPTH
+
+
 def sum_hists(per_cpu):
-    """One histogram (as plain data) from the per-CPU copies of a struct hist."""
-    return {
-        "count": sum(h.count for h in per_cpu),
-        "total_ns": sum(h.total_ns for h in per_cpu),
-        "max_ns": max(h.max_ns for h in per_cpu),
-        "log2_ns": [sum(h.slots[i] for h in per_cpu) for i in range(HIST_SLOTS)],
-    }
+    """One histogram (as plain data) from the per-CPU copies of a struct hist: the fine slots as a
+    sparse {slot: count} map (see profiler/hist.py for what a slot means)."""
+    fine = {}
+    for h in per_cpu:
+        for i, n in enumerate(h.slots):
+            if n:
+                fine[i] = fine.get(i, 0) + n
+    return {"count": sum(h.count for h in per_cpu), "total_ns": sum(h.total_ns for h in per_cpu),
+            "max_ns": max(h.max_ns for h in per_cpu), "fine": fine}

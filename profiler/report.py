@@ -7,7 +7,7 @@ from .errors import FsprofError
 from .maps import BLK_CLASSES
 
 RESULT_FILE = "result.json"
-SCHEMA = "fsprof.run/1"
+SCHEMA = "fsprof.run/2"
 
 
 def load(run_dir):
@@ -48,21 +48,47 @@ def per_op(count, per):
     return f"{count / per:.2f}" if per else "n/a"
 
 
+def syscall_table(ops, indent="   "):
+    lines = [f"{indent}{'syscall':<14} {'count':>8} {'avg':>8} {'p50':>8} {'p95':>8} {'p99':>8} {'max':>8} {'total':>8}"]
+    for name in sorted(ops, key=lambda n: -ops[n]["total_ns"]):
+        h = ops[name]
+        lines.append(f"{indent}{name:<14} {h['count']:>8} {fmt_ns(h['avg_ns']):>8} {fmt_ns(h['p50_ns']):>8} "
+                     f"{fmt_ns(h['p95_ns']):>8} {fmt_ns(h['p99_ns']):>8} {fmt_ns(h['max_ns']):>8} "
+                     f"{fmt_ns(h['total_ns']):>8}")
+    return lines
+
+
+def attribution_table(breakdowns, indent="   ", top=4, min_share=0.01):
+    """Per syscall (the `top` by total time): where its time went, in us per op and share."""
+    lines = []
+    for op in sorted(breakdowns, key=lambda o: -breakdowns[o]["wall_ns"])[:top]:
+        b = breakdowns[op]
+        if not b["count"] or not b["wall_ns"]:
+            continue
+        per_op_us = b["wall_ns"] / b["count"] / 1e3
+        other = b["causes"].get("other wait", 0)
+        off = b["offcpu_ns"] or 1
+        lines.append(f"{indent}{op}: {b['count']} ops, {per_op_us:.1f} us/op = "
+                     + ", ".join(f"{cause} {ns / b['count'] / 1e3:.1f} us ({100 * ns / b['wall_ns']:.0f}%)"
+                                 for cause, ns in b["causes"].items() if ns >= min_share * b["wall_ns"]))
+        if other:
+            names = ", ".join(list(b["other_wait_frames"])[:3])
+            lines.append(f"{indent}  other wait: {100 * other / off:.1f}% of off-CPU time ({names})")
+    return lines
+
+
 def render_fs(fs):
     dev = fs["device"]
     lines = [f"== {fs['label']} ({fs['fs']}) on {dev['name']} ({dev['dev']}), "
              f"mkfs: {' '.join(fs['mkfs_options']) or 'defaults'}, mount: {fs['mount_options'] or 'defaults'}",
              f"   device: write cache {dev['write_cache']}, FUA {'yes' if dev['fua'] else 'no'}, "
              f"scheduler {dev['scheduler']}"]
-    own = fs["workload"]
-    lines.append(f"   workload's own count: {own.get('writes', 0)} writes, {own.get('fsyncs', 0)} fsyncs "
-                 f"in {own.get('elapsed_ns', 0) / 1e9:.2f} s")
+    from .workload import render as render_workload
+    text = render_workload(fs["workload"].get("workload", ""), fs["workload"])
+    if text:
+        lines.extend("   " + line for line in text.splitlines())
     ops = fs["syscalls"]
-    lines.append(f"   {'syscall':<12} {'count':>8} {'avg':>9} {'max':>9} {'total':>9}")
-    for name in sorted(ops, key=lambda n: -ops[n]["total_ns"]):
-        h = ops[name]
-        lines.append(f"   {name:<12} {h['count']:>8} {fmt_ns(h['total_ns'] / h['count']):>9} "
-                     f"{fmt_ns(h['max_ns']):>9} {fmt_ns(h['total_ns']):>9}")
+    lines.extend(syscall_table(ops))
     unresolved = fs.get("unresolved_syscalls", {})
     if unresolved:
         lines.append("   not placed on a filesystem (absolute path, sync, async I/O): " +
@@ -75,6 +101,13 @@ def render_fs(fs):
         lines.append(f"   requests to {name}: {flush} cache flushes ({per_op(flush, fsyncs)} per fsync; "
                      f"/sys/block/{name}/stat says {kernel.get('flush_ios', 'n/a')})"
                      + "".join(f", {o}" for o in others))
+    for pname, phase in fs.get("phases", {}).items():
+        if not phase["syscalls"]:
+            continue
+        lines.append(f"   phase {pname} ({phase.get('elapsed_s', 0):.2f} s): where the time went")
+        lines.extend(attribution_table(phase["attribution"], indent="     "))
+    lost = {k: v for k, v in fs.get("drops", {}).items() if v}
+    lines.append("   lost events: " + (", ".join(f"{k} {v}" for k, v in lost.items()) if lost else "none"))
     for name in ("write", "fsync"):
         if name in ops:
             lines.append(f"   {name} latency:")
@@ -84,8 +117,8 @@ def render_fs(fs):
 
 def render(result):
     w = result["workload"]
-    params = ", ".join(f"{k}={v}" for k, v in w["params"].items())
-    lines = [f"fsprof {result['fsprof_version']} on Linux {result['kernel']}: workload {w['name']} ({params})"]
+    what = " ".join(w.get("argv", [])) if w["name"] == "command" else " ".join([w["name"], *w.get("args", [])])
+    lines = [f"fsprof {result['fsprof_version']} on Linux {result['kernel']}: workload {what}"]
     if result.get("probes_skipped"):
         for prog, why in result["probes_skipped"].items():
             lines.append(f"   probe {prog} skipped: {why}")

@@ -13,11 +13,12 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import __version__, blockdev, scratch
+from . import __version__, blockdev, maps, scratch
+from .assemble import assemble
 from .collect import Collector
 from .errors import FsprofError
 from .report import RESULT_FILE, SCHEMA
-from .workload import GatedProcess, workload_argv
+from .workload import GatedProcess, WorkloadSpec
 
 # Scratch ext4 is made with its inode tables and journal initialised up front: otherwise the
 # ext4lazyinit thread zeroes them after mount, with cache flushes of its own, during the workload.
@@ -80,9 +81,10 @@ def _syncfs(path):
     subprocess.run(["sync", "-f", str(path)], check=False)
 
 
-def measure(collector, sfs, workload, params, out_dir, drop_caches, changes=None):
-    """One traced workload run on a provisioned filesystem; returns its result entry. With
-    `changes`, the workload is journaled so that a cleanup after SIGKILL stops it."""
+def measure(collector, sfs, workload, out_dir, drop_caches, changes=None):
+    """One traced workload run on a provisioned filesystem; returns its result entry. `workload`
+    is a WorkloadSpec. With `changes`, the workload is journaled so that a cleanup after SIGKILL
+    stops it."""
     label_dir = out_dir / sfs.config.label
     label_dir.mkdir(parents=True, exist_ok=True)
     result_file = label_dir / "workload.json"
@@ -96,7 +98,7 @@ def measure(collector, sfs, workload, params, out_dir, drop_caches, changes=None
     collector.trace_devices(block_devs)
     collector.reset()
     before = {name: blockdev.read_stat(name) for name in block_devs.values()}
-    proc = GatedProcess(workload_argv(workload, params, str(result_file)), cwd=str(workdir))
+    proc = GatedProcess(workload.argv(str(result_file), sfs.mountpoint), cwd=str(workdir))
     try:
         if changes is not None:
             scratch.record_process(changes, proc.pid)
@@ -106,23 +108,29 @@ def measure(collector, sfs, workload, params, out_dir, drop_caches, changes=None
     except BaseException:
         proc.kill()
         raise
+    end_ns = time.monotonic_ns()
     elapsed = time.monotonic() - proc.started
-    traced = collector.snapshot(sfs.dev, block_devs)
+    raw = collector.snapshot(block_devs)
     after = {name: blockdev.read_stat(name) for name in block_devs.values()}
-    if status != 0:
-        raise FsprofError(f"the {workload} workload exited with status {status} on {sfs.config.label}")
+    own = workload.own_result(result_file, status)
 
     first = sfs.block_devs[0][0]
-    return {
+    entry = {
         "label": sfs.config.label, "fs": sfs.config.fs,
         "mkfs_options": list(sfs.config.mkfs_options), "mount_options": sfs.config.mount_options,
         "device": {"name": first, "dev": blockdev.kdev_str(sfs.block_devs[0][1]),
                    "all": [name for name, _ in sfs.block_devs], **blockdev.queue_info(first)},
+        "superblock_dev": blockdev.kdev_str(sfs.dev),
         "elapsed_s": elapsed,
-        "workload": json.loads(result_file.read_text()),
-        **traced,
+        "workload": own,
+        **assemble(raw, sfs.config.fs, sfs.dev, [workload.phase0, *own.get("phases", [])], end_ns),
         "kernel_counters": {name: blockdev.stat_delta(before[name], after[name]) for name in before},
     }
+    for name in block_devs.values():  # every device under test, every class, even at zero
+        dev = entry["block"].setdefault(name, {})
+        for cls in maps.BLK_CLASSES:
+            dev.setdefault(cls, {"count": 0, "bytes": 0})
+    return entry
 
 
 def default_out_dir():
@@ -151,20 +159,19 @@ def provision_one(changes, config, args, scratch_dir, first):
 def run(args):
     configs = build_configs(args)
     sysctls = parse_sysctls(args.sysctl)
-    params = {k: v for k, v in (("count", args.count), ("size", args.size)) if v is not None}
-    workload_argv(args.workload, params, "-")  # unknown workload: fail before touching anything
+    workload = WorkloadSpec.from_args(args)  # a bad workload parameter fails before anything is touched
     out_dir = make_out_dir(args)
     result = {
         "schema": SCHEMA, "fsprof_version": __version__, "kernel": platform.release(),
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "workload": {"name": args.workload, "params": params},
+        "workload": workload.describe(),
         "sysctls": dict(sysctls), "filesystems": [],
     }
     with scratch.Changes() as run_changes:
         scratch_dir = scratch.make_scratch_dir(run_changes, Path(args.scratch_dir) / out_dir.name)
         for name, value in sysctls:
             scratch.set_sysctl(run_changes, name, value)
-        with Collector() as collector:
+        with Collector(sample_hz=args.sample_hz) as collector:
             result["probes_skipped"] = collector.skipped
             for i, config in enumerate(configs):
                 with scratch.Changes() as changes:
@@ -173,7 +180,7 @@ def run(args):
                         for name, _ in sfs.block_devs:
                             scratch.set_scheduler(changes, name, args.scheduler)
                     result["filesystems"].append(
-                        measure(collector, sfs, args.workload, params, out_dir, args.drop_caches, changes))
+                        measure(collector, sfs, workload, out_dir, args.drop_caches, changes))
                 # Written after each filesystem: an interrupted run keeps what it measured.
                 (out_dir / RESULT_FILE).write_text(json.dumps(result, indent=1))
     return result, out_dir

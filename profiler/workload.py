@@ -1,30 +1,105 @@
-"""Bundled workloads and the gated launch that lets tracing see a workload's first syscall."""
+"""Bundled workloads, the user's own command, and the gated launch that lets tracing see a
+workload's first syscall."""
 
 import ctypes
+import importlib
+import json
 import os
 import signal
 import sys
 import time
+
+from pathlib import Path
 
 from .errors import FsprofError
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _PR_SET_PDEATHSIG = 1
 
-# name -> (python module in workloads/, default parameters)
+# `fsprof run --workload NAME` -> the module in workloads/ (its interface: workloads/common.py).
 WORKLOADS = {
-    "fsync-loop": ("workloads.fsync_loop", {"count": 1000, "size": 4096}),
+    "fsync-loop": "workloads.fsync_loop",
+    "fsync-heavy": "workloads.fsync_heavy",
+    "bonnie": "workloads.bonnie",
+    "untar": "workloads.untar",
 }
+COMMAND = "command"  # the workload name recorded for `fsprof run ... -- CMD ARGS`
 
 
-def workload_argv(name, params, result_file):
+def module(name):
     if name not in WORKLOADS:
         raise FsprofError(f"unknown workload '{name}'; fsprof has: {', '.join(sorted(WORKLOADS))}")
-    module, defaults = WORKLOADS[name]
-    argv = [sys.executable, "-m", module, "--result", result_file]
-    for key, value in {**defaults, **params}.items():
-        argv += [f"--{key.replace('_', '-')}", str(value)]
-    return argv
+    return importlib.import_module(WORKLOADS[name])
+
+
+def check_args(name, args):
+    """Parses and checks a bundled workload's own options before anything is provisioned: a bad
+    parameter is one sentence (exit 2), as any other usage error."""
+    from workloads.common import UsageError
+    mod = module(name)
+    try:
+        mod.check(mod.parser().parse_args(list(args)))
+    except UsageError as e:
+        raise FsprofError(str(e), exit_code=2)
+
+
+def workload_argv(name, args, result_file):
+    module(name)
+    return [sys.executable, "-m", WORKLOADS[name], "--result", result_file, *args]
+
+
+class WorkloadSpec:
+    """What `fsprof run` runs on each filesystem: a bundled workload with its own options, or the
+    user's own command (`-- CMD ARGS`, with `{mnt}` replaced by the mount point under test)."""
+
+    def __init__(self, name, args=(), command=None):
+        self.name, self.args, self.command = name, list(args), list(command or [])
+        # Phase 0 is what runs before the first marker: a bundled workload's interpreter start-up,
+        # or all of a command that marks nothing.
+        self.phase0 = "run" if command else "startup"
+
+    @classmethod
+    def from_args(cls, args):
+        if args.command_argv:
+            if args.workload_args:
+                raise FsprofError(f"options {' '.join(args.workload_args)} are not fsprof's; "
+                                  "with `-- CMD`, put the command's own options after `--`", exit_code=2)
+            return cls(COMMAND, command=args.command_argv)
+        check_args(args.workload, args.workload_args)
+        return cls(args.workload, args.workload_args)
+
+    def argv(self, result_file, mountpoint):
+        if self.command:
+            return [part.replace("{mnt}", str(mountpoint)) for part in self.command]
+        return workload_argv(self.name, self.args, result_file)
+
+    def describe(self):
+        return {"name": self.name, "args": self.args} if not self.command else \
+            {"name": COMMAND, "argv": self.command}
+
+    def own_result(self, result_file, status):
+        """The workload's own figures; its failure as one sentence."""
+        if self.command:
+            if status != 0:
+                raise FsprofError(f"the command `{' '.join(self.command)}` exited with status {status}")
+            return {"command": self.command, "exit_status": status}
+        try:
+            own = json.loads(Path(result_file).read_text())
+        except (OSError, ValueError):
+            own = {}
+        if "error" in own:
+            raise FsprofError(own["error"])
+        if status != 0:
+            raise FsprofError(f"the {self.name} workload exited with status {status}")
+        return own
+
+
+def render(name, result):
+    """The workload's own terminal text for its result (tables as its reference tool prints)."""
+    if name not in WORKLOADS or not result or "error" in result:
+        return ""
+    mod = module(name)
+    return mod.render(result) if hasattr(mod, "render") else ""
 
 
 class GatedProcess:
@@ -50,7 +125,7 @@ class GatedProcess:
                 if os.read(gate_r, 1) != b"g":
                     os._exit(125)
                 os.chdir(cwd)
-                os.execve(argv[0], argv, env)
+                os.execvpe(argv[0], argv, env)
             finally:
                 os._exit(127)
         os.close(gate_r)

@@ -16,7 +16,7 @@ from conftest import loops_under, mounts_under, run_fsprof
 from profiler import scratch
 from profiler.collect import Collector
 from profiler.run import measure
-from profiler.workload import GatedProcess, workload_argv
+from profiler.workload import GatedProcess, WorkloadSpec, workload_argv
 
 COUNT = 300
 
@@ -99,7 +99,8 @@ def test_bpftrace_counts_the_same_flushes(tmp_path):
         subprocess.run(["sync", "-f", sfs.mountpoint], check=True)
         oracle = start_bpftrace(sfs.block_devs[0][1])
         try:
-            fs = measure(collector, sfs, "fsync-loop", {"count": COUNT}, tmp_path / "out", drop_caches=False)
+            fs = measure(collector, sfs, WorkloadSpec("fsync-loop", ["--count", str(COUNT)]), tmp_path / "out",
+                         drop_caches=False)
         finally:
             theirs = stop_bpftrace(oracle)
     ours = flushes(fs)
@@ -114,13 +115,13 @@ def test_children_of_the_workload_are_followed(tmp_path):
         sfs = scratch.provision(changes, scratch.FsConfig("ext4"), tmp_path / "scratch")
         collector.trace_devices({kdev: name for name, kdev in sfs.block_devs})
         collector.reset()
-        inner = workload_argv("fsync-loop", {"count": 50}, str(tmp_path / "w.json"))
+        inner = workload_argv("fsync-loop", ["--count", "50"], str(tmp_path / "w.json"))
         proc = GatedProcess(["/bin/sh", "-c", " ".join(inner) + "; true"], cwd=sfs.mountpoint)
         collector.trace_pid(proc.pid)
         proc.release()
         assert proc.wait() == 0
-        ops = collector.snapshot(sfs.dev, {})["syscalls"]
-    assert ops["fsync"]["count"] == 50
+        ops = [r for r in collector.snapshot({})["ops"] if r["dev"] == sfs.dev]
+    assert sum(r["count"] for r in ops if r["op"] == "fsync") == 50
 
 
 def scratch_state(tmp_path):

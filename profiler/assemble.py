@@ -1,0 +1,73 @@
+"""From a collector snapshot (raw, keyed by superblock dev and phase index) to the per-filesystem,
+per-phase figures stored in result.json: histograms summarised, stacks symbolised, attribution
+applied. Plain data in, plain data out: a stored run can be assembled again (`fsprof report`)."""
+
+from . import attribution, hist, symbols
+
+def phase_elapsed(start_ns, names, end_ns):
+    """Seconds per phase, from the kernel's first-entry timestamps (phases in order of entry)."""
+    started = sorted((t, i) for i, t in enumerate(start_ns) if t and i < len(names))
+    out = {}
+    for (t, i), nxt in zip(started, [s for s, _ in started[1:]] + [end_ns]):
+        out[names[i]] = max(nxt - t, 0) / 1e9
+    return out
+
+
+def _name(names, index):
+    return names[index] if index < len(names) else f"phase-{index}"
+
+
+def assemble(raw, fs, sb_dev, names, end_ns):
+    """The result entry fields for the filesystem `fs` on superblock `sb_dev`; names[i] is phase
+    i's name (phase 0: everything before the workload's first marker)."""
+    mine = lambda recs: [r for r in recs if r["dev"] == sb_dev]  # noqa: E731
+    ops, offcpu, samples = mine(raw["ops"]), mine(raw["offcpu"]), mine(raw["samples"])
+    used = {r["stack"] for r in offcpu + samples}
+    stacks = symbols.symbolize({sid: a for sid, a in raw["stacks"].items() if sid in used})
+
+    phases = {}
+    for index in sorted({r["phase"] for r in ops} | {i for dev in raw["block"].values() for i in dev}):
+        name = _name(names, index)
+        p_ops = {r["op"]: r for r in ops if r["phase"] == index}
+        breakdown = {}
+        for op, wall in p_ops.items():
+            breakdown[op] = attribution.attribute(
+                fs, wall, [r for r in offcpu if r["phase"] == index and r["op"] == op],
+                [r for r in samples if r["phase"] == index and r["op"] == op], stacks)
+        phases[name] = {
+            "index": index,
+            "syscalls": {op: hist.summarize(r) for op, r in sorted(p_ops.items())},
+            "attribution": breakdown,
+            "block": {dev: by_phase.get(index, {}) for dev, by_phase in raw["block"].items()},
+        }
+    elapsed = phase_elapsed(raw["phase_start_ns"], names, end_ns)
+    for name, secs in elapsed.items():
+        phases.setdefault(name, {"index": names.index(name), "syscalls": {}, "attribution": {}, "block": {}})
+        phases[name]["elapsed_s"] = secs
+    phases = dict(sorted(phases.items(), key=lambda kv: kv[1]["index"]))
+
+    all_ops = sorted({r["op"] for r in ops})
+    unresolved = [r for r in raw["ops"] if r["dev"] == 0]
+    block = {}
+    for dev, by_phase in raw["block"].items():
+        for counts in by_phase.values():
+            for cls, v in counts.items():
+                e = block.setdefault(dev, {}).setdefault(cls, {"count": 0, "bytes": 0})
+                e["count"] += v["count"]
+                e["bytes"] += v["bytes"]
+    return {
+        "syscalls": {op: hist.merge([r for r in ops if r["op"] == op]) for op in all_ops},
+        "unresolved_syscalls": {op: hist.merge([r for r in unresolved if r["op"] == op])
+                                for op in sorted({r["op"] for r in unresolved})},
+        "attribution": {op: attribution.merge([p["attribution"][op] for p in phases.values()
+                                               if op in p["attribution"]]) for op in all_ops},
+        "phases": phases,
+        "block": block,
+        "trace": {
+            "sample_hz": raw["sample_hz"],
+            "offcpu": [{k: r[k] for k in ("phase", "op", "stack", "runnable", "count", "total_ns")} for r in offcpu],
+            "samples": [{k: r[k] for k in ("phase", "op", "stack", "count")} for r in samples],
+            "stacks": {str(k): v for k, v in stacks.items()},
+        },
+        "drops": raw["drops"],
+    }
