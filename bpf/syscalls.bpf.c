@@ -68,6 +68,7 @@ struct off_slot {
 struct inflight {
 	__u64 start_ns;
 	__u64 out_ns;          /* when it switched out; 0 while on CPU */
+	__u64 woken_ns;        /* when it was woken while switched out; 0 if not (yet) */
 	struct op_key op;      /* dev as known at entry; an open's fd is resolved at exit */
 	__s32 out_stack;
 	__u16 out_runnable;
@@ -83,11 +84,12 @@ struct {
 	__type(value, struct inflight);
 } inflight SEC(".maps");
 
-/* Wall time per (filesystem, syscall, phase). Not preallocated: a value is about 4.7 KiB per CPU. */
+/* Wall time per (filesystem, syscall, phase). A value is 4.7 KiB: one shared, preallocated copy
+ * updated with atomic adds, rather than one per CPU (which grows with the machine) or allocated on
+ * demand (which can fail under a burst of new keys). */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
-	__uint(max_entries, 4096);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 2048);
 	__type(key, struct op_key);
 	__type(value, struct hist);
 } op_hist SEC(".maps");
@@ -277,12 +279,13 @@ static __always_inline void add_op(struct op_key *key, __u64 delta)
 			return;
 		}
 	}
-	/* Per-CPU value: no atomics needed. */
-	h->count++;
-	h->total_ns += delta;
+	__sync_fetch_and_add(&h->count, 1);
+	__sync_fetch_and_add(&h->total_ns, delta);
+	__sync_fetch_and_add(&h->slots[fine_slot(delta)], 1);
+	/* A maximum has no atomic op: two CPUs finishing a new maximum at the same instant could
+	 * keep the smaller; the histogram's top slot still holds the larger. */
 	if (delta > h->max_ns)
 		h->max_ns = delta;
-	h->slots[fine_slot(delta)]++;
 }
 
 SEC("tracepoint/raw_syscalls/sys_exit")
@@ -321,22 +324,20 @@ int on_sys_exit(struct trace_event_raw_sys_exit *ctx)
 	return 0;
 }
 
-/* Interval ended. Its key is the syscall's (filesystem, syscall, phase); for an open, whose
- * filesystem is certain only at exit, the interval waits in the in-flight record until then. */
-static __always_inline void off_interval_end(struct inflight *op, __u64 now)
+/* One part of an off-CPU interval. Its key is the syscall's (filesystem, syscall, phase); for an
+ * open, whose filesystem is certain only at exit, it waits in the in-flight record until then. */
+static __always_inline void add_interval(struct inflight *op, __u32 runnable, __u64 ns)
 {
-	__u64 ns = now - op->out_ns;
 	int free = -1;
 
-	op->out_ns = 0;
 	if (!op->deferred) {
-		add_offcpu(&op->op, op->out_stack, op->out_runnable, 1, ns);
+		add_offcpu(&op->op, op->out_stack, runnable, 1, ns);
 		return;
 	}
 	#pragma unroll
 	for (int i = 0; i < OFF_SLOTS; i++) {
 		if (op->slots[i].count && op->slots[i].stackid == op->out_stack &&
-		    op->slots[i].runnable == op->out_runnable) {
+		    op->slots[i].runnable == runnable) {
 			op->slots[i].count++;
 			op->slots[i].total_ns += ns;
 			return;
@@ -346,13 +347,40 @@ static __always_inline void off_interval_end(struct inflight *op, __u64 now)
 	}
 	if (free >= 0 && free < OFF_SLOTS) {
 		op->slots[free].stackid = op->out_stack;
-		op->slots[free].runnable = op->out_runnable;
+		op->slots[free].runnable = runnable;
 		op->slots[free].count = 1;
 		op->slots[free].total_ns = ns;
 		return;
 	}
 	count_drop(DROP_OFF_SLOTS);
-	add_offcpu(&op->op, op->out_stack, op->out_runnable, 1, ns);
+	add_offcpu(&op->op, op->out_stack, runnable, 1, ns);
+}
+
+/* Back on CPU. A blocked interval splits at its wakeup: until then the thread waited for what its
+ * stack says; from then on it waited for a CPU (runnable: CPU contention). This is also where the
+ * kernel's delay accounting ends an I/O wait (try_to_wake_up), so the two agree. */
+static __always_inline void off_interval_end(struct inflight *op, __u64 now)
+{
+	if (op->woken_ns && op->woken_ns >= op->out_ns && op->woken_ns <= now) {
+		add_interval(op, op->out_runnable, op->woken_ns - op->out_ns);
+		if (now > op->woken_ns)
+			add_interval(op, 1, now - op->woken_ns);
+	} else {
+		add_interval(op, op->out_runnable, now - op->out_ns);
+	}
+	op->out_ns = 0;
+	op->woken_ns = 0;
+}
+
+SEC("tp_btf/sched_waking")
+int BPF_PROG(on_waking, struct task_struct *p)
+{
+	__u32 tid = BPF_CORE_READ(p, pid);
+	struct inflight *op = bpf_map_lookup_elem(&inflight, &tid);
+
+	if (op && op->out_ns && !op->woken_ns)
+		op->woken_ns = bpf_ktime_get_ns();
+	return 0;
 }
 
 SEC("tp_btf/sched_switch")
@@ -367,6 +395,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	op = bpf_map_lookup_elem(&inflight, &prev_tid);
 	if (op) {
 		op->out_ns = now;
+		op->woken_ns = 0;
 		op->out_runnable = preempt || prev_state == 0 /* TASK_RUNNING */;
 		op->out_stack = bpf_get_stackid(ctx, &stacks, 0);
 		if (op->out_stack < 0)

@@ -74,6 +74,15 @@ def parser():
     run.add_argument("-o", "--output", help="run directory (default fsprof-runs/<timestamp>)")
     run.add_argument("--json", action="store_true", help="print the result as JSON instead of tables")
 
+    rec = sub.add_parser("record", help="attach to a live process, cgroup or mount (changes nothing)")
+    rec.add_argument("--pid", type=positive, help="a process, with its threads and the children it starts")
+    rec.add_argument("--cgroup", help="a cgroup v2 directory (absolute, or relative to /sys/fs/cgroup)")
+    rec.add_argument("--mount", help="every process's operations on the filesystem mounted here")
+    rec.add_argument("--duration", help="how long (e.g. 30s, 2m); default: until Ctrl-C or the process exits")
+    rec.add_argument("--sample-hz", type=int, default=999, help="on-CPU sampling frequency, 0 = off (default 999)")
+    rec.add_argument("-o", "--output", help="run directory (default fsprof-runs/<timestamp>)")
+    rec.add_argument("--json", action="store_true", help="print the result as JSON instead of tables")
+
     rep = sub.add_parser("report", help="show a recorded run")
     rep.add_argument("run_dir")
     rep.add_argument("--json", action="store_true", help="print the result JSON")
@@ -105,9 +114,14 @@ def dispatch(args):
     check_privileges()
     if args.command == "cleanup":
         return 0
-    from . import run, signals
+    from . import signals
     signals.install_handlers()
-    result, out_dir = run.run(args)
+    if args.command == "record":
+        from .record import record
+        result, out_dir = record(args)
+    else:
+        from .run import run
+        result, out_dir = run(args)
     print(json.dumps(result, indent=1) if args.json else report.render(result))
     print(f"\nresult: {out_dir / report.RESULT_FILE}", file=sys.stderr)
     return 0

@@ -62,8 +62,10 @@ Stack = c.c_uint64 * MAX_STACK_DEPTH
 
 
 def sum_hists(per_cpu):
-    """One histogram (as plain data) from the per-CPU copies of a struct hist: the fine slots as a
-    sparse {slot: count} map (see profiler/hist.py for what a slot means)."""
+    """One histogram (as plain data) from one struct hist or its per-CPU copies: the fine slots as
+    a sparse {slot: count} map (see profiler/hist.py for what a slot means)."""
+    if not isinstance(per_cpu, list):
+        per_cpu = [per_cpu]
     fine = {}
     for h in per_cpu:
         for i, n in enumerate(h.slots):

@@ -117,7 +117,12 @@ def render_fs(fs):
 
 def render(result):
     w = result["workload"]
-    what = " ".join(w.get("argv", [])) if w["name"] == "command" else " ".join([w["name"], *w.get("args", [])])
+    if w["name"] == "record":
+        what = f"recorded: {w['target']}, {w['duration_s']:.1f} s ({w['ended_by']})"
+    elif w["name"] == "command":
+        what = " ".join(w["argv"])
+    else:
+        what = " ".join([w["name"], *w.get("args", [])])
     lines = [f"fsprof {result['fsprof_version']} on Linux {result['kernel']}: workload {what}"]
     if result.get("probes_skipped"):
         for prog, why in result["probes_skipped"].items():

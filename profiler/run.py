@@ -103,6 +103,7 @@ def measure(collector, sfs, workload, out_dir, drop_caches, changes=None):
         if changes is not None:
             scratch.record_process(changes, proc.pid)
         collector.trace_pid(proc.pid)
+        start_ns = time.monotonic_ns()
         proc.release()
         status = proc.wait()
     except BaseException:
@@ -111,6 +112,7 @@ def measure(collector, sfs, workload, out_dir, drop_caches, changes=None):
     end_ns = time.monotonic_ns()
     elapsed = time.monotonic() - proc.started
     raw = collector.snapshot(block_devs)
+    raw["phase_start_ns"][0] = start_ns  # phase 0 starts when the workload is let go
     after = {name: blockdev.read_stat(name) for name in block_devs.values()}
     own = workload.own_result(result_file, status)
 

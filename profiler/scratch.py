@@ -25,6 +25,7 @@ import time
 
 from profiler.blockdev import kdev, kdev_of_block, scheduler, whole_disk
 from profiler.errors import FsprofError
+from profiler.mounts import mounts
 from profiler.signals import deferred
 
 STATE_DIR = "/var/tmp/fsprof/state"
@@ -720,17 +721,7 @@ def _superblock_dev(target):
 
 def _mountinfo():
     """Mounts of our namespace: dicts with majmin (the superblock's), target and source."""
-    mounts = []
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            left, _, right = line.partition(" - ")
-            fields, tail = left.split(), right.split()
-            mounts.append({"majmin": fields[2], "target": _unescape(fields[4]), "source": _unescape(tail[1])})
-    return mounts
-
-
-def _unescape(text):
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), text)
+    return mounts()
 
 
 def _majmin_of(path):

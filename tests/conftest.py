@@ -1,8 +1,10 @@
 """Helpers shared by the tests: running the CLI, and finding what a test left mounted or attached."""
 
+import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -14,8 +16,29 @@ if os.geteuid() != 0:
 
 
 def run_fsprof(*args, cwd=REPO, timeout=600):
+    """Runs the CLI; every result it writes is checked against the attribution invariants."""
     env = {**os.environ, "PYTHONPATH": REPO}  # the package, whatever the cwd
-    return subprocess.run([*FSPROF, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout)
+    proc = subprocess.run([*FSPROF, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout)
+    if proc.returncode == 0 and "-o" in args and "--" not in args[:args.index("-o")]:
+        result_file = Path(cwd, args[args.index("-o") + 1], "result.json")
+        if result_file.exists():
+            assert_invariants(json.loads(result_file.read_text()))
+    return proc
+
+
+def assert_invariants(result):
+    """For each (filesystem, phase, syscall), the causes add up to the wall time within 1%; the
+    off-CPU time never exceeds it; no event was lost."""
+    for fs in result["filesystems"]:
+        for pname, phase in fs["phases"].items():
+            for op, b in phase["attribution"].items():
+                where = (fs["label"], pname, op)
+                assert b["count"] == phase["syscalls"][op]["count"], where
+                assert b["wall_ns"] == phase["syscalls"][op]["total_ns"], where
+                assert abs(sum(b["causes"].values()) - b["wall_ns"]) <= 0.01 * b["wall_ns"], (where, b)
+                assert b["offcpu_ns"] <= b["wall_ns"], (where, b)
+        lost = {k: v for k, v in fs["drops"].items() if v and k != "open_slots_overflow"}
+        assert not lost, (fs["label"], lost)
 
 
 def mounts_under(root):

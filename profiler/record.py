@@ -1,0 +1,186 @@
+"""`fsprof record`: attach to a live system (a process tree, a cgroup, or every process on one
+mount) for a duration or until Ctrl-C, with the same attribution as `fsprof run`. Nothing is
+mounted, written or changed: only BPF programs are attached, and detached on exit."""
+
+import json
+import os
+import platform
+import signal
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from . import __version__, blockdev, maps
+from .assemble import assemble
+from .collect import Collector
+from .errors import FsprofError
+from .mounts import mount_of, mounts
+from .report import RESULT_FILE, SCHEMA
+from .run import make_out_dir
+
+TRACED_FS = ("ext2", "ext3", "ext4", "xfs", "btrfs")
+
+
+def parse_duration(text):
+    units = {"ms": 1e-3, "s": 1, "m": 60, "h": 3600}
+    t = text.strip().lower()
+    unit = next((u for u in ("ms", "s", "m", "h") if t.endswith(u)), "s")
+    try:
+        value = float(t[:-len(unit)] if t.endswith(unit) else t) * units[unit]
+    except ValueError:
+        value = -1
+    if value <= 0:
+        raise FsprofError(f"--duration '{text}' is not a positive duration (e.g. 30s, 2m)", exit_code=2)
+    return value
+
+
+def _block_of(mount):
+    """(name, kdev) of the whole disk under a mount's source, or None (no block device)."""
+    src = mount["source"]
+    if not src.startswith("/dev/") or not os.path.exists(src):
+        return None
+    name = blockdev.whole_disk(os.path.basename(os.path.realpath(src)))
+    try:
+        return name, blockdev.kdev_of_block(name)
+    except OSError:
+        return None
+
+
+def _sb_dev(mount):
+    major, minor = mount["majmin"].split(":")
+    return blockdev.kdev(int(major), int(minor))
+
+
+def choose_target(args, collector):
+    """Points the collector at what the user named; returns (description, mounts in scope)."""
+    named = [x for x in (args.pid, args.cgroup, args.mount) if x is not None]
+    if len(named) != 1:
+        raise FsprofError("name exactly one of --pid, --cgroup or --mount", exit_code=2)
+    fs_mounts = [m for m in mounts() if m["fstype"] in TRACED_FS]
+    if args.pid is not None:
+        try:
+            os.kill(args.pid, 0)
+        except ProcessLookupError:
+            raise FsprofError(f"there is no process {args.pid}", exit_code=2)
+        collector.trace_pid(args.pid)
+        for child in descendants(args.pid):  # those started later join in the kernel, at fork
+            collector.trace_pid(child)
+        return f"pid {args.pid} (its threads and children)", fs_mounts
+    if args.cgroup is not None:
+        path = Path(args.cgroup)
+        if not path.is_absolute():
+            path = Path("/sys/fs/cgroup") / path
+        if not (path / "cgroup.procs").exists():
+            raise FsprofError(f"{args.cgroup} is not a cgroup v2 directory (no cgroup.procs in {path})", exit_code=2)
+        collector.trace_cgroup(str(path))
+        return f"cgroup {path}", fs_mounts
+    mount = mount_of(args.mount)
+    if mount is None:
+        raise FsprofError(f"{args.mount} is not a mount point", exit_code=2)
+    if mount["fstype"] not in TRACED_FS:
+        raise FsprofError(f"{args.mount} is {mount['fstype']}; fsprof profiles {', '.join(TRACED_FS)}", exit_code=2)
+    collector.trace_all(_sb_dev(mount))
+    return f"every process, operations on {mount['target']}", [mount]
+
+
+def descendants(pid):
+    """Processes below `pid` now, from /proc's parent links."""
+    children = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                ppid = int(Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def wait(args, deadline):
+    """Until the duration is over, the traced process is gone, or Ctrl-C / SIGTERM."""
+    try:
+        while time.monotonic() < deadline:
+            if args.pid is not None and not _alive(args.pid):
+                return "the process exited"
+            time.sleep(0.1)
+        return "the duration ended"
+    except KeyboardInterrupt:
+        return "interrupted"
+    except SystemExit as e:
+        if e.code == 128 + signal.SIGTERM:
+            return "terminated"
+        raise
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie child of ours would look alive; /proc says otherwise.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def record(args):
+    duration = parse_duration(args.duration) if args.duration else float("inf")
+    out_dir = make_out_dir(args)
+    with Collector(sample_hz=args.sample_hz) as collector:
+        collector.reset()
+        what, scope = choose_target(args, collector)
+        block_devs = dict(filter(None, (_block_of(m) for m in scope)))
+        block_devs = {kdev: name for name, kdev in block_devs.items()}
+        collector.trace_devices(block_devs)
+        before = {name: blockdev.read_stat(name) for name in block_devs.values()}
+        start_ns = time.monotonic_ns()
+        started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        print(f"fsprof: recording {what}; Ctrl-C to stop", file=sys.stderr, flush=True)
+        ended_by = wait(args, time.monotonic() + duration)
+        end_ns = time.monotonic_ns()
+        raw = collector.snapshot(block_devs)
+        after = {name: blockdev.read_stat(name) for name in block_devs.values()}
+        raw["phase_start_ns"][0] = start_ns
+        skipped = collector.skipped
+    seen = {r["dev"] for r in raw["ops"] if r["dev"]}
+    entries = []
+    for m in scope:
+        dev = _sb_dev(m)
+        if dev not in seen:
+            continue
+        seen.discard(dev)  # a filesystem mounted twice is reported once
+        block = _block_of(m)
+        names = [block[0]] if block else []
+        raw_m = {**raw, "block": {n: v for n, v in raw["block"].items() if n in names}}
+        entry = {
+            "label": m["target"], "fs": m["fstype"], "mkfs_options": [], "mount_options": m["options"],
+            "device": {"name": names[0] if names else m["source"], "dev": m["majmin"], "all": names,
+                       **(blockdev.queue_info(names[0]) if names else {"write_cache": "n/a", "fua": False,
+                                                                       "scheduler": "n/a"})},
+            "superblock_dev": m["majmin"], "elapsed_s": (end_ns - start_ns) / 1e9,
+            "workload": {"recorded": what},
+            **assemble(raw_m, m["fstype"], dev, ["record"], end_ns),
+            "kernel_counters": {n: blockdev.stat_delta(before[n], after[n]) for n in names},
+        }
+        for name in names:
+            dev_counts = entry["block"].setdefault(name, {})
+            for cls in maps.BLK_CLASSES:
+                dev_counts.setdefault(cls, {"count": 0, "bytes": 0})
+        entries.append(entry)
+    result = {
+        "schema": SCHEMA, "fsprof_version": __version__, "kernel": platform.release(), "started": started,
+        "workload": {"name": "record", "target": what, "ended_by": ended_by,
+                     "duration_s": (end_ns - start_ns) / 1e9},
+        "sysctls": {}, "filesystems": entries, "probes_skipped": skipped,
+    }
+    (out_dir / RESULT_FILE).write_text(json.dumps(result, indent=1))
+    return result, out_dir
+
+
