@@ -35,6 +35,12 @@ def parse_duration(text):
     return value
 
 
+def cgroup2_root():
+    """Where the cgroup v2 hierarchy is mounted (/sys/fs/cgroup, or .../unified on hybrid systems)."""
+    found = [m["target"] for m in mounts() if m["fstype"] == "cgroup2"]
+    return Path(found[0] if found else "/sys/fs/cgroup")
+
+
 def _block_of(mount):
     """(name, kdev) of the whole disk under a mount's source, or None (no block device)."""
     src = mount["source"]
@@ -70,7 +76,7 @@ def choose_target(args, collector):
     if args.cgroup is not None:
         path = Path(args.cgroup)
         if not path.is_absolute():
-            path = Path("/sys/fs/cgroup") / path
+            path = cgroup2_root() / path
         if not (path / "cgroup.procs").exists():
             raise FsprofError(f"{args.cgroup} is not a cgroup v2 directory (no cgroup.procs in {path})", exit_code=2)
         collector.trace_cgroup(str(path))

@@ -1,0 +1,93 @@
+"""`fsprof record` on a live system: a mount (every process, that filesystem only), a cgroup, and
+bad input. The workload processes here are not started by fsprof."""
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from conftest import REPO, run_fsprof
+from profiler import scratch
+from profiler.record import cgroup2_root
+
+FSYNCS = """
+import os, sys
+fd = os.open(sys.argv[1], os.O_CREAT | os.O_WRONLY, 0o644)
+for _ in range(int(sys.argv[2])):
+    os.write(fd, b"x" * 4096)
+    os.fsync(fd)
+"""
+
+
+def start_record(tmp_path, *args):
+    rec = subprocess.Popen([sys.executable, "-m", "profiler", "record", *args, "-o", str(tmp_path / "rec")],
+                           cwd=REPO, stderr=subprocess.PIPE, text=True)
+    assert "recording" in rec.stderr.readline()
+    return rec
+
+
+def finish(rec, tmp_path):
+    rec.send_signal(2)  # Ctrl-C ends an open-ended recording normally
+    assert rec.wait(timeout=60) == 0, rec.stderr.read()
+    return json.loads((tmp_path / "rec" / "result.json").read_text())
+
+
+@pytest.mark.slow
+def test_record_mount_sees_every_process_on_that_filesystem_only(tmp_path):
+    elsewhere = tmp_path / "elsewhere.dat"  # not on the recorded mount
+    with scratch.Changes() as changes:
+        sfs = scratch.provision(changes, scratch.FsConfig("ext4"), tmp_path / "scratch")
+        rec = start_record(tmp_path, "--mount", sfs.mountpoint)
+        try:
+            for target in (os.path.join(sfs.mountpoint, "a.dat"), os.path.join(sfs.mountpoint, "b.dat"), elsewhere):
+                subprocess.run([sys.executable, "-c", FSYNCS, target, "50"], check=True)
+        finally:
+            result = finish(rec, tmp_path)
+    (fs,) = result["filesystems"]
+    assert fs["label"] == sfs.mountpoint and fs["fs"] == "ext4"
+    assert fs["syscalls"]["fsync"]["count"] == 100  # two processes, 50 each; the third was elsewhere
+    assert fs["phases"]["record"]["attribution"]["fsync"]["causes"]
+    assert result["workload"]["ended_by"] == "interrupted"
+
+
+@pytest.mark.slow
+def test_record_cgroup_follows_its_tasks(tmp_path):
+    root = cgroup2_root()
+    if not (root / "cgroup.procs").exists():
+        pytest.skip("no cgroup v2 hierarchy is mounted")
+    cgroup = root / f"fsprof-test-{uuid.uuid4().hex[:8]}"
+    cgroup.mkdir()
+    try:
+        with scratch.Changes() as changes:
+            sfs = scratch.provision(changes, scratch.FsConfig("ext4"), tmp_path / "scratch")
+            rec = start_record(tmp_path, "--cgroup", str(cgroup))
+            try:
+                # Outside the cgroup: not traced. Inside (the shell joins it before exec): traced.
+                subprocess.run([sys.executable, "-c", FSYNCS, os.path.join(sfs.mountpoint, "out.dat"), "30"], check=True)
+                subprocess.run(["sh", "-c", f'echo $$ > {cgroup}/cgroup.procs && exec "$0" -c "$1" "$2" "$3"',
+                                sys.executable, FSYNCS, os.path.join(sfs.mountpoint, "in.dat"), "40"], check=True)
+            finally:
+                result = finish(rec, tmp_path)
+    finally:
+        cgroup.rmdir()
+    (fs,) = [f for f in result["filesystems"] if f["label"] == sfs.mountpoint]
+    assert fs["syscalls"]["fsync"]["count"] == 40
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--pid", "999999999"], "there is no process"),
+    (["--mount", "/proc/self"], "is not a mount point"),
+    (["--mount", "/proc"], "fsprof profiles"),
+    (["--pid", "1", "--mount", "/"], "exactly one of"),
+    ([], "exactly one of"),
+    (["--pid", "1", "--duration", "0"], "not a positive duration"),
+    (["--cgroup", "no-such-cgroup-here"], "not a cgroup v2 directory"),
+])
+def test_record_bad_input_is_one_sentence(tmp_path, args, fragment):
+    proc = run_fsprof("record", *args, "-o", str(tmp_path / "rec"))
+    assert proc.returncode == 2, proc.stderr
+    err = proc.stderr.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1 and fragment in err, err
