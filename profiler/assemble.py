@@ -55,7 +55,11 @@ def assemble(raw, fs, sb_dev, names, end_ns):
                 e = block.setdefault(dev, {}).setdefault(cls, {"count": 0, "bytes": 0})
                 e["count"] += v["count"]
                 e["bytes"] += v["bytes"]
+    off = sum(b["offcpu_ns"] for p in phases.values() for b in p["attribution"].values())
+    other = sum(b["causes"].get(attribution.OTHER_WAIT, 0) for p in phases.values() for b in p["attribution"].values())
     return {
+        # The model's own error bar: the share of off-CPU time no rule explained.
+        "other_wait_share": other / off if off else 0.0,
         "syscalls": {op: hist.merge([r for r in ops if r["op"] == op]) for op in all_ops},
         "unresolved_syscalls": {op: hist.merge([r for r in unresolved if r["op"] == op])
                                 for op in sorted({r["op"] for r in unresolved})},

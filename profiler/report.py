@@ -106,6 +106,7 @@ def render_fs(fs):
             continue
         lines.append(f"   phase {pname} ({phase.get('elapsed_s', 0):.2f} s): where the time went")
         lines.extend(attribution_table(phase["attribution"], indent="     "))
+    lines.append(f"   off-CPU time no rule explained (\"other wait\"): {100 * fs.get('other_wait_share', 0):.1f}%")
     lost = {k: v for k, v in fs.get("drops", {}).items() if v}
     lines.append("   lost events: " + (", ".join(f"{k} {v}" for k, v in lost.items()) if lost else "none"))
     for name in ("write", "fsync"):
