@@ -11,7 +11,7 @@
  * have a slot each; 2^40 ns (about 18 minutes) and above share the last slot. */
 #define FINE_SUB_BITS 4
 #define FINE_SLOTS ((40 - FINE_SUB_BITS + 1) << FINE_SUB_BITS)
-#define MAX_STACK_DEPTH 127
+#define MAX_STACK_DEPTH 64     /* filesystem stacks seen here are 20-45 frames deep */
 
 /* Phase markers: a traced process calls prctl(FSPROF_PHASE_MAGIC, index) (workloads/phase.h and
  * workloads/common.py); no kernel defines this option, so it returns EINVAL and changes nothing. */
@@ -22,11 +22,12 @@
 enum dev_source {
 	DEV_SRC_NONE = 0,      /* not traced */
 	DEV_SRC_FD = 1,        /* args[0] is an fd */
-	DEV_SRC_RET_FD = 2,    /* returns a new fd (open family): resolved at exit */
+	DEV_SRC_RET_FD = 2,    /* open/creat: args[0] is a path; the returned fd decides at exit */
 	DEV_SRC_DIRFD = 3,     /* *at form: args[0] dirfd, args[1] path */
 	DEV_SRC_CWD = 4,       /* args[0] is a path relative to the cwd */
 	DEV_SRC_GLOBAL = 5,    /* no single filesystem (sync, io_uring_enter, io_submit) */
 	DEV_SRC_MARKER = 6,    /* prctl: not traced, but may carry a phase marker */
+	DEV_SRC_RET_FD_AT = 7, /* openat/openat2: args[0] dirfd, args[1] path; the fd decides at exit */
 };
 
 /* Who is traced: the pid tree of the workload, a cgroup, or every process (with a dev filter, for
@@ -57,7 +58,8 @@ enum drop_reason {
 	DROP_SAMPLES_FULL,       /* on-CPU sample map full */
 	DROP_SAMPLE_STACK,       /* sample stack not captured */
 	DROP_OFF_SLOTS,          /* an open blocked at more distinct stacks than it keeps: the extra
-	                          * interval was counted under the dev known at entry (not a loss) */
+	                          * interval went under the filesystem known at entry (its relative
+	                          * path's), which differs from the final one only across a mount */
 	DROP_BLOCK_FULL,         /* block request map full */
 	N_DROPS,
 };

@@ -110,7 +110,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
-	__uint(max_entries, 32768);
+	__uint(max_entries, 65536);   /* ids collide (-EEXIST) as distinct stacks grow: counted in drops */
 	__uint(key_size, sizeof(__u32));
 	__uint(value_size, MAX_STACK_DEPTH * sizeof(__u64));
 } stacks SEC(".maps");
@@ -161,8 +161,7 @@ static __always_inline __u32 path_dev(struct task_struct *task, int dirfd, const
 {
 	char c = 0;
 
-	bpf_probe_read_user(&c, 1, path);
-	if (c == '/')
+	if (bpf_probe_read_user(&c, 1, path) || c == '/')
 		return 0;
 	return dirfd == AT_FDCWD ? cwd_dev(task) : fd_dev(task, dirfd);
 }
@@ -229,19 +228,21 @@ int on_sys_enter(struct trace_event_raw_sys_enter *ctx)
 		op.op.dev = fd_dev(task, ctx->args[0]);
 		break;
 	case DEV_SRC_DIRFD:
+	case DEV_SRC_RET_FD_AT:
 		/* dirfd is an int: only the low 32 bits of the register are meaningful. */
 		op.op.dev = path_dev(task, (int)ctx->args[0], (const char *)ctx->args[1]);
 		break;
 	case DEV_SRC_CWD:
+	case DEV_SRC_RET_FD:
 		op.op.dev = path_dev(task, AT_FDCWD, (const char *)ctx->args[0]);
 		break;
 	}
+	op.deferred = *src == DEV_SRC_RET_FD || *src == DEV_SRC_RET_FD_AT;
 	/* With a filesystem filter, operations known to be elsewhere are not followed at all. */
-	if (f->dev && op.op.dev != f->dev && *src != DEV_SRC_RET_FD)
+	if (f->dev && op.op.dev != f->dev && !op.deferred)
 		return 0;
 	op.op.nr = nr;
 	op.op.phase = current_phase();
-	op.deferred = *src == DEV_SRC_RET_FD;
 	op.out_stack = -1;
 	op.start_ns = bpf_ktime_get_ns();
 	if (bpf_map_update_elem(&inflight, &tid, &op, BPF_ANY))
@@ -307,7 +308,7 @@ int on_sys_exit(struct trace_event_raw_sys_exit *ctx)
 		return 0;
 	delta = bpf_ktime_get_ns() - op->start_ns;
 	key = op->op;
-	if (*src == DEV_SRC_RET_FD && ctx->ret >= 0)
+	if ((*src == DEV_SRC_RET_FD || *src == DEV_SRC_RET_FD_AT) && ctx->ret >= 0)
 		key.dev = fd_dev((struct task_struct *)bpf_get_current_task(), ctx->ret);
 
 	f = get_filter();
@@ -328,15 +329,17 @@ int on_sys_exit(struct trace_event_raw_sys_exit *ctx)
  * open, whose filesystem is certain only at exit, it waits in the in-flight record until then. */
 static __always_inline void add_interval(struct inflight *op, __u32 runnable, __u64 ns)
 {
+	/* Runnable time is CPU contention whatever the stack: an open keeps it in one slot. */
+	__s32 stack = op->deferred && runnable ? -1 : op->out_stack;
 	int free = -1;
 
 	if (!op->deferred) {
-		add_offcpu(&op->op, op->out_stack, runnable, 1, ns);
+		add_offcpu(&op->op, stack, runnable, 1, ns);
 		return;
 	}
 	#pragma unroll
 	for (int i = 0; i < OFF_SLOTS; i++) {
-		if (op->slots[i].count && op->slots[i].stackid == op->out_stack &&
+		if (op->slots[i].count && op->slots[i].stackid == stack &&
 		    op->slots[i].runnable == runnable) {
 			op->slots[i].count++;
 			op->slots[i].total_ns += ns;
@@ -346,14 +349,14 @@ static __always_inline void add_interval(struct inflight *op, __u32 runnable, __
 			free = i;
 	}
 	if (free >= 0 && free < OFF_SLOTS) {
-		op->slots[free].stackid = op->out_stack;
+		op->slots[free].stackid = stack;
 		op->slots[free].runnable = runnable;
 		op->slots[free].count = 1;
 		op->slots[free].total_ns = ns;
 		return;
 	}
 	count_drop(DROP_OFF_SLOTS);
-	add_offcpu(&op->op, op->out_stack, runnable, 1, ns);
+	add_offcpu(&op->op, stack, runnable, 1, ns);
 }
 
 /* Back on CPU. A blocked interval splits at its wakeup: until then the thread waited for what its

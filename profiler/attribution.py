@@ -19,6 +19,7 @@ DELAYED_ALLOC = "delayed allocation"
 FS_CPU = "filesystem CPU"
 OTHER_CPU = "other kernel CPU"
 UNSAMPLED_CPU = "CPU (too short to sample)"
+NO_STACK_CPU = "CPU (stack not captured)"
 NO_STACK = "[stack not captured]"
 RULE_TABLE_OF = {"ext2": "ext4", "ext3": "ext4", "ext4": "ext4", "xfs": "xfs", "btrfs": "btrfs"}
 
@@ -103,7 +104,8 @@ def attribute(fs, wall, offcpu, samples, stacks):
     on_ns = wall["total_ns"] - off_ns
     by_cpu_cause, n_samples = {}, 0
     for rec in samples:
-        cause = rules.classify_on(stacks.get(rec["stack"], []))
+        frames = stacks.get(rec["stack"])
+        cause = rules.classify_on(frames) if frames else NO_STACK_CPU
         by_cpu_cause[cause] = by_cpu_cause.get(cause, 0) + rec["count"]
         n_samples += rec["count"]
     if on_ns > 0:

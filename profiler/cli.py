@@ -23,6 +23,29 @@ def size(text):
     return value
 
 
+def sample_hz(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    try:
+        with open("/proc/sys/kernel/perf_event_max_sample_rate") as f:
+            limit = int(f.read())
+    except (OSError, ValueError):
+        limit = 100000
+    if not 0 <= value <= limit:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a sampling rate from 0 (off) to {limit} Hz "
+                                         f"(kernel.perf_event_max_sample_rate)")
+    return value
+
+
+def pid(text):
+    value = positive(text)
+    if value > 1 << 22:  # PID_MAX_LIMIT
+        raise argparse.ArgumentTypeError(f"'{text}' is not a process id")
+    return value
+
+
 def positive(text):
     try:
         value = int(text)
@@ -53,9 +76,9 @@ def parser():
                "--help` lists a workload's own. After `--`, your own command runs instead, in a "
                "directory on the filesystem under test; {mnt} in it is replaced by the mount point.")
     run.add_argument("--fs", default="ext4,xfs,btrfs", help="filesystems, comma-separated (default: %(default)s)")
-    run.add_argument("--workload", default="fsync-loop",
+    run.add_argument("--workload",
                      help="bundled workload: fsync-loop, fsync-heavy, bonnie, untar (default: %(default)s)")
-    run.add_argument("--sample-hz", type=int, default=999,
+    run.add_argument("--sample-hz", type=sample_hz, default=999,
                      help="on-CPU sampling frequency of the traced threads, 0 = off (default 999)")
     run.add_argument("--mkfs-options", action="append", metavar="[FS=]OPTS",
                      help="extra mkfs arguments, for one filesystem with an FS= prefix; repeatable")
@@ -75,11 +98,11 @@ def parser():
     run.add_argument("--json", action="store_true", help="print the result as JSON instead of tables")
 
     rec = sub.add_parser("record", help="attach to a live process, cgroup or mount (changes nothing)")
-    rec.add_argument("--pid", type=positive, help="a process, with its threads and the children it starts")
+    rec.add_argument("--pid", type=pid, help="a process, with its threads and the children it starts")
     rec.add_argument("--cgroup", help="a cgroup v2 directory (absolute, or relative to /sys/fs/cgroup)")
     rec.add_argument("--mount", help="every process's operations on the filesystem mounted here")
     rec.add_argument("--duration", help="how long (e.g. 30s, 2m); default: until Ctrl-C or the process exits")
-    rec.add_argument("--sample-hz", type=int, default=999, help="on-CPU sampling frequency, 0 = off (default 999)")
+    rec.add_argument("--sample-hz", type=sample_hz, default=999, help="on-CPU sampling frequency, 0 = off (default 999)")
     rec.add_argument("-o", "--output", help="run directory (default fsprof-runs/<timestamp>)")
     rec.add_argument("--json", action="store_true", help="print the result as JSON instead of tables")
 
@@ -134,11 +157,20 @@ def parse(argv):
     ap = parser()
     has_command = "--" in argv
     command = argv[argv.index("--") + 1:] if has_command else []
-    args, rest = ap.parse_known_args(argv[:argv.index("--")] if has_command else argv)
+    before = argv[:argv.index("--")] if has_command else argv
+    args, rest = ap.parse_known_args(before)
+    if rest and args.command in before and before.index(args.command) > before.index(rest[0]):
+        ap.error(f"unrecognized arguments: {rest[0]} (fsprof's own options come after the command)")
     if args.command != "run" and (rest or has_command):
         ap.error(f"unrecognized arguments: {' '.join(rest + (['--', *command] if has_command else []))}")
     if has_command and not command:
         ap.error("nothing follows `--`; give the command to run")
+    if args.command == "run":
+        if has_command and args.workload:
+            ap.error("give either --workload or `-- CMD`, not both")
+        if any(a == "--result" or a.startswith("--result=") for a in rest):
+            ap.error("--result is set by fsprof (the workload's figures go into the run's result.json)")
+        args.workload = args.workload or "fsync-loop"
     args.workload_args, args.command_argv = rest, command
     return args
 

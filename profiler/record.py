@@ -3,6 +3,7 @@ mount) for a duration or until Ctrl-C, with the same attribution as `fsprof run`
 mounted, written or changed: only BPF programs are attached, and detached on exit."""
 
 import json
+import math
 import os
 import platform
 import signal
@@ -30,7 +31,7 @@ def parse_duration(text):
         value = float(t[:-len(unit)] if t.endswith(unit) else t) * units[unit]
     except ValueError:
         value = -1
-    if value <= 0:
+    if not math.isfinite(value) or value <= 0:
         raise FsprofError(f"--duration '{text}' is not a positive duration (e.g. 30s, 2m)", exit_code=2)
     return value
 
@@ -58,36 +59,43 @@ def _sb_dev(mount):
     return blockdev.kdev(int(major), int(minor))
 
 
-def choose_target(args, collector):
-    """Points the collector at what the user named; returns (description, mounts in scope)."""
+def check_target(args):
+    """What the user named, checked before anything is loaded or written: (kind, value, mount)."""
     named = [x for x in (args.pid, args.cgroup, args.mount) if x is not None]
     if len(named) != 1:
         raise FsprofError("name exactly one of --pid, --cgroup or --mount", exit_code=2)
     fs_mounts = [m for m in mounts() if m["fstype"] in TRACED_FS]
     if args.pid is not None:
-        try:
-            os.kill(args.pid, 0)
-        except ProcessLookupError:
+        if not _alive(args.pid):
             raise FsprofError(f"there is no process {args.pid}", exit_code=2)
-        collector.trace_pid(args.pid)
-        for child in descendants(args.pid):  # those started later join in the kernel, at fork
-            collector.trace_pid(child)
-        return f"pid {args.pid} (its threads and children)", fs_mounts
+        return "pid", args.pid, fs_mounts
     if args.cgroup is not None:
         path = Path(args.cgroup)
         if not path.is_absolute():
             path = cgroup2_root() / path
         if not (path / "cgroup.procs").exists():
             raise FsprofError(f"{args.cgroup} is not a cgroup v2 directory (no cgroup.procs in {path})", exit_code=2)
-        collector.trace_cgroup(str(path))
-        return f"cgroup {path}", fs_mounts
+        return "cgroup", path, fs_mounts
     mount = mount_of(args.mount)
     if mount is None:
         raise FsprofError(f"{args.mount} is not a mount point", exit_code=2)
     if mount["fstype"] not in TRACED_FS:
         raise FsprofError(f"{args.mount} is {mount['fstype']}; fsprof profiles {', '.join(TRACED_FS)}", exit_code=2)
-    collector.trace_all(_sb_dev(mount))
-    return f"every process, operations on {mount['target']}", [mount]
+    return "mount", mount, [mount]
+
+
+def apply_target(collector, kind, value):
+    """Points the collector at the target; returns its description."""
+    if kind == "pid":
+        collector.trace_pid(value)
+        for child in descendants(value):  # those started later join in the kernel, at fork
+            collector.trace_pid(child)
+        return f"pid {value} (its threads and children)"
+    if kind == "cgroup":
+        collector.trace_cgroup(str(value))
+        return f"cgroup {value}"
+    collector.trace_all(_sb_dev(value))
+    return f"every process, operations on {value['target']}"
 
 
 def descendants(pid):
@@ -119,7 +127,7 @@ def wait(args, deadline):
     except KeyboardInterrupt:
         return "interrupted"
     except SystemExit as e:
-        if e.code == 128 + signal.SIGTERM:
+        if e.code in (128 + signal.SIGTERM, 128 + signal.SIGHUP):
             return "terminated"
         raise
 
@@ -138,10 +146,11 @@ def _alive(pid):
 
 def record(args):
     duration = parse_duration(args.duration) if args.duration else float("inf")
+    kind, value, scope = check_target(args)
     out_dir = make_out_dir(args)
     with Collector(sample_hz=args.sample_hz) as collector:
         collector.reset()
-        what, scope = choose_target(args, collector)
+        what = apply_target(collector, kind, value)
         block_devs = dict(filter(None, (_block_of(m) for m in scope)))
         block_devs = {kdev: name for name, kdev in block_devs.items()}
         collector.trace_devices(block_devs)

@@ -1,8 +1,14 @@
 """Kernel addresses to function names, from /proc/kallsyms (read once per process)."""
 
 import bisect
+import re
 from functools import lru_cache
 from pathlib import Path
+
+
+# Compiler clones (foo.isra.0, foo.constprop.0, foo.part.0, foo.cold) are the same function to a
+# reader and to the cause rules.
+_CLONE_SUFFIX = re.compile(r"(\.(isra|constprop|part|cold|llvm)(\.\d+)?)+$")
 
 
 @lru_cache(maxsize=1)
@@ -15,7 +21,7 @@ def _table():
         addr = int(parts[0], 16)
         if addr:
             addrs.append(addr)
-            names.append(parts[2])
+            names.append(_CLONE_SUFFIX.sub("", parts[2]))
     order = sorted(range(len(addrs)), key=addrs.__getitem__)
     return [addrs[i] for i in order], [names[i] for i in order]
 

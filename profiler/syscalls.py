@@ -9,6 +9,7 @@ import os
 from .errors import FsprofError
 from .maps import DEV_SRC_CWD as CWD, DEV_SRC_DIRFD as DIRFD, DEV_SRC_FD as FD
 from .maps import DEV_SRC_GLOBAL as GLOBAL, DEV_SRC_MARKER as MARKER, DEV_SRC_RET_FD as RET_FD
+from .maps import DEV_SRC_RET_FD_AT as RET_FD_AT
 
 X86_64 = {
     "read": (0, FD), "write": (1, FD), "open": (2, RET_FD), "close": (3, FD),
@@ -18,12 +19,12 @@ X86_64 = {
     "getdents": (78, FD), "rename": (82, CWD), "mkdir": (83, CWD), "rmdir": (84, CWD),
     "creat": (85, RET_FD), "link": (86, CWD), "unlink": (87, CWD),
     "prctl": (157, MARKER), "sync": (162, GLOBAL), "io_getevents": (208, GLOBAL), "io_submit": (209, GLOBAL),
-    "getdents64": (217, FD), "openat": (257, RET_FD), "mkdirat": (258, DIRFD),
+    "getdents64": (217, FD), "openat": (257, RET_FD_AT), "mkdirat": (258, DIRFD),
     "newfstatat": (262, DIRFD), "unlinkat": (263, DIRFD), "renameat": (264, DIRFD),
     "linkat": (265, DIRFD), "sync_file_range": (277, FD), "fallocate": (285, FD),
     "preadv": (295, FD), "pwritev": (296, FD), "syncfs": (306, FD), "renameat2": (316, DIRFD),
     "copy_file_range": (326, FD), "preadv2": (327, FD), "pwritev2": (328, FD),
-    "io_pgetevents": (333, GLOBAL), "statx": (332, DIRFD), "io_uring_enter": (426, GLOBAL), "openat2": (437, RET_FD),
+    "io_pgetevents": (333, GLOBAL), "statx": (332, DIRFD), "io_uring_enter": (426, GLOBAL), "openat2": (437, RET_FD_AT),
 }
 
 

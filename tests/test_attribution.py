@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, run_fsprof
+from conftest import REPO, assert_invariants, run_fsprof
 from profiler import scratch
 from profiler.attribution import rules_for
 
@@ -188,6 +188,7 @@ def test_record_pid_io_wait_agrees_with_taskstats(tmp_path):
             victim.kill()
             rec.kill()
     result = json.loads((tmp_path / "rec" / "result.json").read_text())
+    assert_invariants(result)
     (fs,) = [f for f in result["filesystems"] if f["label"] == sfs.mountpoint]
     assert fs["syscalls"]["fsync"]["count"] == COUNT
     trace, rules = fs["trace"], rules_for("ext4")

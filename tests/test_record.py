@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from conftest import REPO, run_fsprof
+from conftest import REPO, assert_invariants, run_fsprof
 from profiler import scratch
 from profiler.record import cgroup2_root
 
@@ -32,7 +32,9 @@ def start_record(tmp_path, *args):
 def finish(rec, tmp_path):
     rec.send_signal(2)  # Ctrl-C ends an open-ended recording normally
     assert rec.wait(timeout=60) == 0, rec.stderr.read()
-    return json.loads((tmp_path / "rec" / "result.json").read_text())
+    result = json.loads((tmp_path / "rec" / "result.json").read_text())
+    assert_invariants(result)
+    return result
 
 
 @pytest.mark.slow
@@ -78,12 +80,15 @@ def test_record_cgroup_follows_its_tasks(tmp_path):
 
 
 @pytest.mark.parametrize("args, fragment", [
-    (["--pid", "999999999"], "there is no process"),
+    (["--pid", "4000000"], "there is no process"),
     (["--mount", "/proc/self"], "is not a mount point"),
     (["--mount", "/proc"], "fsprof profiles"),
     (["--pid", "1", "--mount", "/"], "exactly one of"),
     ([], "exactly one of"),
     (["--pid", "1", "--duration", "0"], "not a positive duration"),
+    (["--pid", "1", "--duration", "nan"], "not a positive duration"),
+    (["--pid", "99999999999"], "not a process id"),
+    (["--pid", "1", "--sample-hz", "-5"], "not a sampling rate"),
     (["--cgroup", "no-such-cgroup-here"], "not a cgroup v2 directory"),
 ])
 def test_record_bad_input_is_one_sentence(tmp_path, args, fragment):
@@ -91,3 +96,4 @@ def test_record_bad_input_is_one_sentence(tmp_path, args, fragment):
     assert proc.returncode == 2, proc.stderr
     err = proc.stderr.strip()
     assert "Traceback" not in err and len(err.splitlines()) == 1 and fragment in err, err
+    assert not (tmp_path / "rec").exists()  # nothing written for a bad command line
