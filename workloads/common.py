@@ -143,8 +143,11 @@ def run_main(module, argv=None):
 
 
 def _fail(result_path, sentence, code):
-    print(sentence, file=sys.stderr)
-    write_result(result_path, {"error": sentence})
+    """fsprof prints the sentence from the result file; standalone, it goes to stderr."""
+    if result_path:
+        write_result(result_path, {"error": sentence})
+    else:
+        print(sentence, file=sys.stderr)
     return code
 
 
