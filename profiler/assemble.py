@@ -25,8 +25,9 @@ def assemble(raw, fs, sb_dev, names, end_ns):
     used = {r["stack"] for r in offcpu + samples}
     stacks = symbols.symbolize({sid: a for sid, a in raw["stacks"].items() if sid in used})
 
+    unresolved = [r for r in raw["ops"] if r["dev"] == 0]
     phases = {}
-    for index in sorted({r["phase"] for r in ops} | {i for dev in raw["block"].values() for i in dev}):
+    for index in sorted({r["phase"] for r in ops + unresolved} | {i for dev in raw["block"].values() for i in dev}):
         name = _name(names, index)
         p_ops = {r["op"]: r for r in ops if r["phase"] == index}
         breakdown = {}
@@ -37,17 +38,20 @@ def assemble(raw, fs, sb_dev, names, end_ns):
         phases[name] = {
             "index": index,
             "syscalls": {op: hist.summarize(r) for op, r in sorted(p_ops.items())},
+            # The traced processes' ops with no filesystem told (io_uring_enter, io_submit, sync, ...).
+            "unresolved_syscalls": {r["op"]: hist.summarize(r) for r in sorted(unresolved, key=lambda r: r["op"])
+                                    if r["phase"] == index},
             "attribution": breakdown,
             "block": {dev: by_phase.get(index, {}) for dev, by_phase in raw["block"].items()},
         }
     elapsed = phase_elapsed(raw["phase_start_ns"], names, end_ns)
     for name, secs in elapsed.items():
-        phases.setdefault(name, {"index": names.index(name), "syscalls": {}, "attribution": {}, "block": {}})
+        phases.setdefault(name, {"index": names.index(name), "syscalls": {}, "unresolved_syscalls": {},
+                                 "attribution": {}, "block": {}})
         phases[name]["elapsed_s"] = secs
     phases = dict(sorted(phases.items(), key=lambda kv: kv[1]["index"]))
 
     all_ops = sorted({r["op"] for r in ops})
-    unresolved = [r for r in raw["ops"] if r["dev"] == 0]
     block = {}
     for dev, by_phase in raw["block"].items():
         for counts in by_phase.values():
