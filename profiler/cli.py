@@ -87,7 +87,8 @@ def parser():
     run.add_argument("--sysctl", action="append", metavar="NAME=VALUE", help="set for the run, restored after")
     run.add_argument("--scheduler", help="I/O scheduler of the devices under test for the run")
     run.add_argument("--drop-caches", action="store_true", help="drop the page cache before the workload")
-    run.add_argument("--image-size", type=size, default=size("1G"), help="scratch image size (default 1G)")
+    run.add_argument("--image-size", type=size, default=None,
+                     help="scratch image size (default 1G, or the workload's own: untar 3G)")
     run.add_argument("--devices", type=positive, default=1, help="btrfs only: loop images in one filesystem")
     run.add_argument("--scratch-dir", default="/var/tmp/fsprof/scratch", help="where scratch images live")
     run.add_argument("--device", help="use this block device instead of a scratch image (erases it)")

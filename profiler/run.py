@@ -18,7 +18,7 @@ from .assemble import assemble
 from .collect import Collector
 from .errors import FsprofError
 from .report import RESULT_FILE, SCHEMA
-from .workload import GatedProcess, WorkloadSpec
+from .workload import GatedProcess, WorkloadSpec, image_size
 
 # Scratch ext4 is made with its inode tables and journal initialised up front: otherwise the
 # ext4lazyinit thread zeroes them after mount, with cache flushes of its own, during the workload.
@@ -72,7 +72,7 @@ def build_configs(args):
         label = name if seen[name] == 1 else f"{name}-{seen[name]}"
         opts = DEFAULT_MKFS_OPTIONS.get(name, []) + shlex.split(mkfs.get(name, ""))
         configs.append(scratch.FsConfig(fs=name, mkfs_options=opts, mount_options=mount.get(name, ""),
-                                        size_bytes=args.image_size, devices=args.devices if name == "btrfs" else 1,
+                                        size_bytes=args.image_size or image_size(args.workload), devices=args.devices if name == "btrfs" else 1,
                                         label=label))
     return configs
 

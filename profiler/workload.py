@@ -43,6 +43,12 @@ def check_args(name, args):
         raise FsprofError(str(e), exit_code=2)
 
 
+def image_size(name):
+    """A bundled workload's scratch image size (its IMAGE_SIZE), else 1 GiB."""
+    from workloads.common import parse_size
+    return parse_size(getattr(module(name), "IMAGE_SIZE", "1G")) if name in WORKLOADS else 1 << 30
+
+
 def workload_argv(name, args, result_file):
     module(name)
     return [sys.executable, "-m", WORKLOADS[name], "--result", result_file, *args]
