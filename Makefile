@@ -22,7 +22,7 @@ DEB_PKGS := clang llvm bpftool libbpf1 libbpf-dev libelf-dev zlib1g-dev e2fsprog
 # The untar workload's real kernel tree; without it the workload generates a synthetic one.
 OPT_PKGS := linux-source-6.1
 
-.PHONY: setup deps tracefs build run test clean
+.PHONY: setup deps tracefs build run test bench clean
 setup: deps $(VENV)/.installed tracefs build
 
 # Install only what is missing, so a second `make setup` is quick and needs no network.
@@ -70,6 +70,13 @@ test: setup
 	  if $(PY) -m profiler doctor; then echo "no test ran, and nothing is missing: failing"; \
 	  else echo "no test ran: this machine lacks what the tests need (above)"; rc=0; fi; \
 	fi; exit $$rc
+
+# Benchmarks (never part of `make test`): each bundled workload against its reference tool,
+# alternating A B A B on one scratch filesystem; figures and commands are in docs/workload-*.md.
+bench: setup
+	$(PY) bench/bench_fsync_heavy.py
+	$(PY) bench/bench_bonnie.py
+	$(PY) bench/bench_untar.py
 
 clean:
 	rm -rf build

@@ -18,6 +18,8 @@ X86_64 = {
     "fsync": (74, FD), "fdatasync": (75, FD), "truncate": (76, CWD), "ftruncate": (77, FD),
     "getdents": (78, FD), "rename": (82, CWD), "mkdir": (83, CWD), "rmdir": (84, CWD),
     "creat": (85, RET_FD), "link": (86, CWD), "unlink": (87, CWD),
+    "fchmod": (91, FD), "fchown": (93, FD), "lchown": (94, CWD), "fchownat": (260, DIRFD),
+    "fchmodat": (268, DIRFD), "utimensat": (280, DIRFD),
     "prctl": (157, MARKER), "sync": (162, GLOBAL), "io_getevents": (208, GLOBAL), "io_submit": (209, GLOBAL),
     "getdents64": (217, FD), "openat": (257, RET_FD_AT), "mkdirat": (258, DIRFD),
     "newfstatat": (262, DIRFD), "unlinkat": (263, DIRFD), "renameat": (264, DIRFD),
