@@ -3,6 +3,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include "fsprof.h"
+#include "shared_maps.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -20,21 +21,6 @@ struct {
 	__type(key, struct blk_key);
 	__type(value, struct blk_val);
 } blk_counts SEC(".maps");
-
-/* Shared with syscalls.bpf.c: the loader makes these the same maps as that object's. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct phase_state);
-} phase_state SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, N_DROPS);
-	__type(key, __u32);
-	__type(value, __u64);
-} drops SEC(".maps");
 
 static __always_inline bool is_op_char(char c)
 {
@@ -65,9 +51,6 @@ int on_rq_issue(struct trace_event_raw_block_rq *ctx)
 {
 	struct blk_key key = { .dev = ctx->dev };
 	struct blk_val *v, zero = {};
-	struct phase_state *ps;
-	__u32 zero_idx = 0, reason = DROP_BLOCK_FULL;
-	__u64 *n;
 	char rwbs[4];
 
 	if (!bpf_map_lookup_elem(&traced_devs, &key.dev))
@@ -75,16 +58,13 @@ int on_rq_issue(struct trace_event_raw_block_rq *ctx)
 	/* The verifier forbids variable offsets into the context: classify a copy. */
 	bpf_probe_read_kernel(rwbs, sizeof(rwbs), ctx->rwbs);
 	key.cls = rwbs_class(rwbs);
-	ps = bpf_map_lookup_elem(&phase_state, &zero_idx);
-	key.phase = ps ? ps->current : 0;
+	key.phase = current_phase();
 	v = bpf_map_lookup_elem(&blk_counts, &key);
 	if (!v) {
 		bpf_map_update_elem(&blk_counts, &key, &zero, BPF_NOEXIST);
 		v = bpf_map_lookup_elem(&blk_counts, &key);
 		if (!v) {
-			n = bpf_map_lookup_elem(&drops, &reason);
-			if (n)
-				(*n)++;
+			count_drop(DROP_BLOCK_FULL);
 			return 0;
 		}
 	}

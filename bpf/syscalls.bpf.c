@@ -12,6 +12,7 @@
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_tracing.h>
 #include "fsprof.h"
+#include "shared_maps.h"
 
 #define AT_FDCWD -100
 #define OFF_SLOTS 4      /* distinct (stack, runnable) off-CPU kinds kept per in-flight syscall */
@@ -49,14 +50,6 @@ struct {
 	__type(key, __u32);
 	__type(value, __u8);
 } syscall_dev_source SEC(".maps");
-
-/* The current workload phase; shared with block.bpf.c (the loader reuses this map there). */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct phase_state);
-} phase_state SEC(".maps");
 
 struct off_slot {
 	__s32 stackid;
@@ -115,23 +108,8 @@ struct {
 	__uint(value_size, MAX_STACK_DEPTH * sizeof(__u64));
 } stacks SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, N_DROPS);
-	__type(key, __u32);
-	__type(value, __u64);
-} drops SEC(".maps");
-
 const struct hist zero_hist = {};
 const __u8 one = 1;
-
-static __always_inline void count_drop(__u32 reason)
-{
-	__u64 *n = bpf_map_lookup_elem(&drops, &reason);
-
-	if (n)
-		(*n)++;
-}
 
 static __always_inline __u32 file_dev(struct file *file)
 {
@@ -194,14 +172,6 @@ static __always_inline void set_phase(__u64 index)
 	ps->current = index;
 	if (!ps->start_ns[index])
 		ps->start_ns[index] = bpf_ktime_get_ns();
-}
-
-static __always_inline __u16 current_phase(void)
-{
-	__u32 zero = 0;
-	struct phase_state *ps = bpf_map_lookup_elem(&phase_state, &zero);
-
-	return ps ? ps->current : 0;
 }
 
 SEC("tracepoint/raw_syscalls/sys_enter")
