@@ -190,3 +190,17 @@ def test_named_device_serves_several_filesystems(tmp_path, loopdev):
         assert fs["device"]["name"] == os.path.basename(loopdev)
         assert fs["syscalls"]["fsync"]["count"] == 50
     assert not mounts_under(tmp_path)
+
+
+@pytest.mark.slow
+def test_users_own_command_runs_on_the_filesystem_with_mnt_replaced(tmp_path):
+    out = tmp_path / "run"
+    proc = run_fsprof("run", "--fs", "ext4", "--scratch-dir", str(tmp_path / "scratch"), "-o", str(out), "--",
+                      "dd", "if=/dev/zero", "of={mnt}/fsprof-work/by-abs-path", "bs=4k", "count=37", "conv=fsync",
+                      "status=none")
+    assert proc.returncode == 0, proc.stderr
+    fs = json.loads((out / "result.json").read_text())["filesystems"][0]
+    assert fs["workload"]["command"][0] == "dd"
+    # The absolute path's open is placed by the fd it returned; the fd's writes and fsync follow.
+    assert fs["syscalls"]["write"]["count"] == 37 and fs["syscalls"]["fsync"]["count"] == 1
+    assert list(fs["phases"]) == ["run"]
