@@ -9,6 +9,11 @@ from pathlib import Path
 # Compiler clones (foo.isra.0, foo.constprop.0, foo.part.0, foo.cold) are the same function to a
 # reader and to the cause rules.
 _CLONE_SUFFIX = re.compile(r"(\.(isra|constprop|part|cold|llvm)(\.\d+)?)+$")
+_END_MARKERS = {"_etext", "_einittext"}
+UNKNOWN = "[unknown]"
+# A stack taken by one of fsprof's own tracepoint programs starts with the program (JIT code,
+# unnamed unless bpf_jit_kallsyms) and the tracepoint's run function: the tracer, not the traced.
+_TRACER_FRAME = re.compile(r"^(\[unknown\]|bpf_trace_run\d+|__bpf_trace_\w+|bpf_prog_\w+)$")
 
 
 @lru_cache(maxsize=1)
@@ -19,7 +24,10 @@ def _table():
         if len(parts) < 3 or parts[1] not in "tTwW":  # text symbols only
             continue
         addr = int(parts[0], 16)
-        if addr:
+        if addr and parts[2] in _END_MARKERS:  # past the image's text: an address here has no name
+            addrs.append(addr)
+            names.append(UNKNOWN)
+        elif addr:
             addrs.append(addr)
             names.append(_CLONE_SUFFIX.sub("", parts[2]))
     order = sorted(range(len(addrs)), key=addrs.__getitem__)
@@ -39,4 +47,11 @@ def name(addr):
 
 def symbolize(stacks):
     """{stack id: [addr, ...]} -> {stack id: [function, ...]}, innermost frame first."""
-    return {sid: [name(a) for a in addrs] for sid, addrs in stacks.items()}
+    return {sid: strip_tracer([name(a) for a in addrs]) for sid, addrs in stacks.items()}
+
+
+def strip_tracer(frames):
+    i = 0
+    while i < len(frames) - 1 and _TRACER_FRAME.match(frames[i]):
+        i += 1
+    return frames[i:]
