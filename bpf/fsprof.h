@@ -61,6 +61,11 @@ enum drop_reason {
 	                          * interval went under the filesystem known at entry (its relative
 	                          * path's), which differs from the final one only across a mount */
 	DROP_BLOCK_FULL,         /* block request map full */
+	DROP_WAKER_STACK,        /* a waker's stack not captured: the wait is kept, its waker stack is -1 */
+	DROP_WORKER_FULL,        /* a filesystem worker window or its off-CPU aggregate did not fit */
+	DROP_FS_FULL,            /* a journal/log/transaction aggregate map full (bpf/<fs>.bpf.c) */
+	DROP_RQ_FULL,            /* block request tracking map full: that request's times are not counted */
+	DROP_WRITEBACK_FULL,     /* writeback/dirty-throttling aggregate map full */
 	N_DROPS,
 };
 
@@ -78,10 +83,49 @@ struct op_key {
 	__u16 phase;
 };
 
+#define COMM_LEN 16
+
 /* One off-CPU aggregate: time a traced thread spent switched out inside syscall `nr`, with the
- * kernel stack at switch-out; runnable = preempted while it could run (CPU contention). */
+ * kernel stack at switch-out; runnable = preempted while it could run (CPU contention). A blocked
+ * interval also names who ended it: the waker's kernel stack and command, as sched_waking saw them
+ * in the waker's context (an interrupt's stack shows its irq frames above whatever it interrupted).
+ * Runnable intervals, and blocked ones whose wakeup was not seen, have waker_stack -1 and no comm. */
 struct off_key {
 	struct op_key op;
+	__s32 stackid;
+	__u32 runnable;
+	__s32 waker_stack;
+	char waker_comm[COMM_LEN];
+};
+
+/* Filesystem worker windows: a kernel thread doing work that ends other threads' waits (a jbd2
+ * commit, an XFS CIL push, a btrfs transaction commit), between a begin and an end tracepoint in
+ * bpf/<fs>.bpf.c. syscalls.bpf.c's sched_switch times the thread's off-CPU intervals inside a
+ * window, by stack, so that the worker's own time can be split by cause like a syscall's. */
+enum worker_kind {
+	WORKER_JBD2_COMMIT = 1,
+	WORKER_EXT4_FC_COMMIT = 2,
+	WORKER_XFS_CIL_PUSH = 3,
+	WORKER_XFS_LOG_FORCE = 4,
+	WORKER_BTRFS_COMMIT = 5,
+	WORKER_BTRFS_LOG_SYNC = 6,
+	N_WORKER_KINDS,
+};
+
+struct worker_window {
+	__u64 start_ns;
+	__u64 out_ns;          /* switched out inside the window; 0 while on CPU */
+	__u32 dev;             /* superblock (or journal) dev_t the work is for */
+	__u16 kind;            /* enum worker_kind */
+	__u16 phase;
+	__s32 out_stack;
+	__u32 out_runnable;
+};
+
+struct worker_key {
+	__u32 dev;
+	__u16 kind;
+	__u16 phase;
 	__s32 stackid;
 	__u32 runnable;
 };

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 */
-/* Maps that syscalls.bpf.c and block.bpf.c share: declared in both objects, and made one map by
- * the loader (BpfObject(share=...) reuses syscalls' fds when it loads block). */
+/* Maps every fsprof object shares: declared in each, and made one map by the loader
+ * (profiler/collect.py loads syscalls.bpf.o first and reuses its fds for every other object). */
 #ifndef FSPROF_SHARED_MAPS_H
 #define FSPROF_SHARED_MAPS_H
 #include "fsprof.h"
@@ -21,6 +21,30 @@ struct {
 	__type(value, __u64);
 } drops SEC(".maps");
 
+/* Kernel stacks of every object, so that one stack id means one stack in the whole trace. */
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 65536);   /* ids collide (-EEXIST) as distinct stacks grow: counted in drops */
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, MAX_STACK_DEPTH * sizeof(__u64));
+} stacks SEC(".maps");
+
+/* tid -> the worker window it is in (see struct worker_window). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct worker_window);
+} worker_windows SEC(".maps");
+
+/* Off-CPU time of workers inside their windows, by (dev, kind, phase, stack, runnable). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct worker_key);
+	__type(value, struct off_val);
+} worker_offcpu SEC(".maps");
+
 static __always_inline void count_drop(__u32 reason)
 {
 	__u64 *n = bpf_map_lookup_elem(&drops, &reason);
@@ -35,5 +59,28 @@ static __always_inline __u16 current_phase(void)
 	struct phase_state *ps = bpf_map_lookup_elem(&phase_state, &zero);
 
 	return ps ? ps->current : 0;
+}
+
+/* The current thread starts work of `kind` for `dev` (a begin tracepoint of bpf/<fs>.bpf.c). */
+static __always_inline void worker_begin(__u16 kind, __u32 dev)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct worker_window w = { .start_ns = bpf_ktime_get_ns(), .dev = dev, .kind = kind,
+				   .phase = current_phase(), .out_stack = -1 };
+
+	if (bpf_map_update_elem(&worker_windows, &tid, &w, BPF_ANY))
+		count_drop(DROP_WORKER_FULL);
+}
+
+/* The current thread's window ends; returns when it began (0 if no window was open). */
+static __always_inline __u64 worker_end(void)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct worker_window *w = bpf_map_lookup_elem(&worker_windows, &tid);
+	__u64 start = w ? w->start_ns : 0;
+
+	if (w)
+		bpf_map_delete_elem(&worker_windows, &tid);
+	return start;
 }
 #endif

@@ -51,9 +51,16 @@ struct {
 	__type(value, __u8);
 } syscall_dev_source SEC(".maps");
 
+/* Who ended a blocked interval (see struct off_key). */
+struct waker {
+	__s32 stack;
+	char comm[COMM_LEN];
+};
+
 struct off_slot {
 	__s32 stackid;
 	__u32 runnable;
+	struct waker waker;
 	__u64 count;
 	__u64 total_ns;
 };
@@ -66,6 +73,7 @@ struct inflight {
 	__s32 out_stack;
 	__u16 out_runnable;
 	__u16 deferred;        /* an open: its filesystem is known only at exit, so off-CPU time waits in slots */
+	struct waker waker;    /* who woke it while switched out */
 	struct off_slot slots[OFF_SLOTS];
 };
 
@@ -100,13 +108,6 @@ struct {
 	__type(key, struct sample_key);
 	__type(value, __u64);
 } samples SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
-	__uint(max_entries, 65536);   /* ids collide (-EEXIST) as distinct stacks grow: counted in drops */
-	__uint(key_size, sizeof(__u32));
-	__uint(value_size, MAX_STACK_DEPTH * sizeof(__u64));
-} stacks SEC(".maps");
 
 const struct hist zero_hist = {};
 const __u8 one = 1;
@@ -220,10 +221,18 @@ int on_sys_enter(struct trace_event_raw_sys_enter *ctx)
 	return 0;
 }
 
-static __always_inline void add_offcpu(struct op_key *opk, __s32 stackid, __u32 runnable, __u64 count, __u64 ns)
+/* waker NULL: no waker (runnable time, or a wakeup not seen). No const global stands for it:
+ * struct copies from .rodata came out wrong on this kernel/clang (the in-flight record was clobbered). */
+static __always_inline void add_offcpu(struct op_key *opk, __s32 stackid, __u32 runnable,
+				       const struct waker *waker, __u64 count, __u64 ns)
 {
-	struct off_key key = { .op = *opk, .stackid = stackid, .runnable = runnable };
+	struct off_key key = { .op = *opk, .stackid = stackid, .runnable = runnable, .waker_stack = -1 };
 	struct off_val *v, zero = {};
+
+	if (waker) {
+		key.waker_stack = waker->stack;
+		__builtin_memcpy(key.waker_comm, waker->comm, COMM_LEN);
+	}
 
 	v = bpf_map_lookup_elem(&offcpu, &key);
 	if (!v) {
@@ -287,7 +296,7 @@ int on_sys_exit(struct trace_event_raw_sys_exit *ctx)
 		#pragma unroll
 		for (int i = 0; i < OFF_SLOTS; i++) {
 			if (op->slots[i].count)
-				add_offcpu(&key, op->slots[i].stackid, op->slots[i].runnable,
+				add_offcpu(&key, op->slots[i].stackid, op->slots[i].runnable, &op->slots[i].waker,
 					   op->slots[i].count, op->slots[i].total_ns);
 		}
 	}
@@ -297,20 +306,20 @@ int on_sys_exit(struct trace_event_raw_sys_exit *ctx)
 
 /* One part of an off-CPU interval. Its key is the syscall's (filesystem, syscall, phase); for an
  * open, whose filesystem is certain only at exit, it waits in the in-flight record until then. */
-static __always_inline void add_interval(struct inflight *op, __u32 runnable, __u64 ns)
+static __always_inline void add_interval(struct inflight *op, __u32 runnable, const struct waker *waker, __u64 ns)
 {
 	/* Runnable time is CPU contention whatever the stack: an open keeps it in one slot. */
 	__s32 stack = op->deferred && runnable ? -1 : op->out_stack;
 	int free = -1;
 
 	if (!op->deferred) {
-		add_offcpu(&op->op, stack, runnable, 1, ns);
+		add_offcpu(&op->op, stack, runnable, waker, 1, ns);
 		return;
 	}
 	#pragma unroll
 	for (int i = 0; i < OFF_SLOTS; i++) {
 		if (op->slots[i].count && op->slots[i].stackid == stack &&
-		    op->slots[i].runnable == runnable) {
+		    op->slots[i].runnable == runnable && op->slots[i].waker.stack == (waker ? waker->stack : -1)) {
 			op->slots[i].count++;
 			op->slots[i].total_ns += ns;
 			return;
@@ -321,39 +330,98 @@ static __always_inline void add_interval(struct inflight *op, __u32 runnable, __
 	if (free >= 0 && free < OFF_SLOTS) {
 		op->slots[free].stackid = stack;
 		op->slots[free].runnable = runnable;
+		op->slots[free].waker.stack = -1;
+		if (waker) {
+			op->slots[free].waker.stack = waker->stack;
+			__builtin_memcpy(op->slots[free].waker.comm, waker->comm, COMM_LEN);
+		}
 		op->slots[free].count = 1;
 		op->slots[free].total_ns = ns;
 		return;
 	}
 	count_drop(DROP_OFF_SLOTS);
-	add_offcpu(&op->op, stack, runnable, 1, ns);
+	add_offcpu(&op->op, stack, runnable, waker, 1, ns);
 }
 
 /* Back on CPU. A blocked interval splits at its wakeup: until then the thread waited for what its
- * stack says; from then on it waited for a CPU (runnable: CPU contention). This is also where the
- * kernel's delay accounting ends an I/O wait (try_to_wake_up), so the two agree. */
+ * stack says, and the waker ended that wait; from then on it waited for a CPU (runnable: CPU
+ * contention). This is also where the kernel's delay accounting ends an I/O wait
+ * (try_to_wake_up), so the two agree. */
 static __always_inline void off_interval_end(struct inflight *op, __u64 now)
 {
 	if (op->woken_ns && op->woken_ns >= op->out_ns && op->woken_ns <= now) {
-		add_interval(op, op->out_runnable, op->woken_ns - op->out_ns);
+		add_interval(op, op->out_runnable, op->out_runnable ? NULL : &op->waker,
+			     op->woken_ns - op->out_ns);
 		if (now > op->woken_ns)
-			add_interval(op, 1, now - op->woken_ns);
+			add_interval(op, 1, NULL, now - op->woken_ns);
 	} else {
-		add_interval(op, op->out_runnable, now - op->out_ns);
+		add_interval(op, op->out_runnable, NULL, now - op->out_ns);
 	}
 	op->out_ns = 0;
 	op->woken_ns = 0;
 }
 
+/* Runs in the waker's context: its stack and comm are the current task's. */
 SEC("tp_btf/sched_waking")
 int BPF_PROG(on_waking, struct task_struct *p)
 {
 	__u32 tid = BPF_CORE_READ(p, pid);
 	struct inflight *op = bpf_map_lookup_elem(&inflight, &tid);
 
-	if (op && op->out_ns && !op->woken_ns)
-		op->woken_ns = bpf_ktime_get_ns();
+	if (!op || !op->out_ns || op->woken_ns)
+		return 0;
+	if (!op->out_runnable) {
+		op->waker.stack = bpf_get_stackid(ctx, &stacks, 0);
+		if (op->waker.stack < 0)
+			count_drop(DROP_WAKER_STACK);
+		bpf_get_current_comm(op->waker.comm, COMM_LEN);
+	}
+	/* Stamped after taking the stack: the wakee stays blocked until the waker gets past this
+	 * probe, and the kernel's delay accounting (later in try_to_wake_up) counts it so too. */
+	op->woken_ns = bpf_ktime_get_ns();
 	return 0;
+}
+
+/* A filesystem worker inside its window (bpf/<fs>.bpf.c opens and closes it): switch-out stack
+ * at prev, interval at next. Its time waits for nothing else, so no wakeup split. */
+static __always_inline void worker_switch_out(__u32 tid, void *ctx, bool runnable, __u64 now)
+{
+	struct worker_window *w = bpf_map_lookup_elem(&worker_windows, &tid);
+
+	if (!w)
+		return;
+	w->out_ns = now;
+	w->out_runnable = runnable;
+	w->out_stack = bpf_get_stackid(ctx, &stacks, 0);
+	if (w->out_stack < 0)
+		count_drop(DROP_OFFCPU_STACK);
+}
+
+static __always_inline void worker_switch_in(__u32 tid, __u64 now)
+{
+	struct worker_window *w = bpf_map_lookup_elem(&worker_windows, &tid);
+	struct worker_key key = {};
+	struct off_val *v, zero = {};
+
+	if (!w || !w->out_ns)
+		return;
+	key.dev = w->dev;
+	key.kind = w->kind;
+	key.phase = w->phase;
+	key.stackid = w->out_stack;
+	key.runnable = w->out_runnable;
+	v = bpf_map_lookup_elem(&worker_offcpu, &key);
+	if (!v) {
+		bpf_map_update_elem(&worker_offcpu, &key, &zero, BPF_NOEXIST);
+		v = bpf_map_lookup_elem(&worker_offcpu, &key);
+	}
+	if (v) {
+		v->count++;
+		v->total_ns += now - w->out_ns;
+	} else {
+		count_drop(DROP_WORKER_FULL);
+	}
+	w->out_ns = 0;
 }
 
 SEC("tp_btf/sched_switch")
@@ -369,6 +437,8 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	if (op) {
 		op->out_ns = now;
 		op->woken_ns = 0;
+		op->waker.stack = -1;
+		op->waker.comm[0] = 0;
 		op->out_runnable = preempt || prev_state == 0 /* TASK_RUNNING */;
 		op->out_stack = bpf_get_stackid(ctx, &stacks, 0);
 		if (op->out_stack < 0)
@@ -377,6 +447,8 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	op = bpf_map_lookup_elem(&inflight, &next_tid);
 	if (op && op->out_ns)
 		off_interval_end(op, now);
+	worker_switch_out(prev_tid, ctx, preempt || prev_state == 0, now);
+	worker_switch_in(next_tid, now);
 	return 0;
 }
 
@@ -426,6 +498,7 @@ int on_exit(struct trace_event_raw_sched_process_exit *ctx)
 	__u32 tid = (__u32)id, tgid = id >> 32;
 
 	bpf_map_delete_elem(&inflight, &tid);
+	bpf_map_delete_elem(&worker_windows, &tid);
 	/* Threads were added by tid when they were created; the process leaves with its last thread
 	 * (whichever that is), or with its leader on kernels without group_dead. */
 	if (tid != tgid)

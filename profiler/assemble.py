@@ -2,7 +2,8 @@
 per-phase figures stored in result.json: histograms summarised, stacks symbolised, attribution
 applied. Plain data in, plain data out: a stored run can be assembled again (`fsprof report`)."""
 
-from . import attribution, hist, symbols
+from . import attribution, behind, hist, symbols
+
 
 def phase_elapsed(start_ns, names, end_ns):
     """Seconds per phase, from the kernel's first-entry timestamps (phases in order of entry)."""
@@ -17,12 +18,27 @@ def _name(names, index):
     return names[index] if index < len(names) else f"phase-{index}"
 
 
-def assemble(raw, fs, sb_dev, names, end_ns):
-    """The result entry fields for the filesystem `fs` on superblock `sb_dev`; names[i] is phase
-    i's name (phase 0: everything before the workload's first marker)."""
+def workers(fs, records, stacks, names):
+    """{worker kind: {"all": breakdown, "phases": {phase name: breakdown}}} of the workers' own
+    off-CPU time (attribution.attribute_worker)."""
+    out = {}
+    for kind in sorted({r["kind"] for r in records}):
+        mine = [r for r in records if r["kind"] == kind]
+        out[kind] = {"all": attribution.attribute_worker(fs, mine, stacks),
+                     "phases": {_name(names, i): attribution.attribute_worker(fs, [r for r in mine if r["phase"] == i], stacks)
+                                for i in sorted({r["phase"] for r in mine})}}
+    return out
+
+
+def assemble(raw, target, names, end_ns):
+    """The result entry fields for the filesystem of `target` (a behind.Target); names[i] is
+    phase i's name (phase 0: everything before the workload's first marker)."""
+    fs, sb_dev = target.fs, target.sb_dev
     mine = lambda recs: [r for r in recs if r["dev"] == sb_dev]  # noqa: E731
     ops, offcpu, samples = mine(raw["ops"]), mine(raw["offcpu"]), mine(raw["samples"])
-    used = {r["stack"] for r in offcpu + samples}
+    # A worker names the superblock, or (jbd2) the block device its journal is on.
+    worker_recs = [r for r in raw.get("workers", []) if r["dev"] == sb_dev or r["dev"] in target.block_devs]
+    used = {r["stack"] for r in offcpu + samples + worker_recs} | {r["waker_stack"] for r in offcpu}
     stacks = symbols.symbolize({sid: a for sid, a in raw["stacks"].items() if sid in used})
 
     unresolved = [r for r in raw["ops"] if r["dev"] == 0]
@@ -61,7 +77,7 @@ def assemble(raw, fs, sb_dev, names, end_ns):
                 e["bytes"] += v["bytes"]
     off = sum(b["offcpu_ns"] for p in phases.values() for b in p["attribution"].values())
     other = sum(b["causes"].get(attribution.OTHER_WAIT, 0) for p in phases.values() for b in p["attribution"].values())
-    return {
+    entry = {
         # The model's own error bar: the share of off-CPU time no rule explained.
         "other_wait_share": other / off if off else 0.0,
         "syscalls": {op: hist.merge([r for r in ops if r["op"] == op]) for op in all_ops},
@@ -73,9 +89,18 @@ def assemble(raw, fs, sb_dev, names, end_ns):
         "block": block,
         "trace": {
             "sample_hz": raw["sample_hz"],
-            "offcpu": [{k: r[k] for k in ("phase", "op", "stack", "runnable", "count", "total_ns")} for r in offcpu],
+            "offcpu": [{k: r[k] for k in ("phase", "op", "stack", "runnable", "waker_stack", "waker_comm",
+                                          "count", "total_ns")} for r in offcpu],
             "samples": [{k: r[k] for k in ("phase", "op", "stack", "count")} for r in samples],
+            "workers": [{k: r[k] for k in ("phase", "kind", "stack", "runnable", "count", "total_ns")}
+                        for r in worker_recs],
             "stacks": {str(k): v for k, v in stacks.items()},
         },
         "drops": raw["drops"],
     }
+    ctx = behind.Context(fs=fs, sb_dev=sb_dev, block_devs=target.block_devs, phase_names=list(names),
+                         elapsed_s=sum(elapsed.values()), syscalls=entry["syscalls"], phases=phases,
+                         workers=workers(fs, worker_recs, stacks, names))
+    entry["behind"] = {m.NAME: m.summarize(raw.get("behind", {}).get(m.NAME, {}), ctx) for m in behind.MODULES}
+    entry["behind"]["workers"] = ctx.workers
+    return entry

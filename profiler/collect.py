@@ -5,31 +5,39 @@ import ctypes as c
 import os
 import time
 
-from . import maps, syscalls
+from . import behind, maps, syscalls
 from .bpf import BpfObject
 from .errors import FsprofError
 
 DEFAULT_SAMPLE_HZ = 999
 
 
+# Maps of bpf/shared_maps.h: every object after syscalls uses syscalls' copy.
+SHARED_MAPS = (("phase_state", c.c_uint32, maps.PhaseState), ("drops", c.c_uint32, c.c_uint64),
+               ("stacks", c.c_uint32, maps.Stack), ("worker_windows", c.c_uint32, maps.WorkerWindow),
+               ("worker_offcpu", maps.WorkerKey, maps.OffVal))
+
+
 class Collector:
     def __init__(self, sample_hz=DEFAULT_SAMPLE_HZ):
-        self.objects = []
+        self.objects, self.probes = [], {}
         try:
             self.sys = self._load("syscalls")
-            self.blk = self._load("block", share={"phase_state": self.sys.map("phase_state", c.c_uint32, maps.PhaseState),
-                                                  "drops": self.sys.map("drops", c.c_uint32, c.c_uint64)})
             m = self.sys.map
+            shared = {name: m(name, k, v) for name, k, v in SHARED_MAPS}
+            for module in behind.MODULES:
+                if module.OBJECT:
+                    self.probes[module.NAME] = module.Probe(self._load(module.OBJECT, share=shared))
             self.filter = m("filter_cfg", c.c_uint32, maps.Filter)
             self.tgids = m("traced_tgids", c.c_uint32, c.c_uint8)
-            self.phase = m("phase_state", c.c_uint32, maps.PhaseState)
-            self.drops = m("drops", c.c_uint32, c.c_uint64)
+            self.phase = shared["phase_state"]
+            self.drops = shared["drops"]
+            self.stacks = shared["stacks"]
+            self.worker_windows = shared["worker_windows"]
+            self.worker_offcpu = shared["worker_offcpu"]
             self.op_hist = m("op_hist", maps.OpKey, maps.Hist)
             self.offcpu = m("offcpu", maps.OffKey, maps.OffVal)
             self.samples = m("samples", maps.SampleKey, c.c_uint64)
-            self.stacks = m("stacks", c.c_uint32, maps.Stack)
-            self.devs = self.blk.map("traced_devs", c.c_uint32, c.c_uint8)
-            self.blk_counts = self.blk.map("blk_counts", maps.BlkKey, maps.BlkVal)
             src = m("syscall_dev_source", c.c_uint32, c.c_uint8)
             for nr, source in syscalls.table().values():
                 src.update(c.c_uint32(nr), c.c_uint8(source))
@@ -76,14 +84,16 @@ class Collector:
         """Every process, operations on superblock `dev` only (`fsprof record --mount`)."""
         self._set_filter(maps.FILTER_ALL, dev)
 
-    def trace_devices(self, kdevs):
-        self.devs.clear()
-        for dev in kdevs:
-            self.devs.update(c.c_uint32(dev), c.c_uint8(1))
+    def set_targets(self, targets):
+        """The filesystems under test (a list of behind.Target): what the behind-the-wait probes watch."""
+        for probe in self.probes.values():
+            probe.set_targets(targets)
 
     def reset(self):
-        for m in (self.op_hist, self.offcpu, self.samples, self.blk_counts, self.stacks, self.tgids):
+        for m in (self.op_hist, self.offcpu, self.samples, self.stacks, self.tgids, self.worker_offcpu):
             m.clear()
+        for probe in self.probes.values():
+            probe.reset()
         self.phase.update(c.c_uint32(0), maps.PhaseState())
         # Per-CPU arrays cannot be cleared; drops are reported as the change since reset.
         self._drops_at_reset = self._read_drops()
@@ -91,34 +101,36 @@ class Collector:
     def _read_drops(self):
         return [sum(self.drops.lookup(c.c_uint32(i)) or [0]) for i in range(len(maps.DROP_REASONS))]
 
-    def snapshot(self, block_devs):
+    def snapshot(self):
         """Everything the probes aggregated since reset(), as plain data keyed by superblock dev
-        and phase index; block requests of `block_devs` ({kdev: name}). Stacks are raw addresses."""
+        and phase index. Stacks are raw addresses; "behind" holds each behind-the-wait probe's own."""
         now = time.monotonic_ns()
         ops = [{"dev": k.dev, "op": syscalls.name_of(k.nr), "phase": k.phase, **maps.sum_hists(v)}
                for k, v in self.op_hist.items()]
         offcpu = [{"dev": k.op.dev, "op": syscalls.name_of(k.op.nr), "phase": k.op.phase, "stack": k.stackid,
-                   "runnable": bool(k.runnable), "count": sum(x.count for x in v),
-                   "total_ns": sum(x.total_ns for x in v)} for k, v in self.offcpu.items()]
+                   "runnable": bool(k.runnable), "waker_stack": k.waker_stack,
+                   "waker_comm": k.waker_comm.decode(errors="replace"),
+                   "count": sum(x.count for x in v), "total_ns": sum(x.total_ns for x in v)}
+                  for k, v in self.offcpu.items()]
         samples = [{"dev": k.op.dev, "op": syscalls.name_of(k.op.nr), "phase": k.op.phase, "stack": k.stackid,
                     "count": sum(v)} for k, v in self.samples.items()]
-        wanted = {r["stack"] for r in offcpu + samples if r["stack"] >= 0}
+        workers = [{"dev": k.dev, "kind": maps.WORKER_KINDS[k.kind] if k.kind < len(maps.WORKER_KINDS) else str(k.kind),
+                    "phase": k.phase, "stack": k.stackid, "runnable": bool(k.runnable),
+                    "count": sum(x.count for x in v), "total_ns": sum(x.total_ns for x in v)}
+                   for k, v in self.worker_offcpu.items()]
+        behind = {name: probe.snapshot() for name, probe in self.probes.items()}
+        wanted = {r["stack"] for r in offcpu + samples + workers} | {r["waker_stack"] for r in offcpu}
+        wanted |= set(behind_stack_ids(behind))
         stacks = {}
         for sid in wanted:
-            addrs = self.stacks.lookup(c.c_uint32(sid))
+            addrs = self.stacks.lookup(c.c_uint32(sid)) if sid >= 0 else None
             if addrs is not None:
                 stacks[sid] = [a for a in addrs if a]
-        block = {}
-        for k, v in self.blk_counts.items():
-            if k.dev in block_devs:
-                entry = block.setdefault(block_devs[k.dev], {}).setdefault(k.phase, {})
-                cls = entry.setdefault(maps.BLK_CLASSES[k.cls], {"count": 0, "bytes": 0})
-                cls["count"] += sum(x.count for x in v)
-                cls["bytes"] += sum(x.bytes for x in v)
         ps = self.phase.lookup(c.c_uint32(0))
         drops = [n - base for n, base in zip(self._read_drops(), getattr(self, "_drops_at_reset", None) or
                                              [0] * len(maps.DROP_REASONS))]
-        return {"ops": ops, "offcpu": offcpu, "samples": samples, "stacks": stacks, "block": block,
+        return {"ops": ops, "offcpu": offcpu, "samples": samples, "workers": workers, "stacks": stacks,
+                "block": behind.get("block", {}).get("counts", {}), "behind": behind,
                 "phase_start_ns": list(ps.start_ns), "snapshot_ns": now, "sample_hz": self.sample_hz,
                 "drops": dict(zip(maps.DROP_REASONS, drops))}
 
@@ -132,3 +144,18 @@ class Collector:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def behind_stack_ids(behind):
+    """Stack ids a behind-the-wait probe's snapshot refers to: any "stack" or "*_stack" key."""
+    def walk(x):
+        if isinstance(x, dict):
+            for k, v in x.items():
+                if isinstance(v, int) and (k == "stack" or k.endswith("_stack")):
+                    yield v
+                else:
+                    yield from walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                yield from walk(v)
+    return walk(behind)

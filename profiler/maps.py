@@ -16,7 +16,12 @@ DEV_SRC_NONE, DEV_SRC_FD, DEV_SRC_RET_FD, DEV_SRC_DIRFD, DEV_SRC_CWD, DEV_SRC_GL
 FILTER_PID, FILTER_CGROUP, FILTER_ALL = range(3)
 # enum drop_reason, in order
 DROP_REASONS = ("inflight_full", "ops_full", "offcpu_full", "offcpu_stack", "samples_full", "sample_stack",
-                "open_slots_overflow", "block_full")
+                "open_slots_overflow", "block_full", "waker_stack", "worker_full", "fs_full", "rq_full",
+                "writeback_full")
+COMM_LEN = 16
+# enum worker_kind (index = value)
+WORKER_KINDS = (None, "jbd2 commit", "ext4 fast commit", "xfs cil push", "xfs log force", "btrfs commit",
+                "btrfs log sync")
 
 # enum blk_class, in order
 BLK_CLASSES = ("flush", "fua_write", "write", "read", "discard", "other")
@@ -32,7 +37,18 @@ class OpKey(c.Structure):
 
 
 class OffKey(c.Structure):
-    _fields_ = [("op", OpKey), ("stackid", c.c_int32), ("runnable", c.c_uint32)]
+    _fields_ = [("op", OpKey), ("stackid", c.c_int32), ("runnable", c.c_uint32), ("waker_stack", c.c_int32),
+                ("waker_comm", c.c_char * COMM_LEN)]
+
+
+class WorkerKey(c.Structure):
+    _fields_ = [("dev", c.c_uint32), ("kind", c.c_uint16), ("phase", c.c_uint16), ("stackid", c.c_int32),
+                ("runnable", c.c_uint32)]
+
+
+class WorkerWindow(c.Structure):
+    _fields_ = [("start_ns", c.c_uint64), ("out_ns", c.c_uint64), ("dev", c.c_uint32), ("kind", c.c_uint16),
+                ("phase", c.c_uint16), ("out_stack", c.c_int32), ("out_runnable", c.c_uint32)]
 
 
 class OffVal(c.Structure):

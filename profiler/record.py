@@ -12,7 +12,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import __version__, blockdev, maps
+from . import __version__, behind, blockdev, maps
 from .assemble import assemble
 from .collect import Collector
 from .errors import FsprofError
@@ -144,6 +144,11 @@ def _alive(pid):
         return False
 
 
+def _target(m):
+    block = _block_of(m)
+    return behind.Target(m["fstype"], _sb_dev(m), {block[1]: block[0]} if block else {}, m["target"])
+
+
 def record(args):
     duration = parse_duration(args.duration) if args.duration else float("inf")
     kind, value, scope = check_target(args)
@@ -151,16 +156,16 @@ def record(args):
     with Collector(sample_hz=args.sample_hz) as collector:
         collector.reset()
         what = apply_target(collector, kind, value)
-        block_devs = dict(filter(None, (_block_of(m) for m in scope)))
-        block_devs = {kdev: name for name, kdev in block_devs.items()}
-        collector.trace_devices(block_devs)
+        targets = [_target(m) for m in scope]
+        block_devs = {kdev: name for t in targets for kdev, name in t.block_devs.items()}
+        collector.set_targets(targets)
         before = {name: blockdev.read_stat(name) for name in block_devs.values()}
         start_ns = time.monotonic_ns()
         started = datetime.now(timezone.utc).isoformat(timespec="seconds")
         print(f"fsprof: recording {what}; Ctrl-C to stop", file=sys.stderr, flush=True)
         ended_by = wait(args, time.monotonic() + duration)
         end_ns = time.monotonic_ns()
-        raw = collector.snapshot(block_devs)
+        raw = collector.snapshot()
         after = {name: blockdev.read_stat(name) for name in block_devs.values()}
         raw["phase_start_ns"][0] = start_ns
         skipped = collector.skipped
@@ -181,7 +186,7 @@ def record(args):
                                                                        "scheduler": "n/a"})},
             "superblock_dev": m["majmin"], "elapsed_s": (end_ns - start_ns) / 1e9,
             "workload": {"recorded": what},
-            **assemble(raw_m, m["fstype"], dev, ["record"], end_ns),
+            **assemble(raw_m, _target(m), ["record"], end_ns),
             "kernel_counters": {n: blockdev.stat_delta(before[n], after[n]) for n in names},
         }
         for name in names:

@@ -74,6 +74,12 @@ def attribution_table(breakdowns, indent="   ", top=4, min_share=0.01):
         if other:
             names = ", ".join(list(b["other_wait_frames"])[:3])
             lines.append(f"{indent}  other wait: {100 * other / off:.1f}% of off-CPU time ({names})")
+        top = next((c for c in b["causes"] if c in b.get("wakers", {})), None)
+        if top:
+            by = b["wakers"][top]
+            total = sum(by.values()) or 1
+            lines.append(f"{indent}  {top} ended by: " +
+                         ", ".join(f"{who} {100 * ns / total:.0f}%" for who, ns in list(by.items())[:3]))
     return lines
 
 
@@ -106,6 +112,11 @@ def render_fs(fs):
             continue
         lines.append(f"   phase {pname} ({phase.get('elapsed_s', 0):.2f} s): where the time went")
         lines.extend(attribution_table(phase["attribution"], indent="     "))
+    from . import behind
+    for module in behind.MODULES:
+        section = fs.get("behind", {}).get(module.NAME)
+        if section:
+            lines.extend(module.report_lines(section, fs))
     lines.append(f"   off-CPU time no rule explained (\"other wait\"): {100 * fs.get('other_wait_share', 0):.1f}%")
     lost = {k: v for k, v in fs.get("drops", {}).items() if v}
     lines.append("   lost events: " + (", ".join(f"{k} {v}" for k, v in lost.items()) if lost else "none"))

@@ -13,7 +13,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import __version__, blockdev, maps, scratch
+from . import __version__, behind, blockdev, maps, scratch
 from .assemble import assemble
 from .collect import Collector
 from .errors import FsprofError
@@ -95,7 +95,8 @@ def measure(collector, sfs, workload, out_dir, drop_caches, changes=None):
         scratch.drop_caches()
 
     block_devs = {kdev: name for name, kdev in sfs.block_devs}
-    collector.trace_devices(block_devs)
+    target = behind.Target(sfs.config.fs, sfs.dev, block_devs, str(sfs.mountpoint))
+    collector.set_targets([target])
     collector.reset()
     before = {name: blockdev.read_stat(name) for name in block_devs.values()}
     proc = GatedProcess(workload.argv(str(result_file), sfs.mountpoint), cwd=str(workdir))
@@ -111,7 +112,7 @@ def measure(collector, sfs, workload, out_dir, drop_caches, changes=None):
         raise
     end_ns = time.monotonic_ns()
     elapsed = time.monotonic() - proc.started
-    raw = collector.snapshot(block_devs)
+    raw = collector.snapshot()
     raw["phase_start_ns"][0] = start_ns  # phase 0 starts when the workload is let go
     after = {name: blockdev.read_stat(name) for name in block_devs.values()}
     own = workload.own_result(result_file, status)
@@ -125,7 +126,7 @@ def measure(collector, sfs, workload, out_dir, drop_caches, changes=None):
         "superblock_dev": blockdev.kdev_str(sfs.dev),
         "elapsed_s": elapsed,
         "workload": own,
-        **assemble(raw, sfs.config.fs, sfs.dev, [workload.phase0, *own.get("phases", [])], end_ns),
+        **assemble(raw, target, [workload.phase0, *own.get("phases", [])], end_ns),
         "kernel_counters": {name: blockdev.stat_delta(before[name], after[name]) for name in before},
     }
     for name in block_devs.values():  # every device under test, every class, even at zero

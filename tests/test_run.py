@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import loops_under, mounts_under, run_fsprof
-from profiler import scratch
+from profiler import behind, scratch
 from profiler.collect import Collector
 from profiler.run import measure
 from profiler.workload import GatedProcess, WorkloadSpec, workload_argv
@@ -113,14 +113,14 @@ def test_children_of_the_workload_are_followed(tmp_path):
     """The traced process is a shell; the fsyncs happen in its child."""
     with scratch.Changes() as changes, Collector() as collector:
         sfs = scratch.provision(changes, scratch.FsConfig("ext4"), tmp_path / "scratch")
-        collector.trace_devices({kdev: name for name, kdev in sfs.block_devs})
+        collector.set_targets([behind.Target("ext4", sfs.dev, {kdev: name for name, kdev in sfs.block_devs})])
         collector.reset()
         inner = workload_argv("fsync-loop", ["--count", "50"], str(tmp_path / "w.json"))
         proc = GatedProcess(["/bin/sh", "-c", " ".join(inner) + "; true"], cwd=sfs.mountpoint)
         collector.trace_pid(proc.pid)
         proc.release()
         assert proc.wait() == 0
-        ops = [r for r in collector.snapshot({})["ops"] if r["dev"] == sfs.dev]
+        ops = [r for r in collector.snapshot()["ops"] if r["dev"] == sfs.dev]
     assert sum(r["count"] for r in ops if r["op"] == "fsync") == 50
 
 

@@ -1,0 +1,49 @@
+"""Behind the wait: the work that ends a traced thread's waits (journal commits, log forces,
+transaction commits, block requests, writeback), one module per subsystem.
+
+Each module has the same parts, so that collection, assembly and the report treat them alike:
+
+    NAME                       its key in result.json: filesystems[i]["behind"][NAME]
+    OBJECT                     the BPF object it loads (bpf/<OBJECT>.bpf.c)
+    class Probe(obj)           reads that object's maps:
+        set_targets(targets)       the filesystems and devices under test (a list of Target)
+        reset()                    forget everything aggregated so far
+        snapshot() -> dict         what was aggregated since reset(), as plain JSON-able data
+    summarize(raw, ctx) -> dict   one snapshot -> the section stored in result.json (ctx: Context)
+    report_lines(section, fs) -> [str]   the terminal view of that section (fs: the result entry)
+
+Every object includes bpf/shared_maps.h; the collector makes those maps (phase, drops, stacks,
+worker windows) one across objects. A module whose tracepoints this kernel lacks still loads: its
+programs are skipped and the run says so.
+"""
+
+from dataclasses import dataclass, field
+
+from . import block, btrfs, jbd2, writeback, xfs
+
+MODULES = (block, jbd2, xfs, btrfs, writeback)
+
+
+@dataclass
+class Target:
+    """One filesystem under test, as the probes need to recognise it in tracepoint fields."""
+    fs: str                      # ext4, xfs, btrfs, ...
+    sb_dev: int                  # kernel dev_t of the superblock (st_dev of its files)
+    block_devs: dict             # {kernel dev_t: name} of the block devices it sits on
+    mountpoint: str = ""
+
+
+@dataclass
+class Context:
+    """What a module's summarize() may use besides its own snapshot."""
+    fs: str
+    sb_dev: int
+    block_devs: dict             # {kernel dev_t: name}
+    phase_names: list            # index -> name
+    elapsed_s: float
+    syscalls: dict               # the entry's "syscalls" (per op: count, total_ns, percentiles)
+    phases: dict                 # the entry's "phases" (per phase: syscalls, attribution, ...)
+    workers: dict = field(default_factory=dict)  # {worker kind: {phase name: breakdown}} (assemble)
+
+    def phase_name(self, index):
+        return self.phase_names[index] if index < len(self.phase_names) else f"phase-{index}"
