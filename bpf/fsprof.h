@@ -73,6 +73,7 @@ struct hist {
 	__u64 count;
 	__u64 total_ns;
 	__u64 max_ns;
+	__u64 ret_sum;         /* op_hist: sum of positive return values (bytes, for read/write calls) */
 	__u64 slots[FINE_SLOTS];
 };
 

@@ -247,7 +247,7 @@ static __always_inline void add_offcpu(struct op_key *opk, __s32 stackid, __u32 
 	v->total_ns += ns;
 }
 
-static __always_inline void add_op(struct op_key *key, __u64 delta)
+static __always_inline void add_op(struct op_key *key, __u64 delta, long ret)
 {
 	struct hist *h = bpf_map_lookup_elem(&op_hist, key);
 
@@ -262,6 +262,8 @@ static __always_inline void add_op(struct op_key *key, __u64 delta)
 	__sync_fetch_and_add(&h->count, 1);
 	__sync_fetch_and_add(&h->total_ns, delta);
 	__sync_fetch_and_add(&h->slots[fine_slot(delta)], 1);
+	if (ret > 0)
+		__sync_fetch_and_add(&h->ret_sum, ret);
 	/* A maximum has no atomic op: two CPUs finishing a new maximum at the same instant could
 	 * keep the smaller; the histogram's top slot still holds the larger. */
 	if (delta > h->max_ns)
@@ -292,7 +294,7 @@ int on_sys_exit(struct trace_event_raw_sys_exit *ctx)
 
 	f = get_filter();
 	if (!f || !f->dev || key.dev == f->dev) {
-		add_op(&key, delta);
+		add_op(&key, delta, ctx->ret);
 		#pragma unroll
 		for (int i = 0; i < OFF_SLOTS; i++) {
 			if (op->slots[i].count)

@@ -105,8 +105,13 @@ class Collector:
         """Everything the probes aggregated since reset(), as plain data keyed by superblock dev
         and phase index. Stacks are raw addresses; "behind" holds each behind-the-wait probe's own."""
         now = time.monotonic_ns()
-        ops = [{"dev": k.dev, "op": syscalls.name_of(k.nr), "phase": k.phase, **maps.sum_hists(v)}
-               for k, v in self.op_hist.items()]
+        ops = []
+        for k, v in self.op_hist.items():
+            op, h = syscalls.name_of(k.nr), maps.sum_hists(v)
+            ret_sum = h.pop("ret_sum")
+            if op in syscalls.MOVES_BYTES:
+                h["bytes"] = ret_sum
+            ops.append({"dev": k.dev, "op": op, "phase": k.phase, **h})
         offcpu = [{"dev": k.op.dev, "op": syscalls.name_of(k.op.nr), "phase": k.op.phase, "stack": k.stackid,
                    "runnable": bool(k.runnable), "waker_stack": k.waker_stack,
                    "waker_comm": k.waker_comm.decode(errors="replace"),

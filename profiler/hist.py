@@ -47,19 +47,23 @@ def log2_buckets(fine):
 def merge(hists):
     """One histogram summary from several (e.g. a syscall over all phases)."""
     fine, count, total, mx = {}, 0, 0, 0
+    hists = list(hists)
     for h in hists:
         for slot, n in h["fine"].items():
             fine[int(slot)] = fine.get(int(slot), 0) + n
         count += h["count"]
         total += h["total_ns"]
         mx = max(mx, h["max_ns"])
-    return summarize({"count": count, "total_ns": total, "max_ns": mx, "fine": fine})
+    merged = {"count": count, "total_ns": total, "max_ns": mx, "fine": fine}
+    if any("bytes" in h for h in hists):
+        merged["bytes"] = sum(h.get("bytes", 0) for h in hists)
+    return summarize(merged)
 
 
 def summarize(h):
     """The plain-data form stored in result.json: counts, percentiles and both bucket layouts."""
     fine = {int(k): v for k, v in h["fine"].items()}
-    return {
+    out = {
         "count": h["count"], "total_ns": h["total_ns"], "max_ns": h["max_ns"],
         "avg_ns": h["total_ns"] / h["count"] if h["count"] else 0,
         "p50_ns": percentile(fine, 0.50, h["max_ns"]), "p95_ns": percentile(fine, 0.95, h["max_ns"]),
@@ -67,3 +71,6 @@ def summarize(h):
         "log2_ns": log2_buckets(fine),
         "fine": {str(k): v for k, v in sorted(fine.items())},
     }
+    if "bytes" in h:  # read/write-type syscalls: bytes moved (their positive return values)
+        out["bytes"] = h["bytes"]
+    return out

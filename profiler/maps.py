@@ -28,7 +28,7 @@ BLK_CLASSES = ("flush", "fua_write", "write", "read", "discard", "other")
 
 
 class Hist(c.Structure):
-    _fields_ = [("count", c.c_uint64), ("total_ns", c.c_uint64), ("max_ns", c.c_uint64),
+    _fields_ = [("count", c.c_uint64), ("total_ns", c.c_uint64), ("max_ns", c.c_uint64), ("ret_sum", c.c_uint64),
                 ("slots", c.c_uint64 * FINE_SLOTS)]
 
 
@@ -89,4 +89,4 @@ def sum_hists(per_cpu):
             if n:
                 fine[i] = fine.get(i, 0) + n
     return {"count": sum(h.count for h in per_cpu), "total_ns": sum(h.total_ns for h in per_cpu),
-            "max_ns": max(h.max_ns for h in per_cpu), "fine": fine}
+            "max_ns": max(h.max_ns for h in per_cpu), "ret_sum": sum(h.ret_sum for h in per_cpu), "fine": fine}

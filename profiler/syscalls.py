@@ -30,6 +30,11 @@ X86_64 = {
 }
 
 
+# Syscalls whose positive return value is bytes moved (the "bytes" of the syscall figures).
+MOVES_BYTES = {"read", "write", "pread64", "pwrite64", "readv", "writev", "preadv", "pwritev", "preadv2",
+               "pwritev2", "copy_file_range"}
+
+
 def table():
     """The syscall table for this machine's architecture."""
     if os.uname().machine != "x86_64":

@@ -19,9 +19,10 @@ programs are skipped and the run says so.
 
 from dataclasses import dataclass, field
 
-from . import block, btrfs, jbd2, writeback, xfs
+from . import block, btrfs, ext4, writeback, xfs
 
-MODULES = (block, jbd2, xfs, btrfs, writeback)
+# Report order: the filesystem's journal/log first, then the block requests behind it, then writeback.
+MODULES = (ext4, xfs, btrfs, block, writeback)
 
 
 @dataclass
