@@ -38,11 +38,12 @@ def assert_invariants(result):
                 assert abs(sum(b["causes"].values()) - b["wall_ns"]) <= 0.01 * b["wall_ns"], (where, b)
                 assert b["offcpu_ns"] <= b["wall_ns"], (where, b)
         # Stack ids can collide in the kernel's stack map: reported, and kept rare.
-        stackless = {"offcpu_stack", "sample_stack", "open_slots_overflow"}
+        stackless = {"offcpu_stack", "sample_stack", "waker_stack", "open_slots_overflow"}
         lost = {k: v for k, v in fs["drops"].items() if v and k not in stackless}
         assert not lost, (fs["label"], lost)
         events = sum(r["count"] for r in fs["trace"]["offcpu"] + fs["trace"]["samples"])
-        assert fs["drops"]["offcpu_stack"] + fs["drops"]["sample_stack"] <= max(0.02 * events, 5), fs["drops"]
+        stack_drops = sum(fs["drops"].get(k, 0) for k in ("offcpu_stack", "sample_stack", "waker_stack"))
+        assert stack_drops <= max(0.02 * events, 5), fs["drops"]
 
 
 def mounts_under(root):

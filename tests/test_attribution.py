@@ -54,6 +54,22 @@ def test_fsync_waits_for_each_filesystems_own_commit(tmp_path):
     # Each filesystem's commit cause is its own, never another's.
     assert "log force wait" not in breakdown(fs["ext4"], "fsync")["causes"]
     assert "journal commit wait" not in breakdown(fs["xfs"], "fsync")["causes"]
+    # Who ended the waits: every blocked interval's wakeup was seen, and ext4's commit waits were
+    # ended by that filesystem's jbd2 thread, from inside its commit.
+    for f in fs.values():
+        wakers = breakdown(f, "fsync", "run")["wakers"]
+        unseen = sum(by.get("[not seen]", 0) for by in wakers.values())
+        assert unseen <= 0.01 * sum(sum(by.values()) for by in wakers.values()), (f["fs"], wakers)
+    ext4 = fs["ext4"]
+    by = breakdown(ext4, "fsync", "run")["wakers"]["journal commit wait"]
+    jbd2_thread = f"jbd2/{ext4['device']['name']}-8"
+    assert by.get(jbd2_thread, 0) >= 0.95 * sum(by.values()), by
+    stacks, rules = ext4["trace"]["stacks"], rules_for("ext4")
+    commit_waits = [r for r in ext4["trace"]["offcpu"] if r["op"] == "fsync" and not r["runnable"] and
+                    rules.classify_off(stacks.get(str(r["stack"]), []), False)[0] == "journal commit wait"]
+    woken_in_commit = sum(r["total_ns"] for r in commit_waits
+                          if "jbd2_journal_commit_transaction" in stacks.get(str(r["waker_stack"]), []))
+    assert woken_in_commit >= 0.95 * sum(r["total_ns"] for r in commit_waits)
 
 
 def test_barriers_off_remove_the_flush_causes(tmp_path):
