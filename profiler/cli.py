@@ -56,6 +56,12 @@ def positive(text):
     return value
 
 
+DEFAULT_FS = "ext4,xfs,btrfs"
+# `fsprof run` options that a spec file sets per configuration instead.
+SPEC_SETS = ("fs", "workload", "mkfs_options", "mount_options", "sysctl", "scheduler", "image_size", "device",
+             "drop_caches")
+
+
 class Parser(argparse.ArgumentParser):
     """Usage errors in one sentence, as every other error: `--help` has the full usage."""
 
@@ -70,12 +76,14 @@ def parser():
 
     run = sub.add_parser(
         "run", help="run a workload on scratch filesystems under tracing", allow_abbrev=False,
-        usage="fsprof run [options] [--workload NAME [workload options]] [-- CMD ARGS]",
+        usage="fsprof run [options] [--workload NAME [workload options]] [-- CMD ARGS] | --spec FILE",
         epilog="Options fsprof does not know go to the workload: e.g. `fsprof run --workload "
                "fsync-heavy --file-test-mode rndwr --file-fsync-freq 1`; `python -m workloads.<name> "
                "--help` lists a workload's own. After `--`, your own command runs instead, in a "
                "directory on the filesystem under test; {mnt} in it is replaced by the mount point.")
-    run.add_argument("--fs", default="ext4,xfs,btrfs", help="filesystems, comma-separated (default: %(default)s)")
+    run.add_argument("--spec", metavar="FILE",
+                     help="run an experiment matrix (TOML: configurations x workloads; docs/spec.md)")
+    run.add_argument("--fs", help=f"filesystems, comma-separated (default: {DEFAULT_FS})")
     run.add_argument("--workload",
                      help="bundled workload: fsync-loop, fsync-heavy, bonnie, untar (default: %(default)s)")
     run.add_argument("--sample-hz", type=sample_hz, default=999,
@@ -143,12 +151,27 @@ def dispatch(args):
     if args.command == "record":
         from .record import record
         result, out_dir = record(args)
+    elif args.command == "run" and args.spec:
+        return run_spec(args)
     else:
         from .run import run
         result, out_dir = run(args)
     print(json.dumps(result, indent=1) if args.json else report.render(result))
     print(f"\nresult: {out_dir / report.RESULT_FILE}", file=sys.stderr)
     return 0
+
+
+def run_spec(args):
+    from . import spec
+    from .run import INDEX_FILE, run_spec as run_matrix
+    matrix = spec.load(args.spec)  # every configuration and workload is checked before anything runs
+    index, out_dir = run_matrix(matrix, args, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    print(f"{'workload':<20} {'config':<24} {'repeat':>6} {'time':>8}  result")
+    for r in index["runs"]:
+        status = f"failed: {r['error']}" if "error" in r else str(out_dir / r["dir"])
+        print(f"{r['workload']:<20} {r['config']:<24} {r['repeat']:>6} {r['elapsed_s']:>7.1f}s  {status}")
+    print(f"\nindex: {out_dir / INDEX_FILE}", file=sys.stderr)
+    return 1 if any("error" in r for r in index["runs"]) else 0
 
 
 def parse(argv):
@@ -166,7 +189,13 @@ def parse(argv):
         ap.error(f"unrecognized arguments: {' '.join(rest + (['--', *command] if has_command else []))}")
     if has_command and not command:
         ap.error("nothing follows `--`; give the command to run")
+    if args.command == "run" and args.spec:
+        given = [f"--{k.replace('_', '-')}" for k in SPEC_SETS if getattr(args, k) not in (None, False)]
+        if has_command or rest or given:
+            what = ", ".join(given + rest[:1] + (["-- CMD"] if has_command else []))
+            ap.error(f"--spec sets the filesystems, options and workloads itself; drop {what}")
     if args.command == "run":
+        args.fs = args.fs or DEFAULT_FS
         if has_command and args.workload:
             ap.error("give either --workload or `-- CMD`, not both")
         if any(a == "--result" or a.startswith("--result=") for a in rest):

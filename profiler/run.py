@@ -187,3 +187,73 @@ def run(args):
                 # Written after each filesystem: an interrupted run keeps what it measured.
                 (out_dir / RESULT_FILE).write_text(json.dumps(result, indent=1))
     return result, out_dir
+
+
+def _provision_spec_config(changes, cfg, scratch_dir):
+    config = scratch.FsConfig(fs=cfg.fs, mkfs_options=DEFAULT_MKFS_OPTIONS.get(cfg.fs, []) + cfg.mkfs_options,
+                              mount_options=cfg.mount_options, size_bytes=cfg.image_size, devices=cfg.devices,
+                              label=cfg.name)
+    if cfg.device == "loop":
+        return scratch.provision(changes, config, scratch_dir)
+    if cfg.device == "zram":
+        return scratch.provision_zram(changes, config, scratch_dir)
+    return scratch.provision_device(changes, config, cfg.device, erase=cfg.erase_device, force=False,
+                                    scratch_dir=scratch_dir)
+
+
+def run_spec_one(collector, spec, workload, cfg, run_dir, scratch_dir):
+    """One (workload, configuration) of a spec on a fresh filesystem: its sysctls and scheduler
+    hold for this run only. Writes run_dir/result.json (the same schema as `fsprof run`)."""
+    result = {
+        "schema": SCHEMA, "fsprof_version": __version__, "kernel": platform.release(),
+        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "workload": workload.spec.describe(), "sysctls": dict(cfg.sysctls),
+        "spec": {"file": str(spec.path), "config": cfg.name, "workload": workload.name},
+        "probes_skipped": collector.skipped, "filesystems": [],
+    }
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with scratch.Changes() as changes:
+        for name, value in cfg.sysctls.items():
+            scratch.set_sysctl(changes, name, value)
+        sfs = _provision_spec_config(changes, cfg, scratch_dir)
+        if cfg.scheduler:
+            for name, _ in sfs.block_devs:
+                scratch.set_scheduler(changes, name, cfg.scheduler)
+        result["filesystems"].append(measure(collector, sfs, workload.spec, run_dir, spec.drop_caches, changes))
+    (run_dir / RESULT_FILE).write_text(json.dumps(result, indent=1))
+    return result
+
+
+INDEX_FILE = "index.json"
+INDEX_SCHEMA = "fsprof.index/1"
+
+
+def run_spec(spec, args, progress=print):
+    """Every (repeat, workload, configuration) of a spec, repeats interleaved; one result
+    directory per run (OUT/<workload>/<config>[/rep<N>]) and OUT/index.json listing them. A run
+    that fails is recorded with its reason and the matrix goes on."""
+    out_dir = make_out_dir(args)
+    index = {"schema": INDEX_SCHEMA, "spec": str(spec.path), "description": spec.description,
+             "repeats": spec.repeats, "runs": []}
+    plan = spec.plan()
+    sample_hz = spec.sample_hz if spec.sample_hz is not None else args.sample_hz
+    with scratch.Changes() as run_changes:
+        scratch_dir = scratch.make_scratch_dir(run_changes, Path(args.scratch_dir) / out_dir.name)
+        with Collector(sample_hz=sample_hz) as collector:
+            for i, (rep, workload, cfg) in enumerate(plan, 1):
+                rel = Path(workload.name) / cfg.name
+                if spec.repeats > 1:
+                    rel /= f"rep{rep}"
+                progress(f"[{i}/{len(plan)}] {workload.name} on {cfg.name}" +
+                         (f" (repeat {rep})" if spec.repeats > 1 else "") + " ...")
+                entry = {"workload": workload.name, "config": cfg.name, "repeat": rep, "dir": str(rel)}
+                started = time.monotonic()
+                try:
+                    run_spec_one(collector, spec, workload, cfg, out_dir / rel, scratch_dir)
+                except FsprofError as e:
+                    entry["error"] = str(e)
+                    progress(f"    failed: {e}")
+                entry["elapsed_s"] = round(time.monotonic() - started, 2)
+                index["runs"].append(entry)
+                (out_dir / INDEX_FILE).write_text(json.dumps(index, indent=1))
+    return index, out_dir

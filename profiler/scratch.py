@@ -366,7 +366,29 @@ def _process_state(pid):
         return None
 
 
+_ZRAM_CONTROL = "/sys/class/zram-control"
+
+
+def _undo_zram(rec):
+    """Reset and remove a zram device fsprof added, if it is still the one we sized."""
+    name = rec["name"]
+    sysdir = f"/sys/block/{name}"
+    if not os.path.isdir(sysdir):
+        return None
+    with open(f"{sysdir}/disksize") as f:
+        if int(f.read()) not in (0, rec["disksize"]):
+            raise _NotOurs(f"not removing /dev/{name}: its size is no longer the {rec['disksize']} bytes fsprof gave it")
+    if os.listdir(f"{sysdir}/holders") or any(m["source"] == f"/dev/{name}" for m in _mountinfo()):
+        raise _NotOurs(f"not removing /dev/{name}: it is in use")
+    with open(f"{sysdir}/reset", "w") as f:
+        f.write("1")
+    with open(f"{_ZRAM_CONTROL}/hot_remove", "w") as f:
+        f.write(name.removeprefix("zram"))
+    return f"removed /dev/{name}"
+
+
 _UNDO_STEPS = {
+    "zram": _undo_zram,
     "process": _undo_process,
     "image": _undo_image,
     "directory": _undo_directory,
@@ -500,6 +522,23 @@ def provision(changes, config, scratch_dir=SCRATCH_DIR):
     devices = [_attach_loop(changes, image) for image in images]
     _mkfs(config, devices)
     return _mount(changes, config, devices, images, base)
+
+
+def provision_zram(changes, config, scratch_dir=SCRATCH_DIR):
+    """A fresh RAM-backed zram device (the "fast device" baseline), mkfs'd and mounted like a loop image."""
+    if config.devices != 1:
+        raise FsprofError(f"a zram device gives exactly one device, but the {config.label} setup asks for {config.devices}")
+    if not os.path.isdir(_ZRAM_CONTROL):
+        raise FsprofError("this kernel has no zram (no /sys/class/zram-control); use device = \"loop\"")
+    base = _make_label_dir(changes, scratch_dir, config.label)
+    with deferred():  # hot_add creates the device: record it before a signal can intervene
+        with open(f"{_ZRAM_CONTROL}/hot_add") as f:
+            name = f"zram{int(f.read())}"
+        changes.record("zram", name=name, disksize=config.size_bytes)
+    with open(f"/sys/block/{name}/disksize", "w") as f:
+        f.write(str(config.size_bytes))
+    _mkfs(config, [f"/dev/{name}"])
+    return _mount(changes, config, [f"/dev/{name}"], [], base)
 
 
 def provision_device(changes, config, device, erase=False, force=False, scratch_dir=SCRATCH_DIR):

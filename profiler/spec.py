@@ -1,0 +1,175 @@
+"""Experiment matrices: a TOML file naming configurations (filesystem, mkfs and mount options,
+sysctls, I/O scheduler, device kind) and workloads; `fsprof run --spec FILE` runs every
+combination, each on a fresh filesystem. The format is documented in docs/spec.md; shipped specs
+are in specs/. This module only reads and checks a spec: profiler/run.py runs it."""
+
+import dataclasses
+import re
+import shlex
+import tomllib
+from pathlib import Path
+
+from . import scratch
+from .errors import FsprofError
+from .workload import WORKLOADS, WorkloadSpec, check_args, image_size
+
+DEVICE_KINDS = ("loop", "zram")
+_TOP_KEYS = {"description", "repeats", "drop_caches", "sample_hz", "image_size", "config", "workload"}
+_CONFIG_KEYS = {"name", "fs", "mkfs_options", "mount_options", "sysctls", "scheduler", "device", "devices",
+                "image_size", "erase_device"}
+_WORKLOAD_KEYS = {"name", "workload", "args", "command"}
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=,-]*$")
+
+
+@dataclasses.dataclass
+class Config:
+    name: str
+    fs: str
+    mkfs_options: list
+    mount_options: str
+    sysctls: dict
+    scheduler: str | None
+    device: str                  # "loop", "zram", or a block device the user named
+    devices: int
+    image_size: int | None
+    erase_device: bool
+
+
+@dataclasses.dataclass
+class Workload:
+    name: str
+    spec: WorkloadSpec
+
+
+@dataclasses.dataclass
+class Spec:
+    path: Path
+    description: str
+    configs: list
+    workloads: list
+    repeats: int
+    drop_caches: bool
+    sample_hz: int | None
+    image_size: int | None
+
+    def plan(self):
+        """(repeat, workload, config) in run order: repeats interleaved (A B A B ...), so that
+        drift on a noisy machine spreads evenly over the configurations."""
+        return [(r, w, c) for r in range(1, self.repeats + 1) for w in self.workloads for c in self.configs]
+
+
+def _fail(path, where, sentence):
+    raise FsprofError(f"{path}: {where}: {sentence}", exit_code=2)
+
+
+def _check_keys(path, where, table, allowed):
+    if not isinstance(table, dict):
+        _fail(path, where, "must be a table")
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        _fail(path, where, f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} "
+                           f"(known: {', '.join(sorted(allowed))})")
+
+
+def _name(path, where, value):
+    if not isinstance(value, str) or not _NAME.match(value):
+        _fail(path, where, f"name {value!r} must be letters, digits and . _ + = , - (it names a directory)")
+    return value
+
+
+def _size(path, where, value):
+    from .cli import size
+    try:
+        return size(str(value))
+    except Exception:  # noqa: BLE001 - argparse's type error: one sentence here instead
+        _fail(path, where, f"image_size {value!r} is not a size like 2G or 512M")
+
+
+def _config(path, i, t, default_size):
+    where = f"config #{i + 1}"
+    _check_keys(path, where, t, _CONFIG_KEYS)
+    fs = t.get("fs")
+    if fs not in scratch.FILESYSTEMS:
+        _fail(path, where, f"fs {fs!r} is not one of {', '.join(scratch.FILESYSTEMS)}")
+    where = f"config {t.get('name', fs)!r}"
+    mkfs = t.get("mkfs_options", [])
+    mkfs = shlex.split(mkfs) if isinstance(mkfs, str) else mkfs
+    if not isinstance(mkfs, list) or not all(isinstance(x, str) for x in mkfs):
+        _fail(path, where, "mkfs_options must be a string or a list of strings")
+    mount = t.get("mount_options", "")
+    mount = ",".join(mount) if isinstance(mount, list) else mount
+    if not isinstance(mount, str):
+        _fail(path, where, "mount_options must be a string like \"noatime,data=writeback\"")
+    sysctls = t.get("sysctls", {})
+    if not isinstance(sysctls, dict):
+        _fail(path, where, "sysctls must be a table like { \"vm.dirty_bytes\" = 100000 }")
+    for key in sysctls:
+        if not Path("/proc/sys", key.replace(".", "/")).exists():
+            _fail(path, where, f"sysctl {key} does not exist on this kernel")
+    device = t.get("device", "loop")
+    if device not in DEVICE_KINDS and not (isinstance(device, str) and device.startswith("/dev/")):
+        _fail(path, where, f"device {device!r} must be loop, zram or a /dev/ path you want erased")
+    if device.startswith("/dev/") and not t.get("erase_device"):
+        _fail(path, where, f"device {device} would be erased: say erase_device = true to allow it")
+    devices = t.get("devices", 1)
+    if not isinstance(devices, int) or devices < 1 or (devices > 1 and (fs != "btrfs" or device != "loop")):
+        _fail(path, where, "devices > 1 is for btrfs on loop images only")
+    return Config(name=_name(path, where, t.get("name", fs)), fs=fs, mkfs_options=mkfs, mount_options=mount,
+                  sysctls={k: str(v) for k, v in sysctls.items()}, scheduler=t.get("scheduler"),
+                  device=device, devices=devices,
+                  image_size=_size(path, where, t["image_size"]) if "image_size" in t else default_size,
+                  erase_device=bool(t.get("erase_device")))
+
+
+def _workload(path, i, t):
+    where = f"workload #{i + 1}"
+    _check_keys(path, where, t, _WORKLOAD_KEYS)
+    args = t.get("args", [])
+    args = shlex.split(args) if isinstance(args, str) else args
+    if "command" in t:
+        command = t["command"]
+        command = shlex.split(command) if isinstance(command, str) else command
+        if not command or "workload" in t or args:
+            _fail(path, where, "a command workload has `command` (and a `name`), not `workload` or `args`")
+        return Workload(_name(path, where, t.get("name", "command")), WorkloadSpec("command", command=command))
+    name = t.get("workload")
+    if name not in WORKLOADS:
+        _fail(path, where, f"workload {name!r} is not one of {', '.join(WORKLOADS)} (or give `command`)")
+    try:
+        check_args(name, args)
+    except FsprofError as e:
+        _fail(path, f"workload {t.get('name', name)!r}", str(e))
+    return Workload(_name(path, where, t.get("name", name)), WorkloadSpec(name, args))
+
+
+def load(path):
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as e:
+        raise FsprofError(f"cannot read the spec {path}: {e.strerror}", exit_code=2)
+    except tomllib.TOMLDecodeError as e:
+        raise FsprofError(f"{path} is not valid TOML: {e}", exit_code=2)
+    _check_keys(path, "top level", data, _TOP_KEYS)
+    configs, workloads = data.get("config", []), data.get("workload", [])
+    if not configs or not workloads:
+        _fail(path, "top level", "a spec needs at least one [[config]] and one [[workload]]")
+    workloads = [_workload(path, i, t) for i, t in enumerate(workloads)]
+    default_size = _size(path, "top level", data["image_size"]) if "image_size" in data else None
+    if default_size is None:
+        default_size = max(image_size(w.spec.name) for w in workloads)
+    configs = [_config(path, i, t, default_size) for i, t in enumerate(configs)]
+    for what, items in (("config", configs), ("workload", workloads)):
+        names = [x.name for x in items]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            _fail(path, f"{what} names", f"{', '.join(dup)} used twice; give each a distinct `name`")
+    repeats = data.get("repeats", 1)
+    if not isinstance(repeats, int) or repeats < 1:
+        _fail(path, "top level", "repeats must be a whole number >= 1")
+    sample_hz = data.get("sample_hz")
+    if sample_hz is not None and (not isinstance(sample_hz, int) or sample_hz < 0):
+        _fail(path, "top level", "sample_hz must be a whole number >= 0")
+    return Spec(path=path, description=data.get("description", ""), configs=configs, workloads=workloads,
+                repeats=repeats, drop_caches=bool(data.get("drop_caches", False)), sample_hz=sample_hz,
+                image_size=default_size)

@@ -1,0 +1,96 @@
+"""Experiment matrices (`fsprof run --spec`): every combination runs on a fresh filesystem with its
+own settings, which are undone after it; bad specs are refused before anything is touched."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, assert_invariants, run_fsprof
+from profiler import spec
+
+SHIPPED = sorted((Path(REPO) / "workloads" / "specs").glob("*.toml"))
+
+MATRIX = """
+repeats = 2
+[[config]]
+name = "ext4-dirty"
+fs = "ext4"
+mount_options = "noatime"
+sysctls = {{ "vm.dirty_bytes" = 4000000 }}
+[[config]]
+name = "xfs-zram"
+fs = "xfs"
+device = "zram"
+image_size = "512M"
+[[workload]]
+name = "loop"
+workload = "fsync-loop"
+args = ["--count", "{count}"]
+"""
+
+
+def read(path):
+    return Path(path).read_text().strip()
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_shipped_specs_are_valid(path):
+    matrix = spec.load(path)
+    assert matrix.plan() and matrix.description
+
+
+@pytest.mark.slow
+def test_matrix_runs_every_combination_with_its_own_settings(tmp_path):
+    spec_file = tmp_path / "m.toml"
+    spec_file.write_text(MATRIX.format(count=30))
+    dirty_before = read("/proc/sys/vm/dirty_bytes")
+    zram_before = sorted(p.name for p in Path("/sys/block").glob("zram*"))
+    proc = run_fsprof("run", "--spec", str(spec_file), "-o", str(tmp_path / "out"),
+                      "--scratch-dir", str(tmp_path / "scratch"))
+    assert proc.returncode == 0, proc.stderr
+    index = json.loads((tmp_path / "out" / "index.json").read_text())
+    # Repeats interleaved: A B A B.
+    assert [(r["config"], r["repeat"]) for r in index["runs"]] == \
+        [("ext4-dirty", 1), ("xfs-zram", 1), ("ext4-dirty", 2), ("xfs-zram", 2)]
+    for r in index["runs"]:
+        result = json.loads((tmp_path / "out" / r["dir"] / "result.json").read_text())
+        assert_invariants(result)
+        (fs,) = result["filesystems"]
+        assert fs["syscalls"]["fsync"]["count"] == 30
+        if r["config"] == "ext4-dirty":
+            assert fs["fs"] == "ext4" and "noatime" in fs["mount_options"]
+            assert result["sysctls"] == {"vm.dirty_bytes": "4000000"}
+            assert fs["device"]["name"].startswith("loop")
+        else:
+            assert fs["fs"] == "xfs" and fs["device"]["name"].startswith("zram")
+    # Everything a configuration changed was undone after it.
+    assert read("/proc/sys/vm/dirty_bytes") == dirty_before
+    assert sorted(p.name for p in Path("/sys/block").glob("zram*")) == zram_before
+    assert not list((tmp_path / "scratch").glob("*/*/mnt"))
+
+
+@pytest.mark.parametrize("text, words", [
+    ("[[config]]\nfs = 'tmpfs'\n[[workload]]\nworkload = 'fsync-loop'\n", "fs 'tmpfs'"),
+    ("[[config]]\nfs = 'ext4'\ncolour = 1\n[[workload]]\nworkload = 'fsync-loop'\n", "unknown key colour"),
+    ("[[config]]\nfs = 'ext4'\n[[workload]]\nworkload = 'fsync-loop'\nargs = ['--bogus']\n", "--bogus"),
+    ("[[config]]\nfs = 'ext4'\nsysctls = { 'vm.no_such' = 1 }\n[[workload]]\nworkload = 'fsync-loop'\n",
+     "vm.no_such"),
+    ("[[config]]\nfs = 'ext4'\ndevice = '/dev/vdz'\n[[workload]]\nworkload = 'fsync-loop'\n", "erase_device"),
+    ("[[config]]\nfs = 'ext4'\n[[config]]\nfs = 'ext4'\n[[workload]]\nworkload = 'fsync-loop'\n", "used twice"),
+    ("[[config]]\nfs = 'ext4'\n", "at least one"),
+    ("not toml [", "not valid TOML"),
+])
+def test_bad_specs_get_one_sentence_and_exit_2(tmp_path, text, words):
+    spec_file = tmp_path / "bad.toml"
+    spec_file.write_text(text)
+    proc = run_fsprof("run", "--spec", str(spec_file), "-o", str(tmp_path / "out"))
+    assert proc.returncode == 2, proc.stderr
+    assert words in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_spec_excludes_per_run_options(tmp_path):
+    proc = run_fsprof("run", "--spec", str(SHIPPED[0]), "--fs", "ext4")
+    assert proc.returncode == 2 and "--fs" in proc.stderr
