@@ -89,6 +89,9 @@ def render_fs(fs):
              f"mkfs: {' '.join(fs['mkfs_options']) or 'defaults'}, mount: {fs['mount_options'] or 'defaults'}",
              f"   device: write cache {dev['write_cache']}, FUA {'yes' if dev['fua'] else 'no'}, "
              f"scheduler {dev['scheduler']}"]
+    if fs.get("mount_options_in_force"):
+        lines.append(f"   in force: {fs['mount_options_in_force']}"
+                     + (", page cache dropped before the workload" if fs.get("caches_dropped") else ""))
     from .workload import render as render_workload
     text = render_workload(fs["workload"].get("workload", ""), fs["workload"])
     if text:

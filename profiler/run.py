@@ -17,6 +17,7 @@ from . import __version__, behind, blockdev, maps, scratch
 from .assemble import assemble
 from .collect import Collector
 from .errors import FsprofError
+from .mounts import mount_of
 from .report import RESULT_FILE, SCHEMA
 from .workload import GatedProcess, WorkloadSpec, image_size
 
@@ -123,6 +124,9 @@ def measure(collector, sfs, workload, out_dir, drop_caches, changes=None):
         "mkfs_options": list(sfs.config.mkfs_options), "mount_options": sfs.config.mount_options,
         "device": {"name": first, "dev": blockdev.kdev_str(sfs.block_devs[0][1]),
                    "all": [name for name, _ in sfs.block_devs], **blockdev.queue_info(first)},
+        # What the kernel took, not what was asked: options it ignored or defaulted show here.
+        "mount_options_in_force": (mount_of(sfs.mountpoint) or {}).get("options", ""),
+        "caches_dropped": bool(drop_caches),
         "superblock_dev": blockdev.kdev_str(sfs.dev),
         "elapsed_s": elapsed,
         "workload": own,
