@@ -1,0 +1,275 @@
+"""`fsprof compare A B [C ...]`: why the same workload gave different numbers.
+
+For the operation that takes the most time (or --op), each run is set against the first: the
+latency and workload-time ratios, then the causes that make up the difference in us per op,
+ranked, each with its evidence in counts, then what does not differ. A cause a filesystem thread
+works off (a journal commit, a log force, a transaction commit) is followed into that thread's
+own time, so "journal commit wait" becomes "journal commit wait > cache flush" when the commit
+thread spent its time flushing. With repeats (a spec's rep<N> runs), a difference within the
+run-to-run spread is called noise, not explained.
+
+Reads result.json files only.
+"""
+
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import FsprofError
+from .report import RESULT_FILE, load
+
+# A wait that a filesystem thread ends, and the worker whose own time explains it.
+WORKER_OF_CAUSE = {"journal commit wait": "jbd2 commit", "log force wait": "xfs cil push",
+                   "btrfs transaction commit": "btrfs commit", "btrfs tree-log sync": "btrfs log sync"}
+# Which counts bear on which cause (substrings of evidence labels), to put evidence beside it.
+EVIDENCE_WORDS = {"cache flush": ["flush", "fua"], "journal commit wait": ["commit", "flush", "fua"],
+                  "log force wait": ["log force", "iclog", "flush", "fua"],
+                  "btrfs transaction commit": ["transaction", "commit", "flush"],
+                  "btrfs tree-log sync": ["tree-log", "log sync", "flush"],
+                  "dirty throttling": ["throttl", "dirty"], "data writeback wait": ["writeback", "write requests"],
+                  "read I/O wait": ["read"]}
+MIN_SHARE = 0.05       # below 5% of the op's time (and 1 us) a cause "does not differ"
+MIN_US = 1.0
+INDEX_FILE = "index.json"
+
+
+@dataclass
+class Group:
+    """One configuration: one filesystem entry, or its repeats."""
+    name: str
+    entries: list = field(default_factory=list)   # (result, fs entry)
+
+    @property
+    def fs(self):
+        return self.entries[0][1]
+
+    def per_run(self, fn):
+        return [fn(fs) for _, fs in self.entries]
+
+    def mean(self, fn):
+        values = [v for v in self.per_run(fn) if v is not None]
+        return statistics.fmean(values) if values else None
+
+    def spread(self, fn):
+        values = [v for v in self.per_run(fn) if v is not None]
+        return (max(values) - min(values)) if len(values) > 1 else None
+
+
+def _entries_of(path):
+    """[(name, result, fs entry)] of a run directory, or of every run in a spec's output."""
+    path = Path(path)
+    if (path / INDEX_FILE).is_file() and not (path / RESULT_FILE).is_file():
+        index = json.loads((path / INDEX_FILE).read_text())
+        out = []
+        for run in index.get("runs", []):
+            if "error" in run:
+                continue
+            result = load(path / run["dir"])
+            out += [(f"{run['workload']}/{run['config']}", result, fs) for fs in result["filesystems"]]
+        return out
+    result = load(path)
+    spec = result.get("spec")
+    return [(spec["config"] if spec else fs["label"], result, fs) for fs in result["filesystems"]]
+
+
+def groups_of(paths):
+    found = []
+    for path in paths:
+        for name, result, fs in _entries_of(path):
+            found.append((name, Path(path), result, fs))
+    if not found:
+        raise FsprofError("no filesystem results in " + ", ".join(map(str, paths)), exit_code=2)
+    # One name from several directories names different settings: qualify it by the directory.
+    # A spec's repeats come from one index, under one name: they form one group.
+    dirs = {}
+    for name, path, _, _ in found:
+        dirs.setdefault(name, set()).add(path)
+    groups = {}
+    for name, path, result, fs in found:
+        label = name if len(dirs[name]) == 1 else f"{path.name}/{name}"
+        groups.setdefault(label, Group(label)).entries.append((result, fs))
+    return list(groups.values())
+
+
+def _workload_of(result, fs):
+    w = result["workload"]
+    return json.dumps({k: w.get(k) for k in ("name", "args", "argv")}, sort_keys=True)
+
+
+def _check_same_workload(groups):
+    kinds = {_workload_of(r, fs) for g in groups for r, fs in g.entries}
+    if len(kinds) > 1:
+        raise FsprofError("these runs ran different workloads (or options); compare runs of the same one",
+                          exit_code=2)
+
+
+def main_op(groups, op=None):
+    ops = {}
+    for g in groups:
+        for _, fs in g.entries:
+            for name, b in fs["attribution"].items():
+                ops[name] = ops.get(name, 0) + b["wall_ns"]
+    if op:
+        if op not in ops:
+            raise FsprofError(f"no run has {op} calls; they have {', '.join(sorted(ops))}", exit_code=2)
+        return op
+    if not ops:
+        raise FsprofError("these runs traced no filesystem syscall", exit_code=2)
+    return max(ops, key=ops.get)
+
+
+def _us_per_op(b, ns):
+    return ns / b["count"] / 1e3 if b and b["count"] else 0.0
+
+
+def expanded_causes(fs, op):
+    """{cause: us per op} of `op`, a worker-ended wait split by its worker's own off-CPU causes
+    (pro rata: the waiter waited while the worker spent its window that way)."""
+    b = fs["attribution"].get(op)
+    if not b:
+        return {}
+    workers = fs.get("behind", {}).get("workers", {})
+    out = {}
+    for cause, ns in b["causes"].items():
+        us = _us_per_op(b, ns)
+        worker = workers.get(WORKER_OF_CAUSE.get(cause, ""), {}).get("all")
+        if worker and worker.get("offcpu_ns"):
+            total = worker["offcpu_ns"]
+            for sub, sub_ns in worker["causes"].items():
+                key = f"{cause} > {WORKER_OF_CAUSE[cause]}: {sub}"
+                out[key] = out.get(key, 0) + us * sub_ns / total
+        else:
+            out[cause] = out.get(cause, 0) + us
+    return out
+
+
+def evidence(fs, op):
+    """Counts per op that explain times: requests per op to the device under test, write
+    amplification, and whatever the behind-the-wait modules offer."""
+    from . import behind
+    n = fs["attribution"].get(op, {}).get("count", 0)
+    out = {}
+    dev = fs["device"]["name"]
+    counts = fs.get("block", {}).get(dev, {})
+    if n:
+        for cls in ("flush", "fua_write", "write", "read"):
+            if cls in counts:
+                out[f"{cls.replace('_', ' ')} requests to the device per {op}"] = counts[cls]["count"] / n
+    written = sum(h.get("bytes", 0) for name, h in fs["syscalls"].items() if "write" in name)
+    device_bytes = sum(counts.get(c, {}).get("bytes", 0) for c in ("write", "fua_write"))
+    if written:
+        out["write amplification (device bytes / bytes written)"] = device_bytes / written
+    for module in behind.MODULES:
+        fn = getattr(module, "evidence", None)
+        section = fs.get("behind", {}).get(module.NAME)
+        if fn and section:
+            out.update(fn(section, fs, op))
+    return out
+
+
+def _fmt_us(us):
+    return f"{us / 1e3:.2f} ms" if abs(us) >= 1000 else f"{us:.0f} us" if abs(us) >= 10 else f"{us:.1f} us"
+
+
+def _ratio(a, b):
+    return b / a if a else float("inf")
+
+
+def compare_pair(base, other, op):
+    """The explanation of `other` against `base` as plain data."""
+    lat = lambda fs: fs["attribution"][op]["wall_ns"] / fs["attribution"][op]["count"] / 1e3 \
+        if fs["attribution"].get(op, {}).get("count") else None  # noqa: E731
+    p50 = lambda fs: fs["syscalls"].get(op, {}).get("p50_ns", 0) / 1e3  # noqa: E731
+    p99 = lambda fs: fs["syscalls"].get(op, {}).get("p99_ns", 0) / 1e3  # noqa: E731
+    a, b = base.mean(lat), other.mean(lat)
+    if a is None or b is None:
+        missing = base.name if a is None else other.name
+        raise FsprofError(f"{missing} has no {op} calls to compare", exit_code=2)
+    noise = max(base.spread(lat) or 0, other.spread(lat) or 0)
+    repeats = min(len(base.entries), len(other.entries))
+    diff = b - a
+    significant = abs(diff) > max(noise, MIN_SHARE * max(a, b), MIN_US)
+    causes = {}
+    for g, side in ((base, 0), (other, 1)):
+        for _, fs in g.entries:
+            for cause, us in expanded_causes(fs, op).items():
+                causes.setdefault(cause, [0.0, 0.0])[side] += us / len(g.entries)
+    ranked = sorted(causes.items(), key=lambda kv: -abs(kv[1][1] - kv[1][0]))
+    differing = [(c, x, y) for c, (x, y) in ranked if abs(y - x) >= max(MIN_US, MIN_SHARE * max(a, b))]
+    same = [c for c, (x, y) in ranked if abs(y - x) < max(MIN_US, MIN_SHARE * max(a, b)) and max(x, y) >= MIN_US]
+    ev = {}
+    for g, side in ((base, 0), (other, 1)):
+        for _, fs in g.entries:
+            for k, v in evidence(fs, op).items():
+                ev.setdefault(k, [0.0, 0.0])[side] += v / len(g.entries)
+    return {
+        "base": base.name, "other": other.name, "op": op, "repeats": repeats,
+        "us_per_op": [a, b], "ratio": _ratio(a, b), "noise_us": noise, "significant": significant,
+        "p50_us": [base.mean(p50), other.mean(p50)], "p99_us": [base.mean(p99), other.mean(p99)],
+        "elapsed_s": [base.mean(lambda fs: fs["elapsed_s"]), other.mean(lambda fs: fs["elapsed_s"])],
+        "causes": [{"cause": c, "us_per_op": [x, y], "diff_us": y - x,
+                    "share_of_difference": (y - x) / diff if diff else 0.0} for c, x, y in differing],
+        "not_different": same,
+        "evidence": {k: v for k, v in ev.items()},
+    }
+
+
+def sentences(cmp):
+    """The comparison as sentences built from its figures."""
+    a, b = cmp["us_per_op"]
+    op, base, other = cmp["op"], cmp["base"], cmp["other"]
+    p50a, p50b = cmp["p50_us"]
+    ea, eb = cmp["elapsed_s"]
+    lines = [f"{other}: {op} {cmp['ratio']:.2f}x {base}'s ({_fmt_us(b)} vs {_fmt_us(a)} per op; "
+             f"p50 {_fmt_us(p50b)} vs {_fmt_us(p50a)}, p99 {_fmt_us(cmp['p99_us'][1])} vs "
+             f"{_fmt_us(cmp['p99_us'][0])}); the workload took {eb:.2f} s vs {ea:.2f} s."]
+    if not cmp["significant"]:
+        why = (f"within the run-to-run spread of {_fmt_us(cmp['noise_us'])} over {cmp['repeats']} repeats"
+               if cmp["repeats"] > 1 else f"under {MIN_SHARE:.0%} of the op's time")
+        lines.append(f"  No significant difference: {_fmt_us(abs(b - a))} per op is {why}.")
+        return lines
+    if cmp["repeats"] < 2:
+        lines.append("  (one run each: run-to-run noise not measured; a spec with repeats measures it)")
+    moved = {k: (x, y) for k, (x, y) in cmp["evidence"].items() if abs(y - x) > 0.05 * max(abs(x), abs(y), 1e-9)}
+    used = set()
+    lines.append(f"  The difference ({'+' if b >= a else '-'}{_fmt_us(abs(b - a))}/op) is made of "
+                 f"(figures: {other} vs {base}):")
+    for c in cmp["causes"][:6]:
+        x, y = c["us_per_op"]
+        delta = f"{'+' if c['diff_us'] >= 0 else '-'}{_fmt_us(abs(c['diff_us']))}/op"
+        share = c["share_of_difference"]
+        head = (f"{100 * share:.0f}% is {c['cause']} ({delta}: {_fmt_us(y)} vs {_fmt_us(x)})"
+                if 0 < share <= 1.5 else f"{c['cause']} {delta} ({_fmt_us(y)} vs {_fmt_us(x)})")
+        words = EVIDENCE_WORDS.get(c["cause"].split(" > ")[0], []) + \
+            ([c["cause"].rsplit(": ", 1)[-1]] if " > " in c["cause"] else [])
+        mine = [k for k in moved if k not in used and any(w in k for w in words)]
+        used.update(mine)
+        lines.append(f"    {head}" + ("; " + "; ".join(f"{k} {moved[k][1]:.2f} vs {moved[k][0]:.2f}" for k in mine)
+                                       if mine else "") + ".")
+    rest = [k for k in moved if k not in used]
+    if rest:
+        lines.append("  Other counts that differ: " + "; ".join(f"{k} {moved[k][1]:.2f} vs {moved[k][0]:.2f}"
+                                                               for k in rest) + ".")
+    steady = [k for k, (x, y) in cmp["evidence"].items() if (x or y) and k not in moved]
+    if cmp["not_different"] or steady:
+        lines.append("  Not different: " + ", ".join(cmp["not_different"] + steady) + ".")
+    return lines
+
+
+def compare(paths, op=None):
+    groups = groups_of(paths)
+    if len(groups) < 2 and len(groups[0].entries) < 2:
+        raise FsprofError("compare needs two runs (or two filesystems in one run)", exit_code=2)
+    _check_same_workload(groups)
+    if len(groups) == 1:  # a run against itself, or one configuration's repeats
+        groups = [Group(f"{groups[0].name} (#{i + 1})", [e]) for i, e in enumerate(groups[0].entries)]
+    op = main_op(groups, op)
+    return [compare_pair(groups[0], g, op) for g in groups[1:]]
+
+
+def render(comparisons):
+    lines = []
+    for cmp in comparisons:
+        lines += sentences(cmp) + [""]
+    return "\n".join(lines).rstrip()
