@@ -38,7 +38,8 @@ def assemble(raw, target, names, end_ns):
     ops, offcpu, samples = mine(raw["ops"]), mine(raw["offcpu"]), mine(raw["samples"])
     # A worker names the superblock, or (jbd2) the block device its journal is on.
     worker_recs = [r for r in raw.get("workers", []) if r["dev"] == sb_dev or r["dev"] in target.block_devs]
-    used = {r["stack"] for r in offcpu + samples + worker_recs} | {r["waker_stack"] for r in offcpu}
+    used = {r["stack"] for r in offcpu + samples + worker_recs} | {r["waker_stack"] for r in offcpu} | \
+        set(behind.stack_ids(raw.get("behind", {})))
     stacks = symbols.symbolize({sid: a for sid, a in raw["stacks"].items() if sid in used})
 
     unresolved = [r for r in raw["ops"] if r["dev"] == 0]
@@ -100,7 +101,7 @@ def assemble(raw, target, names, end_ns):
     }
     ctx = behind.Context(fs=fs, sb_dev=sb_dev, block_devs=target.block_devs, phase_names=list(names),
                          elapsed_s=sum(elapsed.values()), syscalls=entry["syscalls"], phases=phases,
-                         workers=workers(fs, worker_recs, stacks, names))
+                         workers=workers(fs, worker_recs, stacks, names), stacks=stacks)
     entry["behind"] = {m.NAME: m.summarize(raw.get("behind", {}).get(m.NAME, {}), ctx) for m in behind.MODULES}
     entry["behind"]["workers"] = ctx.workers
     return entry

@@ -123,9 +123,9 @@ class Collector:
                     "phase": k.phase, "stack": k.stackid, "runnable": bool(k.runnable),
                     "count": sum(x.count for x in v), "total_ns": sum(x.total_ns for x in v)}
                    for k, v in self.worker_offcpu.items()]
-        behind = {name: probe.snapshot() for name, probe in self.probes.items()}
+        behind_raw = {name: probe.snapshot() for name, probe in self.probes.items()}
         wanted = {r["stack"] for r in offcpu + samples + workers} | {r["waker_stack"] for r in offcpu}
-        wanted |= set(behind_stack_ids(behind))
+        wanted |= set(behind.stack_ids(behind_raw))
         stacks = {}
         for sid in wanted:
             addrs = self.stacks.lookup(c.c_uint32(sid)) if sid >= 0 else None
@@ -135,7 +135,7 @@ class Collector:
         drops = [n - base for n, base in zip(self._read_drops(), getattr(self, "_drops_at_reset", None) or
                                              [0] * len(maps.DROP_REASONS))]
         return {"ops": ops, "offcpu": offcpu, "samples": samples, "workers": workers, "stacks": stacks,
-                "block": behind.get("block", {}).get("counts", {}), "behind": behind,
+                "block": behind_raw.get("block", {}).get("counts", {}), "behind": behind_raw,
                 "phase_start_ns": list(ps.start_ns), "snapshot_ns": now, "sample_hz": self.sample_hz,
                 "drops": dict(zip(maps.DROP_REASONS, drops))}
 
@@ -150,17 +150,3 @@ class Collector:
     def __exit__(self, *exc):
         self.close()
 
-
-def behind_stack_ids(behind):
-    """Stack ids a behind-the-wait probe's snapshot refers to: any "stack" or "*_stack" key."""
-    def walk(x):
-        if isinstance(x, dict):
-            for k, v in x.items():
-                if isinstance(v, int) and (k == "stack" or k.endswith("_stack")):
-                    yield v
-                else:
-                    yield from walk(v)
-        elif isinstance(x, list):
-            for v in x:
-                yield from walk(v)
-    return walk(behind)

@@ -45,6 +45,22 @@ class Context:
     syscalls: dict               # the entry's "syscalls" (per op: count, total_ns, percentiles)
     phases: dict                 # the entry's "phases" (per phase: syscalls, attribution, ...)
     workers: dict = field(default_factory=dict)  # {worker kind: {phase name: breakdown}} (assemble)
+    stacks: dict = field(default_factory=dict)   # {stack id: [function, ...]} of every stack id in the snapshot
 
     def phase_name(self, index):
         return self.phase_names[index] if index < len(self.phase_names) else f"phase-{index}"
+
+
+def stack_ids(snapshot):
+    """Stack ids a probe's snapshot refers to: the int value of any key "stack" or "*_stack"."""
+    def walk(x):
+        if isinstance(x, dict):
+            for k, v in x.items():
+                if isinstance(v, int) and isinstance(k, str) and (k == "stack" or k.endswith("_stack")):
+                    yield v
+                else:
+                    yield from walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                yield from walk(v)
+    return walk(snapshot)

@@ -1,0 +1,478 @@
+// SPDX-License-Identifier: GPL-2.0
+/* btrfs behind the wait: fsyncs, transaction commits and who ran them, superblock writes (the
+ * evidence of each tree-log sync and commit), ordered extents, and space reservation tickets, all
+ * aggregated in the kernel per (filesystem, phase).
+ *
+ * btrfs tracepoints name their filesystem by fsid (fs_info->fs_devices->fsid, the UUID of
+ * /sys/fs/btrfs/<fsid>), not by a dev_t: profiler/behind/btrfs.py maps each fsid under test to its
+ * superblock dev in traced_fsids, and every aggregate here is keyed by that dev. Read on 6.18
+ * (fs/btrfs/transaction.c, space-info.c, ordered-data.c, file.c, disk-io.c):
+ *   - btrfs_transaction_commit fires once per commit, at its very end (after the superblock is
+ *     written and the transaction is COMPLETED), in the committing thread. Nothing fires where a
+ *     commit starts, so a commit cannot be bracketed by tracepoints: its duration is the kernel's
+ *     own commit_stats timer, read at that tracepoint (raw_tp: the fs_info pointer).
+ *   - btrfs_sync_log has no tracepoint; a tree-log sync is seen as its superblock write
+ *     (write_all_supers -> write_dev_supers, bio at 64 KiB) with btrfs_sync_log on the stack. */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_tracing.h>
+#include "fsprof.h"
+#include "shared_maps.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+/* What an aggregate counts (mirrored in profiler/behind/btrfs.py EVENTS). */
+enum btrfs_event {
+	BT_SYNC_FILE = 0,      /* arg: datasync */
+	BT_COMMIT = 1,         /* stack: the committing thread's */
+	BT_OE_ADD = 2,         /* arg: ordered extent type (enum ordered_type below); bytes: len */
+	BT_OE_START = 3,       /* someone started and waits for an ordered extent; bytes: len */
+	BT_OE_FINISH = 4,      /* I/O of a range of an ordered extent completed; arg: uptodate */
+	BT_OE_REMOVE = 5,      /* ordered extent done (file extent item inserted) and removed */
+	BT_TICKET = 6,         /* arg: flush | space << 8 | failed << 16; bytes; wait time */
+	BT_FLUSH_SPACE = 7,    /* arg: state | for_preempt << 8 | failed << 9; bytes: num_bytes */
+	BT_TRIGGER_FLUSH = 8,  /* arg: flush | reason << 8 (0 enospc, 1 preempt, 2 other); bytes */
+	BT_SUPER_WRITE = 9,    /* dev: block device; arg: mirror (0 = primary); stack: submitter */
+};
+
+/* Histograms (bt_hists "which"). */
+enum btrfs_hist {
+	BH_COMMIT = 0,         /* commit critical section, ns (commit_stats.last_commit_dur) */
+	BH_TICKET_WAIT = 1,    /* reservation ticket: queued -> granted or failed */
+	BH_OE_LIFE = 2,        /* ordered extent: added -> removed */
+};
+
+struct fsid_key {
+	__u8 fsid[16];
+};
+
+struct bt_key {
+	__u32 dev;             /* superblock dev_t (block dev_t for BT_SUPER_WRITE) */
+	__u16 phase;
+	__u16 event;
+	__u32 arg;
+	__s32 stackid;
+};
+
+struct bt_val {
+	__u64 count;
+	__u64 bytes;
+	__u64 total_ns;
+	__u64 max_ns;
+};
+
+struct bh_key {
+	__u32 dev;
+	__u16 phase;
+	__u16 which;
+};
+
+struct oe_key {
+	__u32 dev;
+	__u32 pad;
+	__u64 root;
+	__u64 ino;
+	__u64 file_offset;
+};
+
+struct oe_val {
+	__u64 add_ns;
+	__u32 phase;
+	__u32 pad;
+};
+
+#define RESV_TYPE_LEN 24
+struct resv_key {
+	__u32 dev;
+	__u16 phase;
+	__u16 reserve;
+	char type[RESV_TYPE_LEN];
+};
+
+struct commit_seen {
+	__u64 commit_count;    /* commit_stats.commit_count at the last commit seen */
+	__u64 last_ns;         /* that commit's duration */
+};
+
+/* fsid -> superblock dev_t of each btrfs under test (userspace fills it). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, struct fsid_key);
+	__type(value, __u32);
+} traced_fsids SEC(".maps");
+
+/* Block devices under test -> start sector of the partition (0 for a whole device). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, __u64);
+} super_devs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, struct bt_key);
+	__type(value, struct bt_val);
+} bt_counts SEC(".maps");
+
+/* Shared (not per-CPU) with atomic adds, as op_hist: a struct hist is 4.7 KiB. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct bh_key);
+	__type(value, struct hist);
+} bt_hists SEC(".maps");
+
+/* Ordered extents in flight: added, not yet removed. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct oe_key);
+	__type(value, struct oe_val);
+} oe_inflight SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 2048);
+	__type(key, struct resv_key);
+	__type(value, struct bt_val);
+} space_resv SEC(".maps");
+
+/* Per superblock dev: the commit_stats seen at the last commit (to detect interleaved commits). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, struct commit_seen);
+} commit_last SEC(".maps");
+
+/* Commits whose commit_stats had moved on by more than one commit when their tracepoint fired
+ * (another commit finished in between): their timed duration is the other commit's. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} commit_interleaved SEC(".maps");
+
+/* An empty histogram to insert (too big for the BPF stack). */
+const struct hist zero_hist = {};
+
+/* The superblock dev of the filesystem an event's fsid names, or 0 if it is not under test. */
+static __always_inline __u32 target_dev(const void *fsid)
+{
+	struct fsid_key key;
+	__u32 *dev;
+
+	bpf_probe_read_kernel(&key, sizeof(key), fsid);
+	dev = bpf_map_lookup_elem(&traced_fsids, &key);
+	return dev ? *dev : 0;
+}
+
+static __always_inline void count_event(__u32 dev, __u16 event, __u32 arg, __s32 stackid, __u64 bytes,
+					__u64 ns)
+{
+	struct bt_key key = { .dev = dev, .phase = current_phase(), .event = event, .arg = arg,
+			      .stackid = stackid };
+	struct bt_val *v, zero = {};
+
+	v = bpf_map_lookup_elem(&bt_counts, &key);
+	if (!v) {
+		bpf_map_update_elem(&bt_counts, &key, &zero, BPF_NOEXIST);
+		v = bpf_map_lookup_elem(&bt_counts, &key);
+		if (!v) {
+			count_drop(DROP_FS_FULL);
+			return;
+		}
+	}
+	v->count++;
+	v->bytes += bytes;
+	v->total_ns += ns;
+	if (ns > v->max_ns)
+		v->max_ns = ns;
+}
+
+static __always_inline void hist_add(__u32 dev, __u16 phase, __u16 which, __u64 ns)
+{
+	struct bh_key key = { .dev = dev, .phase = phase, .which = which };
+	struct hist *h = bpf_map_lookup_elem(&bt_hists, &key);
+	__u32 slot;
+
+	if (!h) {
+		bpf_map_update_elem(&bt_hists, &key, &zero_hist, BPF_NOEXIST);
+		h = bpf_map_lookup_elem(&bt_hists, &key);
+		if (!h) {
+			count_drop(DROP_FS_FULL);
+			return;
+		}
+	}
+	__sync_fetch_and_add(&h->count, 1);
+	__sync_fetch_and_add(&h->total_ns, ns);
+	if (ns > h->max_ns)
+		h->max_ns = ns;   /* not atomic: see docs/attribution.md#limits */
+	slot = fine_slot(ns);
+	if (slot < FINE_SLOTS)
+		__sync_fetch_and_add(&h->slots[slot], 1);
+}
+
+/* btrfs_sync_file: the entry of every btrfs fsync (fsync, fdatasync, O_SYNC writes, msync),
+ * before any flushing or logging. */
+SEC("tracepoint/btrfs/btrfs_sync_file")
+int on_sync_file(struct trace_event_raw_btrfs_sync_file *ctx)
+{
+	__u32 dev = target_dev(ctx->fsid);
+
+	if (dev)
+		count_event(dev, BT_SYNC_FILE, ctx->datasync ? 1 : 0, -1, 0, 0);
+	return 0;
+}
+
+/* btrfs_transaction_commit: the end of a transaction commit, in the thread that did it (an fsync
+ * that could not use the tree log, sync/syncfs, the btrfs-transaction kthread, space flushing).
+ * Also fires when an aborted transaction is cleaned up. The stack says who committed. */
+SEC("tracepoint/btrfs/btrfs_transaction_commit")
+int on_transaction_commit(struct trace_event_raw_btrfs_transaction_commit *ctx)
+{
+	__u32 dev = target_dev(ctx->fsid);
+
+	if (dev)
+		count_event(dev, BT_COMMIT, 0, bpf_get_stackid(ctx, &stacks, 0), 0, 0);
+	return 0;
+}
+
+/* The same tracepoint, raw: its argument is the fs_info, whose commit_stats the commit has just
+ * updated (update_commit_stats runs after write_all_supers, before this tracepoint). */
+SEC("raw_tp/btrfs_transaction_commit")
+int BPF_PROG(on_transaction_commit_timed, const struct btrfs_fs_info *fs_info)
+{
+	struct btrfs_fs_devices *fs_devices;
+	struct commit_seen now = {}, *prev;
+	__u32 dev, zero = 0;
+	__u64 *interleaved;
+
+	if (!bpf_core_field_exists(fs_info->commit_stats))
+		return 0;
+	fs_devices = BPF_CORE_READ(fs_info, fs_devices);
+	if (!fs_devices)
+		return 0;
+	dev = target_dev(&fs_devices->fsid);
+	if (!dev)
+		return 0;
+	now.commit_count = BPF_CORE_READ(fs_info, commit_stats.commit_count);
+	now.last_ns = BPF_CORE_READ(fs_info, commit_stats.last_commit_dur);
+	prev = bpf_map_lookup_elem(&commit_last, &dev);
+	if (prev && now.commit_count != prev->commit_count + 1) {
+		interleaved = bpf_map_lookup_elem(&commit_interleaved, &zero);
+		if (interleaved)
+			(*interleaved)++;
+	}
+	bpf_map_update_elem(&commit_last, &dev, &now, BPF_ANY);
+	hist_add(dev, current_phase(), BH_COMMIT, now.last_ns);
+	return 0;
+}
+
+/* Superblock writes: write_dev_supers submits one bio per device and mirror (64 KiB, 64 MiB,
+ * 256 GiB), in the thread that runs write_all_supers (a tree-log sync or a commit). Seen at
+ * block_bio_queue, which runs in the submitter's context; block_rq_issue does not always (a FUA
+ * write on a device without FUA is issued by the flush machinery from kblockd). */
+static __always_inline int super_mirror(__u64 sector)
+{
+	if (sector == (65536 >> 9))
+		return 0;
+	if (sector == ((16384ULL << 12) >> 9))
+		return 1;
+	if (sector == ((16384ULL << 24) >> 9))
+		return 2;
+	return -1;
+}
+
+SEC("tracepoint/block/block_bio_queue")
+int on_bio_queue(struct trace_event_raw_block_bio *ctx)
+{
+	__u32 dev = ctx->dev;
+	__u64 *start = bpf_map_lookup_elem(&super_devs, &dev);
+	char rwbs[2];
+	int mirror;
+
+	if (!start)
+		return 0;
+	mirror = super_mirror(ctx->sector - *start);
+	if (mirror < 0)
+		return 0;
+	bpf_probe_read_kernel(rwbs, sizeof(rwbs), ctx->rwbs);
+	if (rwbs[0] != 'W' && !(rwbs[0] == 'F' && rwbs[1] == 'W'))
+		return 0;
+	count_event(dev, BT_SUPER_WRITE, mirror, bpf_get_stackid(ctx, &stacks, 0),
+		    (__u64)ctx->nr_sector << 9, 0);
+	return 0;
+}
+
+/* Ordered extents: one per range of data being written back (created when writeback allocates
+ * its extent), removed once its I/O is done and its file extent item is in the tree. */
+static __always_inline __u32 ordered_type(unsigned long flags)
+{
+	if (flags & (1UL << BTRFS_ORDERED_DIRECT))
+		return 4;
+	if (flags & (1UL << BTRFS_ORDERED_COMPRESSED))
+		return 3;
+	if (flags & (1UL << BTRFS_ORDERED_PREALLOC))
+		return 2;
+	if (flags & (1UL << BTRFS_ORDERED_NOCOW))
+		return 1;
+	return 0;
+}
+
+SEC("tracepoint/btrfs/btrfs_ordered_extent_add")
+int on_oe_add(struct trace_event_raw_btrfs__ordered_extent *ctx)
+{
+	__u32 dev = target_dev(ctx->fsid);
+	struct oe_key key = {};
+	struct oe_val val = {};
+
+	if (!dev)
+		return 0;
+	count_event(dev, BT_OE_ADD, ordered_type(ctx->flags), -1, ctx->len, 0);
+	key.dev = dev;
+	key.root = ctx->root_objectid;
+	key.ino = ctx->ino;
+	key.file_offset = ctx->file_offset;
+	val.add_ns = bpf_ktime_get_ns();
+	val.phase = current_phase();
+	if (bpf_map_update_elem(&oe_inflight, &key, &val, BPF_ANY))
+		count_drop(DROP_FS_FULL);
+	return 0;
+}
+
+/* btrfs_start_ordered_extent: a thread kicks writeback of an ordered extent and (usually) waits
+ * for it: a full fsync waiting for its data, truncate, direct I/O over a buffered range. */
+SEC("tracepoint/btrfs/btrfs_ordered_extent_start")
+int on_oe_start(struct trace_event_raw_btrfs__ordered_extent *ctx)
+{
+	__u32 dev = target_dev(ctx->fsid);
+
+	if (dev)
+		count_event(dev, BT_OE_START, 0, -1, ctx->len, 0);
+	return 0;
+}
+
+/* btrfs_finish_ordered_extent: the I/O of a range of an ordered extent completed (bio end). */
+SEC("tracepoint/btrfs/btrfs_finish_ordered_extent")
+int on_oe_finish(struct trace_event_raw_btrfs_finish_ordered_extent *ctx)
+{
+	__u32 dev = target_dev(ctx->fsid);
+
+	if (dev)
+		count_event(dev, BT_OE_FINISH, ctx->uptodate ? 1 : 0, -1, ctx->len, 0);
+	return 0;
+}
+
+SEC("tracepoint/btrfs/btrfs_ordered_extent_remove")
+int on_oe_remove(struct trace_event_raw_btrfs__ordered_extent *ctx)
+{
+	__u32 dev = target_dev(ctx->fsid);
+	struct oe_key key = {};
+	struct oe_val *added;
+
+	if (!dev)
+		return 0;
+	count_event(dev, BT_OE_REMOVE, 0, -1, ctx->len, 0);
+	key.dev = dev;
+	key.root = ctx->root_objectid;
+	key.ino = ctx->ino;
+	key.file_offset = ctx->file_offset;
+	added = bpf_map_lookup_elem(&oe_inflight, &key);
+	if (added) {
+		/* Timed in the phase it was added in, as syscalls are in the phase they started. */
+		hist_add(dev, added->phase, BH_OE_LIFE, bpf_ktime_get_ns() - added->add_ns);
+		bpf_map_delete_elem(&oe_inflight, &key);
+	}
+	return 0;
+}
+
+/* btrfs_reserve_ticket: a space reservation that had to queue a ticket is done (granted or
+ * failed), in the waiting thread. start_ns is ktime_get_ns() when the ticket was queued (0 if
+ * the tracepoint was off then), the same clock as bpf_ktime_get_ns(). */
+SEC("tracepoint/btrfs/btrfs_reserve_ticket")
+int on_reserve_ticket(struct trace_event_raw_btrfs_reserve_ticket *ctx)
+{
+	__u32 dev = target_dev(ctx->fsid);
+	__u64 now = bpf_ktime_get_ns(), start = ctx->start_ns, wait = 0;
+	/* Block group type bits: DATA 1, SYSTEM 2, METADATA 4. */
+	__u32 space = ctx->flags & 7;
+	__u32 arg = (ctx->flush & 0xff) | space << 8 | (ctx->error ? 1 : 0) << 16;
+
+	if (!dev)
+		return 0;
+	if (start && start <= now) {
+		wait = now - start;
+		hist_add(dev, current_phase(), BH_TICKET_WAIT, wait);
+	}
+	count_event(dev, BT_TICKET, arg, -1, ctx->bytes, wait);
+	return 0;
+}
+
+/* btrfs_flush_space: one flushing step done to free space for tickets (delayed items, delayed
+ * refs, delalloc, chunk allocation, a transaction commit...), by the async reclaim worker or a
+ * priority ticket's own thread. */
+SEC("tracepoint/btrfs/btrfs_flush_space")
+int on_flush_space(struct trace_event_raw_btrfs_flush_space *ctx)
+{
+	__u32 dev = target_dev(ctx->fsid);
+	__u32 arg = (ctx->state & 0xff) | (ctx->for_preempt ? 1 : 0) << 8 | (ctx->ret ? 1 : 0) << 9;
+
+	/* ALLOC_CHUNK_FORCE asks for (u64)-1 bytes: count it, do not add it. */
+	if (dev)
+		count_event(dev, BT_FLUSH_SPACE, arg, -1, ctx->num_bytes == ~0ULL ? 0 : ctx->num_bytes, 0);
+	return 0;
+}
+
+/* btrfs_trigger_flush: a reservation kicked the async reclaim worker: "enospc" (a ticket was
+ * queued) or "preempt" (preemptive reclaim, nobody waits yet). */
+SEC("tracepoint/btrfs/btrfs_trigger_flush")
+int on_trigger_flush(struct trace_event_raw_btrfs_trigger_flush *ctx)
+{
+	__u32 dev = target_dev(ctx->fsid);
+	__u32 loc = ctx->__data_loc_reason;
+	char reason[2] = {};
+	__u32 why;
+
+	if (!dev)
+		return 0;
+	bpf_probe_read_kernel(reason, sizeof(reason), (void *)ctx + (loc & 0xffff));
+	why = reason[0] == 'e' ? 0 : reason[0] == 'p' ? 1 : 2;
+	count_event(dev, BT_TRIGGER_FLUSH, (ctx->flush & 0xff) | why << 8, -1, ctx->bytes, 0);
+	return 0;
+}
+
+/* btrfs_space_reservation: bytes reserved or released in a block reserve, by type ("delalloc",
+ * "transaction", "delayed_inode", "space_info", "space_info:enospc", ...). */
+SEC("tracepoint/btrfs/btrfs_space_reservation")
+int on_space_reservation(struct trace_event_raw_btrfs_space_reservation *ctx)
+{
+	__u32 dev = target_dev(ctx->fsid);
+	__u32 loc = ctx->__data_loc_type;
+	struct resv_key key = {};
+	struct bt_val *v, zero = {};
+
+	if (!dev)
+		return 0;
+	key.dev = dev;
+	key.phase = current_phase();
+	key.reserve = ctx->reserve ? 1 : 0;
+	bpf_probe_read_kernel_str(key.type, sizeof(key.type), (void *)ctx + (loc & 0xffff));
+	v = bpf_map_lookup_elem(&space_resv, &key);
+	if (!v) {
+		bpf_map_update_elem(&space_resv, &key, &zero, BPF_NOEXIST);
+		v = bpf_map_lookup_elem(&space_resv, &key);
+		if (!v) {
+			count_drop(DROP_FS_FULL);
+			return 0;
+		}
+	}
+	v->count++;
+	v->bytes += ctx->bytes;
+	return 0;
+}
