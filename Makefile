@@ -22,8 +22,8 @@ DEB_PKGS := clang llvm bpftool libbpf1 libbpf-dev libelf-dev zlib1g-dev e2fsprog
 # The untar workload's real kernel tree; without it the workload generates a synthetic one.
 OPT_PKGS := linux-source-6.1
 
-.PHONY: setup deps tracefs build run test bench clean
-setup: deps $(VENV)/.installed tracefs build
+.PHONY: setup deps tracefs build inferno run test bench clean
+setup: deps $(VENV)/.installed tracefs build inferno
 
 # Install only what is missing, so a second `make setup` is quick and needs no network.
 deps:
@@ -41,6 +41,17 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
+
+# Flame graphs are rendered by inferno (crates.io), which cargo installs into $(CARGO_HOME)/bin:
+# fsprof looks there even when it is not on PATH. Without cargo, fsprof writes folded stacks only.
+CARGO_HOME ?= $(HOME)/.cargo
+CARGO ?= $(firstword $(shell command -v cargo) $(wildcard $(CARGO_HOME)/bin/cargo $(HOME)/.cargo/bin/cargo))
+inferno:
+	@if command -v inferno-flamegraph >/dev/null || [ -x "$(CARGO_HOME)/bin/inferno-flamegraph" ]; then :; \
+	elif [ -n "$(CARGO)" ]; then \
+	  echo "installing inferno (cargo install inferno --locked: about a minute)"; \
+	  PATH="$(dir $(CARGO)):$$PATH" $(CARGO) install --quiet --locked inferno; \
+	else echo "note: cargo not found: fsprof will write flame graphs as folded stacks only (no SVG)"; fi
 
 tracefs:
 	@mountpoint -q /sys/kernel/tracing || mount -t tracefs tracefs /sys/kernel/tracing
@@ -77,6 +88,7 @@ bench: setup
 	$(PY) bench/bench_fsync_heavy.py
 	$(PY) bench/bench_bonnie.py
 	$(PY) bench/bench_untar.py
+	$(PY) bench/bench_flamegraph.py
 
 clean:
 	rm -rf build

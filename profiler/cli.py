@@ -4,6 +4,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 from . import __version__
 from .errors import FsprofError
@@ -119,6 +120,32 @@ def parser():
     rep.add_argument("run_dir")
     rep.add_argument("--json", action="store_true", help="print the result JSON")
 
+    cmp = sub.add_parser("compare", help="explain why runs of one workload differ (the first is the base)")
+    cmp.add_argument("runs", nargs="+", metavar="RUN_DIR",
+                     help="run directories (each filesystem in them is a configuration), or a spec's output")
+    cmp.add_argument("--op", help="the syscall to explain (default: the one taking the most time)")
+    cmp.add_argument("--json", action="store_true", help="print the comparison as JSON")
+
+    flame = sub.add_parser(
+        "flamegraph", help="flame graphs of a recorded run: folded stacks, and SVG by inferno",
+        epilog="Writes RUN/flamegraphs/<name>.folded and .svg unless -o says where (an -o ending in "
+               ".folded writes the folded stacks only); see docs/flamegraphs.md.")
+    flame.add_argument("run_dir", metavar="RUN")
+    kind = flame.add_mutually_exclusive_group()
+    for name, what in (("off-cpu", "blocked and runnable time by stack (the default)"),
+                       ("on-cpu", "CPU time, split by the on-CPU samples as in the attribution"),
+                       ("off-wake", "blocked time with the waker's stack on top"),
+                       ("workers", "the filesystem's worker threads (jbd2, ...) inside their work")):
+        kind.add_argument(f"--{name}", dest="kind", action="store_const", const=name, help=what)
+    flame.set_defaults(kind="off-cpu")
+    flame.add_argument("--diff", metavar="BASE_RUN",
+                       help="differential against this run, per operation: red where RUN costs more")
+    flame.add_argument("--diff-fs", metavar="LABEL",
+                       help="the baseline's filesystem (default: RUN's label, or the baseline's only one)")
+    flame.add_argument("--phase", help="one workload phase (default: all phases)")
+    flame.add_argument("--fs", metavar="LABEL[,LABEL]", help="filesystems of RUN to draw (default: all)")
+    flame.add_argument("-o", "--output", metavar="FILE", help="the SVG to write (its .folded sibling too)")
+
     sub.add_parser("doctor", help="what this kernel supports and what fsprof can therefore do")
     sub.add_parser("cleanup", help="undo what a killed fsprof run left behind")
     return ap
@@ -136,8 +163,23 @@ def dispatch(args):
         _cleanup_stale()  # whatever the command: a dead run's mounts and sysctls go first
     if args.command == "report":
         result = report.load(args.run_dir)
-        print(json.dumps(result, indent=1) if args.json else report.render(result))
+        if args.json:
+            print(json.dumps(result, indent=1))
+            return 0
+        from .flamegraph import write_default_set
+        print(report.render(result))
+        graphs = write_default_set(args.run_dir, result)
+        if graphs:
+            print(f"\nflame graphs: {Path(graphs[0]).parent}", file=sys.stderr)
         return 0
+    if args.command == "compare":
+        from .compare import compare, render
+        comparisons = compare(args.runs, args.op)
+        print(json.dumps(comparisons, indent=1) if args.json else render(comparisons))
+        return 0
+    if args.command == "flamegraph":
+        from .flamegraph import command
+        return command(args)
     if args.command == "doctor":
         from .doctor import doctor
         return doctor()
@@ -158,6 +200,8 @@ def dispatch(args):
         result, out_dir = run(args)
     print(json.dumps(result, indent=1) if args.json else report.render(result))
     print(f"\nresult: {out_dir / report.RESULT_FILE}", file=sys.stderr)
+    if (out_dir / "flamegraphs").is_dir():
+        print(f"flame graphs: {out_dir / 'flamegraphs'}", file=sys.stderr)
     return 0
 
 

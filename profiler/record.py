@@ -16,6 +16,7 @@ from . import __version__, behind, blockdev, maps
 from .assemble import assemble
 from .collect import Collector
 from .errors import FsprofError
+from .flamegraph import write_default_set
 from .mounts import mount_of, mounts
 from .report import RESULT_FILE, SCHEMA
 from .run import make_out_dir
@@ -201,6 +202,7 @@ def record(args):
         "sysctls": {}, "filesystems": entries, "probes_skipped": skipped,
     }
     (out_dir / RESULT_FILE).write_text(json.dumps(result, indent=1))
+    write_default_set(out_dir, result)
     return result, out_dir
 
 

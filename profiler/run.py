@@ -17,6 +17,7 @@ from . import __version__, behind, blockdev, maps, scratch
 from .assemble import assemble
 from .collect import Collector
 from .errors import FsprofError
+from .flamegraph import write_default_set
 from .mounts import mount_of
 from .report import RESULT_FILE, SCHEMA
 from .workload import GatedProcess, WorkloadSpec, image_size
@@ -190,6 +191,7 @@ def run(args):
                         measure(collector, sfs, workload, out_dir, args.drop_caches, changes))
                 # Written after each filesystem: an interrupted run keeps what it measured.
                 (out_dir / RESULT_FILE).write_text(json.dumps(result, indent=1))
+    write_default_set(out_dir, result)
     return result, out_dir
 
 
@@ -225,6 +227,7 @@ def run_spec_one(collector, spec, workload, cfg, run_dir, scratch_dir):
                 scratch.set_scheduler(changes, name, cfg.scheduler)
         result["filesystems"].append(measure(collector, sfs, workload.spec, run_dir, spec.drop_caches, changes))
     (run_dir / RESULT_FILE).write_text(json.dumps(result, indent=1))
+    write_default_set(run_dir, result)
     return result
 
 
