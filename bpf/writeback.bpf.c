@@ -1,0 +1,744 @@
+// SPDX-License-Identifier: GPL-2.0
+/* Writeback and dirty throttling behind a traced thread's writes (issue 5, item 6), aggregated in
+ * the kernel per backing device (bdi) of the filesystems under test and per workload phase:
+ *
+ *  - balance_dirty_pages pauses: the tracepoint fires in the dirtying task just before it sleeps
+ *    in io_schedule_timeout(pause); the sleep itself is timed up to the task's next switch-in.
+ *  - global_dirty_state: the global dirty thresholds each time the kernel computes them.
+ *  - flusher work by reason: writeback_start/_written bracket one pass of wb_writeback() in the
+ *    flusher's kworker; passes of one work item form a run; writeback_pages_written ends a
+ *    wb_do_writeback() call with the pages it wrote.
+ *  - inode writeback started by whom (sb_mark_inode_writeback: an inode gets its first folio under
+ *    writeback), inodes written by the flusher (writeback_single_inode), folio writeback waits.
+ *
+ * Userspace (profiler/behind/writeback.py) names the bdis under test: "major:minor" of a disk, or a
+ * filesystem's own bdi such as btrfs's "btrfs-N". Nothing of other devices is recorded. */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_tracing.h>
+#include "fsprof.h"
+#include "shared_maps.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+#define BDI_NAME_LEN 32           /* the tracepoints' char bdi[32] / name[32] */
+#define WB_PF_KTHREAD 0x00200000  /* PF_KTHREAD (include/linux/sched.h): a #define, not in BTF */
+#define TASK_RUNNING_STATE 0
+/* A balance_dirty_pages sleep starts right after its tracepoint; a tracked pause not followed by a
+ * sleeping switch-out within this time was not slept (BDP_ASYNC callers return -EAGAIN instead). */
+#define PAUSE_SWITCH_WINDOW_NS 10000000ULL
+
+/* Who ran an event (who ran the syscall: saved user registers' orig_ax, as in bpf/ext4.bpf.c). */
+enum wb_who {
+	WHO_SYSCALL = 0,   /* a user thread inside syscall `nr` */
+	WHO_USER = 1,      /* a user thread outside a syscall (a page fault of an mmap write) */
+	WHO_FLUSHER = 2,   /* the flusher: a kworker inside a wb_writeback() pass */
+	WHO_KTHREAD = 3,   /* another kernel thread (jbd2, a filesystem worker, ...) */
+};
+
+/* Inode-level events, by who ran them. */
+enum inode_event {
+	INODE_WB_STARTED = 0,  /* sb_mark_inode_writeback: the inode's first folio went under writeback */
+	INODE_WRITTEN = 1,     /* writeback_single_inode: one inode written (pages = its `wrote`) */
+	FOLIO_WAITED = 2,      /* folio_wait_writeback: a thread waited for a folio under writeback */
+};
+
+struct bdi_name {
+	char name[BDI_NAME_LEN];
+};
+
+/* The bdis under test: name -> id (1..), filled by userspace. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, struct bdi_name);
+	__type(value, __u32);
+} traced_bdis SEC(".maps");
+
+/* Superblocks under test: s_dev (kernel dev_t) -> the id of their bdi. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, __u32);
+} traced_sbs SEC(".maps");
+
+/* ---- dirty throttling ---- */
+
+struct throttle_key {
+	__u16 bdi;
+	__u16 phase;
+	__u16 who;
+	__u16 nr;          /* syscall number for WHO_SYSCALL, else 0 */
+};
+
+struct throttle_val {
+	__u64 checks;              /* tracepoint hits: pause <= 0 means the task was let go at once */
+	__u64 sleeps;              /* pause > 0: the task slept */
+	__u64 planned_ms;          /* sum of the planned pauses (ms, jiffy-granular) */
+	__u64 dirtied;             /* pages the tasks dirtied since their previous pause */
+	__u64 last_ns;             /* time of the newest hit, to pick the last figures across CPUs */
+	__u64 limit_last, limit_min, limit_max;   /* pages: hard limit (max of thresh and dirty_limit) */
+	__u64 setpoint_last;       /* pages: where the control line balances */
+	__u64 dirty_last, dirty_min, dirty_max, dirty_sum;  /* pages dirty + under writeback, globally */
+	__u64 wb_dirty_last, wb_setpoint_last;             /* the same for this bdi's writeback */
+	__u64 task_ratelimit_last, dirty_ratelimit_last;   /* KB/s the task may dirty at */
+	__u64 unmatched;           /* pauses whose sleep was not seen (BDP_ASYNC, or map full) */
+	struct hist slept;         /* ns from the tracepoint to the task's switch-in after the sleep */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct throttle_key);
+	__type(value, struct throttle_val);
+} throttle SEC(".maps");
+
+/* tid -> a pause announced by the tracepoint, until the task is back on a CPU. */
+struct pause_pending {
+	__u64 start_ns;
+	struct throttle_key key;
+	__u32 switched_out;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct pause_pending);
+} pauses SEC(".maps");
+
+/* How many entries `pauses` holds (racy but never stuck: it only gates a fast path). */
+__s64 pauses_pending = 0;
+
+/* ---- global dirty state ---- */
+
+#define N_GDS_FIELDS 7   /* nr_dirty, nr_writeback, background_thresh, dirty_thresh, dirty_limit,
+                          * nr_dirtied, nr_written: the tracepoint's fields, in its order */
+#define N_GDS_RANGED 5   /* the first five also keep min and max */
+
+struct dirty_state_val {
+	__u64 count;
+	__u64 first_ns, last_ns;
+	__u64 first[N_GDS_FIELDS];
+	__u64 last[N_GDS_FIELDS];
+	__u64 min[N_GDS_RANGED];
+	__u64 max[N_GDS_RANGED];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, MAX_PHASES);
+	__type(key, __u32);           /* phase */
+	__type(value, struct dirty_state_val);
+} dirty_state SEC(".maps");
+
+/* ---- flusher work ---- */
+
+struct work_key {
+	__u16 bdi;
+	__u16 phase;
+	__u8 reason;       /* enum wb_reason (names from this kernel's tracepoint format) */
+	__u8 integrity;    /* sync_mode == WB_SYNC_ALL: a data-integrity pass (sync, syncfs) */
+	__u16 pad;
+};
+
+struct work_val {
+	__u64 queued;      /* writeback_queue: a work item queued (in the queuer's context) */
+	__u64 executed;    /* writeback_exec: a queued work item taken by the flusher */
+	__u64 runs;        /* wb_writeback() calls: a queued item, or the flusher's own periodic /
+	                    * background / start-all work */
+	__u64 passes;      /* writeback_start -> writeback_written pairs */
+	__u64 pages;       /* pages written: nr_pages at start minus nr_pages at written */
+	__u64 run_ns;      /* from a run's first pass start to its last pass end */
+	__u64 pass_max_ns;
+	__u64 waits;       /* writeback_wait: the flusher slept on an inode under writeback */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct work_key);
+	__type(value, struct work_val);
+} wb_work SEC(".maps");
+
+/* Gaps between consecutive run starts of one (bdi, reason, cgroup writeback): the periodic
+ * flusher's interval is the gap between its periodic runs. */
+struct gap_key {
+	__u16 bdi;
+	__u16 phase;
+	__u8 reason;
+	__u8 pad[3];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 512);
+	__type(key, struct gap_key);
+	__type(value, struct hist);
+} run_gaps SEC(".maps");
+
+struct last_run_key {
+	__u64 cgroup_ino;  /* each cgroup's writeback (struct bdi_writeback) runs on its own */
+	__u16 bdi;
+	__u8 reason;
+	__u8 pad[5];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct last_run_key);
+	__type(value, __u64);
+} last_run SEC(".maps");
+
+/* A flusher kworker's state within one wb_do_writeback() call (one bdi_writeback), by tid. */
+struct flusher_state {
+	__u64 mark_ns;         /* the current run's start, then each pass's end */
+	__u64 pass_start_ns;
+	__s64 start_nr_pages;
+	__u16 bdi;
+	__u16 phase;
+	__u8 reason;
+	__u8 integrity;
+	__u8 in_pass;
+	__u8 new_run;          /* writeback_exec seen: the next pass starts a run */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, struct flusher_state);
+} flushers SEC(".maps");
+
+struct flush_key {
+	__u16 bdi;
+	__u16 phase;
+};
+
+struct flush_val {
+	__u64 calls;           /* wb_do_writeback() calls that wrote for this bdi */
+	__u64 pages;           /* writeback_pages_written: what those calls wrote */
+	__u64 background_kicks;/* writeback_wake_background: a dirtier woke the flusher */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct flush_key);
+	__type(value, struct flush_val);
+} wb_flush SEC(".maps");
+
+/* ---- inode events ---- */
+
+struct inode_key {
+	__u16 bdi;
+	__u16 phase;
+	__u8 event;        /* enum inode_event */
+	__u8 who;          /* enum wb_who */
+	__u16 nr;
+};
+
+struct inode_val {
+	__u64 count;
+	__u64 pages;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct inode_key);
+	__type(value, struct inode_val);
+} inode_events SEC(".maps");
+
+/* ---- helpers ---- */
+
+/* The id of a bdi under test, 0 if not. The tracepoints copy the name with strscpy_pad, so the
+ * bytes after its end are zero, as in the keys userspace writes. The verifier refuses a copy
+ * straight out of the context (an offset into it is a "modified ctx ptr"): read it instead. */
+static __always_inline __u16 bdi_id(const char *name)
+{
+	struct bdi_name key;
+	__u32 *id;
+
+	if (bpf_probe_read_kernel(key.name, BDI_NAME_LEN, name))
+		return 0;
+	id = bpf_map_lookup_elem(&traced_bdis, &key);
+	return id ? *id : 0;
+}
+
+/* A per-CPU (or shared) aggregate's value for `key`, created zeroed; NULL (counted) if full. */
+static __always_inline void *lookup_or_init(void *map, const void *key, const void *zero)
+{
+	void *v = bpf_map_lookup_elem(map, key);
+
+	if (v)
+		return v;
+	bpf_map_update_elem(map, key, zero, BPF_NOEXIST);
+	v = bpf_map_lookup_elem(map, key);
+	if (!v)
+		count_drop(DROP_WRITEBACK_FULL);
+	return v;
+}
+
+static __always_inline bool in_flusher_pass(__u32 tid)
+{
+	struct flusher_state *st = bpf_map_lookup_elem(&flushers, &tid);
+
+	return st && st->in_pass;
+}
+
+/* Who runs the current event, and its syscall number if a user thread is inside one. */
+static __always_inline __u8 current_who(__u16 *nr)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	long sysnr;
+
+	*nr = 0;
+	if (task->flags & WB_PF_KTHREAD)
+		return in_flusher_pass((__u32)bpf_get_current_pid_tgid()) ? WHO_FLUSHER : WHO_KTHREAD;
+	sysnr = BPF_CORE_READ((struct pt_regs *)bpf_task_pt_regs(task), orig_ax);
+	if (sysnr >= 0 && sysnr < MAX_SYSCALL_NR) {
+		*nr = sysnr;
+		return WHO_SYSCALL;
+	}
+	return WHO_USER;
+}
+
+static __always_inline void hist_add(struct hist *h, __u64 ns)
+{
+	__u32 slot = fine_slot(ns);
+
+	h->count++;
+	h->total_ns += ns;
+	if (ns > h->max_ns)
+		h->max_ns = ns;
+	if (slot < FINE_SLOTS)
+		h->slots[slot]++;
+}
+
+static __always_inline void keep_min_max(__u64 *lo, __u64 *hi, __u64 v, bool first)
+{
+	if (first || v < *lo)
+		*lo = v;
+	if (first || v > *hi)
+		*hi = v;
+}
+
+/* ---- dirty throttling ---- */
+
+/* writeback:balance_dirty_pages: a task dirtying pages of this bdi is over its share of the dirty
+ * limit. Fires in that task, with the pause (ms) it is about to sleep; pause <= 0: no sleep. */
+SEC("tracepoint/writeback/balance_dirty_pages")
+int on_balance_dirty_pages(struct trace_event_raw_balance_dirty_pages *ctx)
+{
+	struct throttle_val *v;
+	struct throttle_key key = {};
+	static const struct throttle_val zero;
+	__u64 now = bpf_ktime_get_ns();
+	bool first;
+
+	key.bdi = bdi_id(ctx->bdi);
+	if (!key.bdi)
+		return 0;
+	key.phase = current_phase();
+	key.who = current_who(&key.nr);
+	v = lookup_or_init(&throttle, &key, &zero);
+	if (!v)
+		return 0;
+	first = v->checks == 0;
+	v->checks++;
+	v->dirtied += ctx->dirtied;
+	v->last_ns = now;
+	v->limit_last = ctx->limit;
+	v->setpoint_last = ctx->setpoint;
+	v->dirty_last = ctx->dirty;
+	v->dirty_sum += ctx->dirty;
+	v->wb_dirty_last = ctx->wb_dirty;
+	v->wb_setpoint_last = ctx->wb_setpoint;
+	v->task_ratelimit_last = ctx->task_ratelimit;
+	v->dirty_ratelimit_last = ctx->dirty_ratelimit;
+	keep_min_max(&v->limit_min, &v->limit_max, ctx->limit, first);
+	keep_min_max(&v->dirty_min, &v->dirty_max, ctx->dirty, first);
+	if (ctx->pause <= 0)
+		return 0;
+	v->sleeps++;
+	v->planned_ms += ctx->pause;
+
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct pause_pending p = { .start_ns = now, .key = key };
+	struct pause_pending *old = bpf_map_lookup_elem(&pauses, &tid);
+
+	if (old)   /* an earlier pause of this task was never slept (BDP_ASYNC): replaced */
+		v->unmatched++;
+	else
+		__sync_fetch_and_add(&pauses_pending, 1);
+	if (bpf_map_update_elem(&pauses, &tid, &p, BPF_ANY)) {
+		__sync_fetch_and_add(&pauses_pending, -1);
+		v->unmatched++;
+		count_drop(DROP_WRITEBACK_FULL);
+	}
+	return 0;
+}
+
+static __always_inline void forget_pause(__u32 tid, struct pause_pending *p)
+{
+	struct throttle_val *v = bpf_map_lookup_elem(&throttle, &p->key);
+
+	if (v)
+		v->unmatched++;
+	if (!bpf_map_delete_elem(&pauses, &tid))
+		__sync_fetch_and_add(&pauses_pending, -1);
+}
+
+static __always_inline void pause_switch_out(struct task_struct *prev, unsigned int prev_state, __u64 now)
+{
+	__u32 tid = prev->pid;
+	struct pause_pending *p = bpf_map_lookup_elem(&pauses, &tid);
+
+	if (!p || p->switched_out || prev_state == TASK_RUNNING_STATE)
+		return;   /* not throttled, already asleep, or preempted before the sleep */
+	if (now - p->start_ns > PAUSE_SWITCH_WINDOW_NS) {
+		forget_pause(tid, p);
+		return;
+	}
+	p->switched_out = 1;
+}
+
+static __always_inline void pause_switch_in(struct task_struct *next, __u64 now)
+{
+	__u32 tid = next->pid;
+	struct pause_pending *p = bpf_map_lookup_elem(&pauses, &tid);
+	struct throttle_val *v;
+
+	if (!p || !p->switched_out)
+		return;
+	v = bpf_map_lookup_elem(&throttle, &p->key);
+	if (v)
+		hist_add(&v->slept, now - p->start_ns);
+	if (!bpf_map_delete_elem(&pauses, &tid))
+		__sync_fetch_and_add(&pauses_pending, -1);
+}
+
+/* sched_switch: ends a throttled task's sleep (its switch-in after the pause). Costs one load
+ * when no task is throttled. */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(wb_sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
+	     unsigned int prev_state)
+{
+	__u64 now;
+
+	if (pauses_pending <= 0)
+		return 0;
+	now = bpf_ktime_get_ns();
+	pause_switch_out(prev, prev_state, now);
+	pause_switch_in(next, now);
+	return 0;
+}
+
+/* ---- global dirty state ---- */
+
+/* writeback:global_dirty_state: the global dirty and background thresholds (pages), computed by
+ * domain_dirty_limits() for the global domain: in balance_dirty_pages, the flusher's background
+ * checks and readers of /proc/vmstat. Global: not per device. */
+SEC("tracepoint/writeback/global_dirty_state")
+int on_global_dirty_state(struct trace_event_raw_global_dirty_state *ctx)
+{
+	__u32 phase = current_phase();
+	static const struct dirty_state_val zero;
+	struct dirty_state_val *v = lookup_or_init(&dirty_state, &phase, &zero);
+	__u64 now = bpf_ktime_get_ns();
+	__u64 f[N_GDS_FIELDS] = { ctx->nr_dirty, ctx->nr_writeback, ctx->background_thresh,
+				  ctx->dirty_thresh, ctx->dirty_limit, ctx->nr_dirtied, ctx->nr_written };
+	bool first;
+
+	if (!v)
+		return 0;
+	first = v->count == 0;
+	v->count++;
+	if (first)
+		v->first_ns = now;
+	v->last_ns = now;
+	for (int i = 0; i < N_GDS_FIELDS; i++) {
+		if (first)
+			v->first[i] = f[i];
+		v->last[i] = f[i];
+		if (i < N_GDS_RANGED)
+			keep_min_max(&v->min[i], &v->max[i], f[i], first);
+	}
+	return 0;
+}
+
+/* ---- flusher work ---- */
+
+/* The fields of a writeback_work_class event, read once at entry: the verifier refuses context
+ * loads at an offset the compiler picks at run time, as it does when one load serves two fields. */
+struct work_event {
+	__u64 cgroup_ino;
+	__s64 nr_pages;
+	__u16 bdi;
+	__u8 reason;
+	__u8 integrity;    /* sync_mode == WB_SYNC_ALL */
+};
+
+static __always_inline void read_work_event(struct trace_event_raw_writeback_work_class *ctx,
+					    struct work_event *e)
+{
+	e->bdi = bdi_id(ctx->name);
+	e->reason = BPF_CORE_READ(ctx, reason);
+	e->integrity = BPF_CORE_READ(ctx, sync_mode) == bpf_core_enum_value(enum writeback_sync_modes, WB_SYNC_ALL);
+	e->nr_pages = BPF_CORE_READ(ctx, nr_pages);
+	e->cgroup_ino = BPF_CORE_READ(ctx, cgroup_ino);
+}
+
+static __always_inline struct work_val *work_of(__u16 bdi, __u16 phase, __u8 reason, __u8 integrity)
+{
+	static const struct work_val zero;
+	struct work_key key = { .bdi = bdi, .phase = phase, .reason = reason, .integrity = integrity };
+
+	return lookup_or_init(&wb_work, &key, &zero);
+}
+
+/* writeback:writeback_queue: a work item is queued for a bdi's flusher (sync, syncfs, fs free
+ * space, ...), in the queuer's context. */
+SEC("tracepoint/writeback/writeback_queue")
+int on_writeback_queue(struct trace_event_raw_writeback_work_class *ctx)
+{
+	struct work_event e;
+	struct work_val *v;
+
+	read_work_event(ctx, &e);
+	if (!e.bdi)
+		return 0;
+	v = work_of(e.bdi, current_phase(), e.reason, e.integrity);
+	if (v)
+		v->queued++;
+	return 0;
+}
+
+/* writeback:writeback_exec: the flusher takes a queued work item; the next pass starts its run. */
+SEC("tracepoint/writeback/writeback_exec")
+int on_writeback_exec(struct trace_event_raw_writeback_work_class *ctx)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct flusher_state *st;
+	struct work_event e;
+	struct work_val *v;
+
+	read_work_event(ctx, &e);
+	if (!e.bdi)
+		return 0;
+	v = work_of(e.bdi, current_phase(), e.reason, e.integrity);
+	if (v)
+		v->executed++;
+	st = bpf_map_lookup_elem(&flushers, &tid);
+	if (st)
+		st->new_run = 1;
+	return 0;
+}
+
+static __always_inline void record_run_gap(const struct work_event *e, struct flusher_state *st, __u64 now)
+{
+	struct last_run_key lk = { .cgroup_ino = e->cgroup_ino, .bdi = st->bdi, .reason = st->reason };
+	struct gap_key gk = { .bdi = st->bdi, .phase = st->phase, .reason = st->reason };
+	static const struct hist zero;
+	__u64 *last = bpf_map_lookup_elem(&last_run, &lk);
+	struct hist *h;
+
+	if (last) {
+		h = lookup_or_init(&run_gaps, &gk, &zero);
+		if (h) {
+			__u32 slot = fine_slot(now - *last);
+
+			__sync_fetch_and_add(&h->count, 1);
+			__sync_fetch_and_add(&h->total_ns, now - *last);
+			if (now - *last > h->max_ns)
+				h->max_ns = now - *last;
+			if (slot < FINE_SLOTS)
+				__sync_fetch_and_add(&h->slots[slot], 1);
+		}
+		*last = now;
+	} else if (bpf_map_update_elem(&last_run, &lk, &now, BPF_ANY)) {
+		count_drop(DROP_WRITEBACK_FULL);
+	}
+}
+
+/* writeback:writeback_start: the flusher (its kworker, in wb_writeback()) starts a pass over a
+ * bdi's dirty inodes for one work item; `reason` says why the work exists. A work item runs one
+ * or more passes; a pass that follows writeback_exec, or a pass with another reason or sync mode,
+ * starts a new run. */
+SEC("tracepoint/writeback/writeback_start")
+int on_writeback_start(struct trace_event_raw_writeback_work_class *ctx)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	__u64 now = bpf_ktime_get_ns();
+	static const struct flusher_state fresh = { .new_run = 1 };
+	struct flusher_state *st;
+	struct work_event e;
+	struct work_val *v;
+
+	read_work_event(ctx, &e);
+	if (!e.bdi)
+		return 0;
+	st = lookup_or_init(&flushers, &tid, &fresh);
+	if (!st)
+		return 0;
+	if (st->bdi != e.bdi || st->reason != e.reason || st->integrity != e.integrity)
+		st->new_run = 1;
+	st->bdi = e.bdi;
+	st->reason = e.reason;
+	st->integrity = e.integrity;
+	st->phase = current_phase();
+	st->pass_start_ns = now;
+	st->start_nr_pages = e.nr_pages;
+	st->in_pass = 1;
+	if (!st->new_run)
+		return 0;
+	st->new_run = 0;
+	st->mark_ns = now;
+	v = work_of(e.bdi, st->phase, e.reason, e.integrity);
+	if (v)
+		v->runs++;
+	record_run_gap(&e, st, now);
+	return 0;
+}
+
+/* writeback:writeback_written: the pass ends; nr_pages is what is left of the work's budget, so
+ * the pass wrote (nr_pages at start - nr_pages now) pages. */
+SEC("tracepoint/writeback/writeback_written")
+int on_writeback_written(struct trace_event_raw_writeback_work_class *ctx)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct flusher_state *st = bpf_map_lookup_elem(&flushers, &tid);
+	__s64 nr_pages = BPF_CORE_READ(ctx, nr_pages);
+	__u64 now = bpf_ktime_get_ns();
+	struct work_val *v;
+
+	if (!st || !st->in_pass)
+		return 0;
+	st->in_pass = 0;
+	v = work_of(st->bdi, st->phase, st->reason, st->integrity);
+	if (v) {
+		v->passes++;
+		if (st->start_nr_pages > nr_pages)
+			v->pages += st->start_nr_pages - nr_pages;
+		v->run_ns += now - st->mark_ns;
+		if (now - st->pass_start_ns > v->pass_max_ns)
+			v->pass_max_ns = now - st->pass_start_ns;
+	}
+	st->mark_ns = now;
+	return 0;
+}
+
+/* writeback:writeback_wait: the flusher found only inodes under writeback and sleeps on one. */
+SEC("tracepoint/writeback/writeback_wait")
+int on_writeback_wait(struct trace_event_raw_writeback_work_class *ctx)
+{
+	struct work_event e;
+	struct work_val *v;
+
+	read_work_event(ctx, &e);
+	if (!e.bdi)
+		return 0;
+	v = work_of(e.bdi, current_phase(), e.reason, e.integrity);
+	if (v)
+		v->waits++;
+	return 0;
+}
+
+/* writeback:writeback_pages_written: the flusher's wb_do_writeback() call (all its runs on one
+ * bdi_writeback) wrote `pages` pages. Attributed to the bdi of that call's passes. */
+SEC("tracepoint/writeback/writeback_pages_written")
+int on_writeback_pages_written(struct trace_event_raw_writeback_pages_written *ctx)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct flusher_state *st = bpf_map_lookup_elem(&flushers, &tid);
+	static const struct flush_val zero;
+	struct flush_key key;
+	struct flush_val *v;
+
+	if (!st)
+		return 0;   /* the call did not pass over a bdi under test */
+	key.bdi = st->bdi;
+	key.phase = current_phase();
+	bpf_map_delete_elem(&flushers, &tid);
+	v = lookup_or_init(&wb_flush, &key, &zero);
+	if (v) {
+		v->calls++;
+		v->pages += ctx->pages;
+	}
+	return 0;
+}
+
+/* writeback:writeback_wake_background: a dirtier (balance_dirty_pages) woke the flusher because
+ * the background threshold is exceeded. */
+SEC("tracepoint/writeback/writeback_wake_background")
+int on_writeback_wake_background(struct trace_event_raw_writeback_class *ctx)
+{
+	static const struct flush_val zero;
+	struct flush_key key = { .bdi = bdi_id(ctx->name), .phase = current_phase() };
+	struct flush_val *v;
+
+	if (!key.bdi)
+		return 0;
+	v = lookup_or_init(&wb_flush, &key, &zero);
+	if (v)
+		v->background_kicks++;
+	return 0;
+}
+
+/* ---- inode events ---- */
+
+static __always_inline void count_inode_event(__u16 bdi, __u8 event, __u64 pages)
+{
+	static const struct inode_val zero;
+	struct inode_key key = { .bdi = bdi, .phase = current_phase(), .event = event };
+	struct inode_val *v;
+
+	key.who = current_who(&key.nr);
+	v = lookup_or_init(&inode_events, &key, &zero);
+	if (v) {
+		v->count++;
+		v->pages += pages;
+	}
+}
+
+/* writeback:sb_mark_inode_writeback: an inode of superblock `dev` gets its first folio under
+ * writeback, in the thread that starts the writeback: fsync/fdatasync/sync_file_range in a traced
+ * thread, the flusher, or a filesystem thread. */
+SEC("tracepoint/writeback/sb_mark_inode_writeback")
+int on_sb_mark_inode_writeback(struct trace_event_raw_writeback_inode_template *ctx)
+{
+	__u32 dev = ctx->dev;
+	__u32 *bdi = bpf_map_lookup_elem(&traced_sbs, &dev);
+
+	if (bdi)
+		count_inode_event(*bdi, INODE_WB_STARTED, 0);
+	return 0;
+}
+
+/* writeback:writeback_single_inode: __writeback_single_inode() wrote one inode (the flusher's
+ * writeback_sb_inodes, or sync_inode_metadata / write_inode_now in the caller's thread). */
+SEC("tracepoint/writeback/writeback_single_inode")
+int on_writeback_single_inode(struct trace_event_raw_writeback_single_inode_template *ctx)
+{
+	__u16 bdi = bdi_id(ctx->name);
+
+	if (bdi)
+		count_inode_event(bdi, INODE_WRITTEN, ctx->wrote);
+	return 0;
+}
+
+/* writeback:folio_wait_writeback: a thread waits for a folio to finish writeback (fsync's wait,
+ * or a write to a folio still being written: stable pages). */
+SEC("tracepoint/writeback/folio_wait_writeback")
+int on_folio_wait_writeback(struct trace_event_raw_writeback_folio_template *ctx)
+{
+	__u16 bdi = bdi_id(ctx->name);
+
+	if (bdi)
+		count_inode_event(bdi, FOLIO_WAITED, 0);
+	return 0;
+}
