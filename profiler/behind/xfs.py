@@ -1,26 +1,474 @@
-"""(placeholder until this module's probe lands: loads nothing, reports nothing)"""
+"""The XFS log behind the wait (bpf/xfs.bpf.c): log forces by caller, iclog writes timed from
+xlog_sync to I/O completion, force waits, CIL pushes and the periodic log worker as worker windows,
+log space reservation waits, and delayed allocation. docs/behind-xfs.md says what each figure means
+and how it is checked against the per-mount counters in /sys/fs/xfs/<dev>/stats/stats."""
+
+import ctypes as c
+from functools import lru_cache
+from pathlib import Path
+
+from .. import hist, maps, symbols, syscalls
 
 NAME = "xfs"
-OBJECT = None
+OBJECT = "xfs"
+
+CIL_PUSH_WORKER = maps.WORKER_KINDS[3]     # "xfs cil push": xlog_cil_push_work runs
+LOG_WORKER = maps.WORKER_KINDS[4]          # "xfs log force": xfs_log_worker runs
+FSYNC_OPS = ("fsync", "fdatasync")
+FORCE_WAIT_CAUSE = "log force wait"        # the attribution cause of profiler/rules/xfs.toml
+NO_SYSCALL = 0xFFFF
+
+# enum xfs_hist of bpf/xfs.bpf.c, in order.
+HISTS = ("iclog_write", "cil_push", "grant_sleep", "log_worker")
+# enum alloc_event of bpf/xfs.bpf.c, in order.
+ALLOC_EVENTS = ("delalloc_reserved", "allocated_at_write", "converted_at_writeback", "found_at_writeback",
+                "delalloc_enospc")
+
+# The xfs_log_force tracepoint fires in four functions; its caller_ip (the traced function's return
+# address) names the function that called it. A caller that is itself a log force function means
+# the trace came from xlog_cil_force_seq inside that force; the AIL's xlog_cil_flush is called from
+# xfsaild_push. Only xfs_log_force and xfs_log_force_seq count in xs_log_force.
+FORCE_FUNCTIONS = {"xfs_log_force", "xfs_log_force_seq"}
+AIL_FUNCTIONS = {"xfsaild_push", "xfsaild"}
+
+
+class XlogCounts(c.Structure):
+    _fields_ = [(n, c.c_uint64) for n in (
+        "iclog_syncs", "iclog_bytes", "iclog_data_bytes", "iclog_flush", "iclog_fua", "iclog_bio_writes",
+        "sync_to_write_ns", "iclog_done", "done_to_clean_ns", "iclog_cleans", "iclog_force",
+        "iclog_force_lsn", "iclog_switch", "iclog_release", "iclog_syncing", "iclog_activate",
+        "force_wait_ns", "force_waits_woken", "log_reserve", "log_regrant", "grant_sleep_reserve",
+        "grant_sleep_write", "grant_sleep_kthread", "grant_sleep_kthread_ns", "grant_wake_up", "cil_throttle",
+        "lost_iclog")]
+
+
+COUNT_FIELDS = tuple(n for n, _ in XlogCounts._fields_)
+
+
+class XfsKey(c.Structure):
+    _fields_ = [("dev", c.c_uint32), ("phase", c.c_uint16), ("pad", c.c_uint16)]
+
+
+class HistKey(c.Structure):
+    _fields_ = [("dev", c.c_uint32), ("phase", c.c_uint16), ("which", c.c_uint16)]
+
+
+class ForceKey(c.Structure):
+    _fields_ = [("dev", c.c_uint32), ("phase", c.c_uint16), ("nr", c.c_uint16), ("seq", c.c_uint8),
+                ("kthread", c.c_uint8), ("pad", c.c_uint16), ("pad2", c.c_uint32), ("caller_ip", c.c_uint64)]
+
+
+class WaitKey(c.Structure):
+    _fields_ = [("dev", c.c_uint32), ("phase", c.c_uint16), ("nr", c.c_uint16), ("slept", c.c_uint8),
+                ("kthread", c.c_uint8), ("pad", c.c_uint16), ("pad2", c.c_uint32), ("caller_ip", c.c_uint64)]
+
+
+class AllocKey(c.Structure):
+    _fields_ = [("dev", c.c_uint32), ("phase", c.c_uint16), ("nr", c.c_uint16), ("event", c.c_uint8),
+                ("kthread", c.c_uint8), ("pad", c.c_uint16)]
+
+
+class AllocVal(c.Structure):
+    _fields_ = [("count", c.c_uint64), ("blocks", c.c_uint64)]
+
+
+class XfsCfg(c.Structure):
+    _fields_ = [("cil_push_work", c.c_uint64), ("log_worker", c.c_uint64)]
+
+
+@lru_cache(maxsize=1)
+def kernel_functions():
+    """{name: address} of the work functions bpf/xfs.bpf.c recognises in workqueue tracepoints."""
+    wanted = {"xlog_cil_push_work", "xfs_log_worker"}
+    found = {}
+    for line in Path("/proc/kallsyms").read_text().splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[2] in wanted and parts[1] in "tT":
+            found.setdefault(parts[2], int(parts[0], 16))
+    return found
+
+
+# Fields of the per-mount /sys/fs/xfs/<dev>/stats/stats lines this module compares with (the
+# kernel's struct __xfsstats order; "log" and "push_ail" are split there by offset, so "push_ail"
+# begins with the log space counters).
+STAT_FIELDS = {
+    "log": ("writes", "blocks", "noiclogs", "force", "force_sleep"),
+    "push_ail": ("try_logspace", "sleep_logspace", "push_ail", "success", "pushbuf", "pinned", "locked",
+                 "flushing", "restarts", "flush"),
+    "xstrat": ("quick", "split"),
+    "xpc": ("xstrat_bytes", "write_bytes", "read_bytes"),
+}
+
+
+def stats_dir_name(kdev):
+    """The name XFS gives a mount under /sys/fs/xfs/ (its data device, e.g. loop3 or sda1)."""
+    link = Path(f"/sys/dev/block/{kdev >> 20}:{kdev & 0xFFFFF}")
+    return link.resolve().name if link.exists() else None
+
+
+def read_mount_stats(name):
+    """{line: {field: value}} of /sys/fs/xfs/<name>/stats/stats, for the lines of STAT_FIELDS."""
+    try:
+        text = Path(f"/sys/fs/xfs/{name}/stats/stats").read_text()
+    except OSError:
+        return None
+    out = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if parts and parts[0] in STAT_FIELDS:
+            out[parts[0]] = dict(zip(STAT_FIELDS[parts[0]], map(int, parts[1:])))
+    return out
+
+
+def stats_delta(before, after):
+    return {line: {f: v - before.get(line, {}).get(f, 0) for f, v in fields.items()}
+            for line, fields in after.items()}
+
+
+def who(kthread, nr):
+    """The context of an event: a kernel thread, or the syscall of the workload's thread."""
+    if kthread:
+        return "kernel thread"
+    return syscalls.name_of(nr) if nr != NO_SYSCALL else "process (no syscall)"
+
+
+def string_slots(h):
+    """A histogram with its fine slots keyed by strings, as in result.json (collect.py walks
+    snapshots for stack ids by key name and expects string keys)."""
+    return {**h, "fine": {str(k): v for k, v in h["fine"].items()}}
 
 
 class Probe:
     def __init__(self, obj):
         self.obj = obj
+        self.devs = obj.map("xfs_devs", c.c_uint32, c.c_uint8)
+        self.cfg = obj.map("xfs_cfg", c.c_uint32, XfsCfg)
+        self.counts = obj.map("xlog_counts", XfsKey, XlogCounts)
+        self.hists = obj.map("xlog_hists", HistKey, maps.Hist)
+        self.forces = obj.map("log_forces", ForceKey, c.c_uint64)
+        self.waits = obj.map("force_waits", WaitKey, c.c_uint64)
+        self.alloc = obj.map("xfs_alloc", AllocKey, AllocVal)
+        # In-flight state (an iclog between sync and clean, a thread in a reservation): kept across
+        # reset() so that work started before a run still ends cleanly, dropped with the targets.
+        self.inflight = [obj.map("iclog_io", c.c_uint64, c.c_char * 24),
+                         obj.map("iclog_waiters", c.c_uint64, c.c_char * 24),
+                         obj.map("grant_state", c.c_uint32, c.c_char * 16)]
+        fns = kernel_functions()
+        # An address of 0 never matches a work function: that window is then not opened.
+        self.cfg.update(c.c_uint32(0), XfsCfg(cil_push_work=fns.get("xlog_cil_push_work", 0),
+                                              log_worker=fns.get("xfs_log_worker", 0)))
 
     def set_targets(self, targets):
-        pass
+        self.devs.clear()
+        for m in self.inflight:
+            m.clear()
+        self.stat_names = {}
+        for t in targets:
+            if t.fs == "xfs":
+                self.devs.update(c.c_uint32(t.sb_dev), c.c_uint8(1))
+                self.stat_names[t.sb_dev] = stats_dir_name(t.sb_dev)
+
+    def _read_stats(self):
+        return {dev: read_mount_stats(name) for dev, name in getattr(self, "stat_names", {}).items() if name}
 
     def reset(self):
-        pass
+        for m in (self.counts, self.hists, self.forces, self.waits, self.alloc):
+            m.clear()
+        # The kernel's own per-mount counters over the same interval as the maps (the oracle).
+        self.stats_at_reset = self._read_stats()
 
     def snapshot(self):
-        return {}
+        """Plain records keyed by superblock dev and phase index; callers as function names."""
+        counts = []
+        for k, v in self.counts.items():
+            counts.append({"dev": k.dev, "phase": k.phase, **{f: sum(getattr(x, f) for x in v) for f in COUNT_FIELDS}})
+        hists = [{"dev": k.dev, "phase": k.phase, "which": HISTS[k.which] if k.which < len(HISTS) else str(k.which),
+                  **string_slots(maps.sum_hists(v))} for k, v in self.hists.items()]
+        forces = [{"dev": k.dev, "phase": k.phase, "seq": bool(k.seq), "who": who(k.kthread, k.nr),
+                   "kthread": bool(k.kthread), "caller": symbols.name(k.caller_ip), "count": sum(v)}
+                  for k, v in self.forces.items()]
+        waits = [{"dev": k.dev, "phase": k.phase, "slept": bool(k.slept), "who": who(k.kthread, k.nr),
+                  "kthread": bool(k.kthread), "caller": symbols.name(k.caller_ip), "count": sum(v)}
+                 for k, v in self.waits.items()]
+        alloc = [{"dev": k.dev, "phase": k.phase, "event": ALLOC_EVENTS[k.event] if k.event < len(ALLOC_EVENTS)
+                  else str(k.event), "who": who(k.kthread, k.nr), "kthread": bool(k.kthread),
+                  "count": sum(x.count for x in v), "blocks": sum(x.blocks for x in v)}
+                 for k, v in self.alloc.items()]
+        kernel = [{"dev": dev, "name": self.stat_names[dev], **stats_delta(before, after)}
+                  for dev, after in self._read_stats().items()
+                  if after and (before := getattr(self, "stats_at_reset", {}).get(dev))]
+        return {"counts": counts, "hists": hists, "forces": forces, "waits": waits, "alloc": alloc,
+                "kernel_stats": kernel}
+
+
+# ---- summarize: raw records -> the section stored in result.json --------------------------------
+
+def force_kind(rec):
+    """What an xfs_log_force tracepoint hit was (see FORCE_FUNCTIONS)."""
+    if rec["caller"] in FORCE_FUNCTIONS:
+        return "cil_step"
+    if rec["seq"] and rec["caller"] in AIL_FUNCTIONS:
+        return "ail_cil_flush"
+    return "force_seq" if rec["seq"] else "force_all"
+
+
+def _ratio(a, b):
+    return a / b if b else None
+
+
+def _add(d, key, n):
+    d[key] = d.get(key, 0) + n
+
+
+def log_forces(recs):
+    """Forces as xs_log_force counts them, by kind, caller and context."""
+    out = {"count": 0, "to_sequence": 0, "whole_log": 0, "cil_steps": 0, "ail_cil_flushes": 0,
+           "from_kernel_threads": 0, "by_caller": {}, "by_context": {}}
+    for r in recs:
+        kind = force_kind(r)
+        if kind == "cil_step":
+            out["cil_steps"] += r["count"]
+            continue
+        if kind == "ail_cil_flush":
+            out["ail_cil_flushes"] += r["count"]
+            continue
+        out["count"] += r["count"]
+        out["to_sequence" if kind == "force_seq" else "whole_log"] += r["count"]
+        out["from_kernel_threads"] += r["count"] if r["kthread"] else 0
+        _add(out["by_caller"], r["caller"], r["count"])
+        _add(out["by_context"], r["who"], r["count"])
+    return out
+
+
+def force_waits(recs, counts):
+    """xlog_wait_on_iclog calls, those that slept (xs_log_force_sleep counts them) and their time."""
+    out = {"calls": sum(r["count"] for r in recs), "slept": 0, "slept_by_caller": {}, "slept_by_context": {},
+           "woken": counts["force_waits_woken"], "wait_ns": counts["force_wait_ns"]}
+    for r in recs:
+        if r["slept"]:
+            out["slept"] += r["count"]
+            _add(out["slept_by_caller"], r["caller"], r["count"])
+            _add(out["slept_by_context"], r["who"], r["count"])
+    out["avg_wait_ns"] = _ratio(out["wait_ns"], out["woken"])
+    return out
+
+
+def iclogs(counts, write_hist):
+    n = counts["iclog_syncs"]
+    return {"writes": n, "bytes": counts["iclog_bytes"], "blocks": counts["iclog_bytes"] // 512,
+            "data_bytes": counts["iclog_data_bytes"], "avg_bytes": _ratio(counts["iclog_bytes"], n),
+            "with_flush": counts["iclog_flush"], "with_fua": counts["iclog_fua"],
+            "bio_submissions": counts["iclog_bio_writes"], "completed": counts["iclog_done"],
+            "write_time": write_hist,
+            "avg_sync_to_submit_ns": _ratio(counts["sync_to_write_ns"], counts["iclog_bio_writes"]),
+            "avg_completion_ns": _ratio(counts["done_to_clean_ns"], counts["iclog_cleans"]),
+            "switches": counts["iclog_switch"], "releases": counts["iclog_release"],
+            "activations": counts["iclog_activate"], "force_head_checks": counts["iclog_force"],
+            "force_lsn_steps": counts["iclog_force_lsn"], "not_seen_synced": counts["lost_iclog"]}
+
+
+def log_space(counts, sleep_hist):
+    sleeps = counts["grant_sleep_reserve"] + counts["grant_sleep_write"]
+    return {"reservations": counts["log_reserve"], "regrants": counts["log_regrant"], "sleeps": sleeps,
+            "sleeps_reserve_head": counts["grant_sleep_reserve"], "sleeps_write_head": counts["grant_sleep_write"],
+            "sleep_time": sleep_hist, "sleeps_of_kernel_threads": counts["grant_sleep_kthread"],
+            "sleep_ns_of_kernel_threads": counts["grant_sleep_kthread_ns"], "waiters_woken": counts["grant_wake_up"],
+            "cil_throttles": counts["cil_throttle"]}
+
+
+def window(h, breakdown):
+    """A worker's windows: their count and time (the probe's) and the off-CPU causes (assemble's)."""
+    breakdown = breakdown or {}
+    off = breakdown.get("offcpu_ns", 0)
+    return {"count": h["count"], "total_ns": h["total_ns"], "avg_ns": h["avg_ns"], "time": h,
+            "offcpu_ns": off, "cpu_ns": max(h["total_ns"] - off, 0),
+            "causes": dict(breakdown.get("causes", {})),
+            "other_wait_frames": dict(breakdown.get("other_wait_frames", {}))}
+
+
+def delalloc(recs):
+    out = {e: {"count": 0, "blocks": 0, "by_context": {}} for e in ALLOC_EVENTS}
+    for r in recs:
+        e = out.setdefault(r["event"], {"count": 0, "blocks": 0, "by_context": {}})
+        e["count"] += r["count"]
+        e["blocks"] += r["blocks"]
+        _add(e["by_context"], r["who"], r["count"])
+    return out
+
+
+def fsyncs_in(syscall_hists):
+    return sum(syscall_hists.get(op, {}).get("count", 0) for op in FSYNC_OPS)
+
+
+def force_wait_by_attribution(attribution):
+    """ns of the fsyncs' wall time the attribution put under "log force wait" (the waiter's view)."""
+    return sum(attribution.get(op, {}).get("causes", {}).get(FORCE_WAIT_CAUSE, 0) for op in FSYNC_OPS)
+
+
+def many_to_one(fig, fsyncs, attributed_wait_ns):
+    """Both views of one log force serving many fsyncs: per fsync (the waiter's) and per event."""
+    forces, writes = fig["log_forces"]["count"], fig["iclogs"]["writes"]
+    pushes = fig["cil_push"]["count"]
+    if not fsyncs:  # no waiter: only the event's own figures mean something
+        return {"fsyncs": 0, "iclog_writes_per_force": _ratio(writes, forces)}
+    # An fsync forces the log only when its inode has changes in the log; the others (overwrites
+    # of allocated blocks) only flush the device cache. The event's view counts those that forced.
+    forcing = sum(n for who, n in fig["log_forces"]["by_context"].items() if who in FSYNC_OPS)
+    return {"fsyncs": fsyncs, "fsyncs_forcing_the_log": forcing,
+            "log_forces_per_fsync": _ratio(forces, fsyncs),
+            "iclog_writes_per_fsync": _ratio(writes, fsyncs),
+            "iclog_writes_per_force": _ratio(writes, forces),
+            "log_bytes_per_fsync": _ratio(fig["iclogs"]["bytes"], fsyncs),
+            "fsyncs_per_iclog_write": _ratio(forcing, writes),
+            "fsyncs_per_cil_push": _ratio(forcing, pushes),
+            "force_wait_ns_per_fsync": _ratio(attributed_wait_ns, fsyncs),
+            "force_waits_slept_per_fsync": _ratio(fig["force_waits"]["slept"], fsyncs)}
+
+
+def figures(recs, syscall_hists, attribution, workers):
+    """One phase's (or all phases') figures from its records."""
+    counts = {f: sum(r[f] for r in recs["counts"]) for f in COUNT_FIELDS}
+    hists = {which: hist.merge([h for h in recs["hists"] if h["which"] == which]) for which in HISTS}
+    fig = {"log_forces": log_forces(recs["forces"]),
+           "iclogs": iclogs(counts, hists["iclog_write"]),
+           "force_waits": force_waits(recs["waits"], counts),
+           "cil_push": window(hists["cil_push"], workers.get(CIL_PUSH_WORKER)),
+           "log_worker": window(hists["log_worker"], workers.get(LOG_WORKER)),
+           "log_space": log_space(counts, hists["grant_sleep"]),
+           "delalloc": delalloc(recs["alloc"])}
+    fig["per_fsync"] = many_to_one(fig, fsyncs_in(syscall_hists), force_wait_by_attribution(attribution))
+    return fig
+
+
+def _select(raw, keep):
+    return {part: [r for r in raw.get(part, []) if keep(r)] for part in ("counts", "hists", "forces", "waits", "alloc")}
+
+
+def _worker_breakdowns(ctx, phase_name=None):
+    """{worker kind: breakdown} of all phases, or of one phase."""
+    out = {}
+    for kind, w in (ctx.workers or {}).items():
+        b = w.get("all") if phase_name is None else w.get("phases", {}).get(phase_name)
+        if b:
+            out[kind] = b
+    return out
+
+
+def force_wait_of_all_phases(ctx):
+    """The fsyncs' "log force wait" over all phases, shaped like an attribution entry."""
+    out = {}
+    for p in ctx.phases.values():
+        for op, b in p.get("attribution", {}).items():
+            if op in FSYNC_OPS:
+                causes = out.setdefault(op, {"causes": {}})["causes"]
+                _add(causes, FORCE_WAIT_CAUSE, b["causes"].get(FORCE_WAIT_CAUSE, 0))
+    return out
 
 
 def summarize(raw, ctx):
-    return {}
+    if ctx.fs != "xfs" or not raw:
+        return {}
+    mine = _select(raw, lambda r: r["dev"] == ctx.sb_dev)
+    if not any(mine.values()):
+        return {}
+    phases = {}
+    for index in sorted({r["phase"] for part in mine.values() for r in part}):
+        name = ctx.phase_name(index)
+        p = ctx.phases.get(name, {})
+        phases[name] = figures(_select(mine, lambda r: r["phase"] == index), p.get("syscalls", {}),
+                               p.get("attribution", {}), _worker_breakdowns(ctx, name))
+    section = {"all": figures(mine, ctx.syscalls, force_wait_of_all_phases(ctx), _worker_breakdowns(ctx)),
+               "phases": phases}
+    kernel = next((k for k in raw.get("kernel_stats", []) if k["dev"] == ctx.sb_dev), None)
+    if kernel:
+        section["kernel_counters"] = kernel_counters(kernel, section["all"])
+    return section
+
+
+def kernel_counters(k, fig):
+    """The per-mount counters of the kernel over the same interval, next to ours where they count
+    the same events. Force sleeps the kernel counts without a tracepoint: waits for the previous
+    iclog's write before closing this one (xlog_force_lsn) and for an earlier checkpoint's commit
+    record (xlog_cil_force_seq)."""
+    log, ail, xstrat, xpc = k.get("log", {}), k.get("push_ail", {}), k.get("xstrat", {}), k.get("xpc", {})
+    return {"source": f"/sys/fs/xfs/{k['name']}/stats/stats",
+            "log_writes": log.get("writes"), "log_blocks": log.get("blocks"), "noiclogs": log.get("noiclogs"),
+            "log_forces": log.get("force"), "force_sleeps": log.get("force_sleep"),
+            "try_logspace": ail.get("try_logspace"), "sleep_logspace": ail.get("sleep_logspace"),
+            "ail_pushes": ail.get("push_ail"), "ail_cil_flushes": ail.get("flush"),
+            "delalloc_conversions": xstrat.get("quick"), "delalloc_converted_bytes": xpc.get("xstrat_bytes"),
+            "ours": {"log_writes": fig["iclogs"]["writes"], "log_blocks": fig["iclogs"]["blocks"],
+                     "log_forces": fig["log_forces"]["count"], "force_sleeps_on_iclogs": fig["force_waits"]["slept"],
+                     "reservations": fig["log_space"]["reservations"] + fig["log_space"]["regrants"],
+                     "sleep_logspace": fig["log_space"]["sleeps"],
+                     "ail_cil_flushes": fig["log_forces"]["ail_cil_flushes"],
+                     "delalloc_conversions": fig["delalloc"]["converted_at_writeback"]["count"],
+                     "delalloc_converted_blocks": fig["delalloc"]["converted_at_writeback"]["blocks"]},
+            "force_sleeps_without_tracepoint": (log["force_sleep"] - fig["force_waits"]["slept"])
+            if "force_sleep" in log else None}
+
+
+# ---- report -------------------------------------------------------------------------------------
+
+def _us(ns):
+    return f"{ns / 1000:.0f} us" if ns is not None else "n/a"
+
+
+def _per(x):
+    return f"{x:.2f}" if x is not None else "n/a"
+
+
+def _kib(b):
+    return f"{b / 1024:.1f} KiB" if b is not None else "n/a"
+
+
+def _top(d, n=3):
+    return ", ".join(f"{k} {v}" for k, v in sorted(d.items(), key=lambda kv: -kv[1])[:n])
+
+
+def _kernel_note(k):
+    if not k:
+        return ""
+    return f"; the kernel counted {k['log_forces']} forces, {k['log_writes']} log writes"
 
 
 def report_lines(section, fs):
-    return []
+    fig = section.get("all")
+    if not fig:
+        return []
+    f, i, w, per = fig["log_forces"], fig["iclogs"], fig["force_waits"], fig["per_fsync"]
+    k = section.get("kernel_counters")
+    wt = i["write_time"]
+    fsyncs = per["fsyncs"]
+    each = lambda key: f"{_per(per[key])} per fsync, " if fsyncs else ""  # noqa: E731
+    lines = [f"   behind log force wait (XFS log): {f['count']} log forces ("
+             + (f"{_per(per['log_forces_per_fsync'])} per fsync; " if fsyncs else "")
+             + f"{_top(f['by_caller']) or 'none'}), {i['writes']} iclog writes ({each('iclog_writes_per_fsync')}"
+             f"{_per(per['iclog_writes_per_force'])} per force, avg {_kib(i['avg_bytes'])}, "
+             f"{i['with_flush']} with cache flush, {i['with_fua']} FUA)" + _kernel_note(k),
+             f"     iclog write sync→done: avg {_us(wt['avg_ns'] if wt['count'] else None)} "
+             f"(p50 {_us(wt['p50_ns'])}, p99 {_us(wt['p99_ns'])})"
+             + (f", {_per(per['fsyncs_per_iclog_write'])} log-forcing fsyncs per iclog write" if fsyncs else "")
+             + (f" ({fsyncs - per['fsyncs_forcing_the_log']} fsyncs forced no log)"
+                if fsyncs and fsyncs > per["fsyncs_forcing_the_log"] else "")
+             + f"; {w['slept']} force waits slept on an iclog, avg {_us(w['avg_wait_ns'])} to wakeup"
+             + (f" (+{k['force_sleeps_without_tracepoint']} other force sleeps)"
+                if k and k.get("force_sleeps_without_tracepoint") else "")
+             + (f"; {_us(per['force_wait_ns_per_fsync'])} of log force wait per fsync" if fsyncs else "")]
+    cil = fig["cil_push"]
+    if cil["count"]:
+        causes = ", ".join(f"{name} {_us(ns / cil['count'])}" for name, ns in list(cil["causes"].items())[:3])
+        lines.append(f"     CIL pushes: {cil['count']}"
+                     + (f" ({_per(per['fsyncs_per_cil_push'])} log-forcing fsyncs per push)" if fsyncs else "")
+                     + f", avg {_us(cil['avg_ns'])} = on CPU {_us(cil['cpu_ns'] / cil['count'])}"
+                     + (f" + {causes}" if causes else "") + " per push")
+    s = fig["log_space"]
+    d = fig["delalloc"]
+    conv = d["converted_at_writeback"]
+    lines.append(f"     log space: {s['sleeps']} reservation waits"
+                 + (f" (avg {_us(s['sleep_time']['avg_ns'])}, {s['sleeps_of_kernel_threads']} by kernel threads)"
+                    if s["sleeps"] else "")
+                 + f", {s['cil_throttles']} CIL throttles; delayed allocation: {d['delalloc_reserved']['count']} "
+                 f"reservations at write, {conv['count']} converted at writeback "
+                 f"({_top(conv['by_context']) or 'none'})")
+    return lines

@@ -1,0 +1,838 @@
+// SPDX-License-Identifier: GPL-2.0
+/* Behind an XFS log force wait: log forces, the life of each in-core log buffer (iclog) from sync
+ * to I/O completion, force waits, CIL pushes (as worker windows), log space reservation waits and
+ * delayed allocation, aggregated per (superblock dev, phase) in the kernel.
+ *
+ * On this kernel (6.18) an fsync runs xfs_file_fsync -> xfs_log_force_seq -> xlog_cil_force_seq
+ * (which queues the CIL push work and waits for it) -> xlog_force_lsn -> xlog_wait_on_iclog; the
+ * iclog is written by xlog_sync (in whichever thread dropped its last reference: the fsync, or the
+ * CIL push worker), completed by a kworker running xlog_ioend_work (xlog_state_done_syncing), and
+ * its force waiters are woken in xlog_state_clean_iclog. docs/behind-xfs.md has the details. */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_tracing.h>
+#include "fsprof.h"
+#include "shared_maps.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+#define PF_KTHREAD 0x00200000
+/* enum xlog_iclog_state: a force waiter sleeps unless the iclog is ACTIVE or DIRTY. */
+#define XLOG_STATE_ACTIVE 0
+#define XLOG_STATE_DIRTY 5
+/* iclog->ic_flags */
+#define XLOG_ICL_NEED_FLUSH (1u << 0)
+#define XLOG_ICL_NEED_FUA (1u << 1)
+/* A delalloc extent's startblock is a "null startblock": bits 17..51 all set (xfs_bmap.h). */
+#define STARTBLOCKMASK (((1ULL << 35) - 1) << 17)
+
+/* Histograms of xlog_hists (key.which). */
+enum xfs_hist {
+	XH_ICLOG_WRITE = 0,   /* xlog_iclog_sync -> xlog_iclog_sync_done of one iclog */
+	XH_CIL_PUSH = 1,      /* one xlog_cil_push_work run (workqueue_execute_start -> end) */
+	XH_GRANT_SLEEP = 2,   /* xfs_log_grant_sleep -> xfs_log_grant_wake in one thread */
+	XH_LOG_WORKER = 3,    /* one xfs_log_worker run (the periodic log force / cover) */
+};
+
+/* Plain counters per (dev, phase); per-CPU, summed by userspace. */
+struct xlog_counts {
+	__u64 iclog_syncs;        /* xlog_iclog_sync: one per iclog write, what xs_log_writes counts */
+	__u64 iclog_bytes;        /* bytes written per sync, as xlog_sync sizes them (xs_log_blocks * 512) */
+	__u64 iclog_data_bytes;   /* ic_offset: log data in the iclog, without header and roundoff */
+	__u64 iclog_flush;        /* syncs with XLOG_ICL_NEED_FLUSH (cache flush before the write) */
+	__u64 iclog_fua;          /* syncs with XLOG_ICL_NEED_FUA */
+	__u64 iclog_bio_writes;   /* xlog_iclog_write: xlog_write_iclog, the bio submission */
+	__u64 sync_to_write_ns;   /* sync -> write: packing the iclog, waiting for its buffer */
+	__u64 iclog_done;         /* xlog_iclog_sync_done: I/O completion seen by xlog_ioend_work */
+	__u64 done_to_clean_ns;   /* sync_done -> clean: completion callbacks before waiters wake */
+	__u64 iclog_cleans;       /* xlog_iclog_clean: ic_force_wait woken */
+	__u64 iclog_force;        /* xlog_iclog_force: xfs_log_force looked at the head iclog */
+	__u64 iclog_force_lsn;    /* xlog_iclog_force_lsn: iclogs stepped over looking for an LSN */
+	__u64 iclog_switch;       /* xlog_iclog_switch: an iclog closed (WANT_SYNC) */
+	__u64 iclog_release;      /* xlog_iclog_release: a reference dropped */
+	__u64 iclog_syncing;      /* xlog_iclog_syncing: last reference gone, state SYNCING */
+	__u64 iclog_activate;     /* xlog_iclog_activate: back to ACTIVE for reuse */
+	__u64 force_wait_ns;      /* time force waiters slept, wait_on -> the iclog's clean (wakeup) */
+	__u64 force_waits_woken;  /* sleeping waiters whose wakeup was seen */
+	__u64 log_reserve;        /* xfs_log_reserve: a transaction's reservation */
+	__u64 log_regrant;        /* xfs_log_regrant: a rolling transaction's write-head regrant */
+	__u64 grant_sleep_reserve;/* xfs_log_grant_sleep while reserving (reserve head) */
+	__u64 grant_sleep_write;  /* xfs_log_grant_sleep while regranting (write head) */
+	__u64 grant_sleep_kthread;    /* of the grant sleeps, those of kernel threads */
+	__u64 grant_sleep_kthread_ns; /* and their time */
+	__u64 grant_wake_up;      /* xfs_log_grant_wake_up: a waiter woken because space freed */
+	__u64 cil_throttle;       /* xfs_log_cil_wait: a commit throttled by a full CIL */
+	__u64 lost_iclog;         /* sync_done or clean of an iclog whose sync was not seen */
+};
+
+struct xfs_key {
+	__u32 dev;
+	__u16 phase;
+	__u16 pad;
+};
+
+struct hist_key {
+	__u32 dev;
+	__u16 phase;
+	__u16 which;   /* enum xfs_hist */
+};
+
+/* A log force: the xfs_log_force tracepoint fires in xfs_log_force (lsn 0), xfs_log_force_seq
+ * (lsn = the CIL sequence), and again inside them in xlog_cil_force_seq, and in xlog_cil_flush
+ * (the AIL's push of the CIL). caller_ip (_RET_IP_ of the traced function) tells them apart in
+ * userspace: see profiler/behind/xfs.py. */
+struct force_key {
+	__u32 dev;
+	__u16 phase;
+	__u16 nr;       /* the syscall of a process's thread (NO_SYSCALL for kernel threads) */
+	__u8 seq;       /* lsn != 0: a force to a sequence, not to the head of the log */
+	__u8 kthread;   /* forced from a kernel thread (AIL, log worker, kworker), not a process */
+	__u16 pad;
+	__u32 pad2;
+	__u64 caller_ip;
+};
+
+/* xlog_wait_on_iclog calls, by caller and whether the caller slept (xs_log_force_sleep). */
+struct wait_key {
+	__u32 dev;
+	__u16 phase;
+	__u16 nr;
+	__u8 slept;
+	__u8 kthread;
+	__u16 pad;
+	__u32 pad2;
+	__u64 caller_ip;
+};
+
+enum alloc_event {
+	AL_DELALLOC_RESERVE = 0,  /* xfs_iomap_alloc with a null startblock: write-time reservation */
+	AL_IOMAP_REAL = 1,        /* xfs_iomap_alloc with a real startblock (direct I/O, zeroing) */
+	AL_WB_CONVERT = 2,        /* xfs_map_blocks_alloc: writeback converted delalloc to real */
+	AL_WB_FOUND = 3,          /* xfs_map_blocks_found: writeback mapped an existing extent */
+	AL_DELALLOC_ENOSPC = 4,   /* xfs_delalloc_enospc: a reservation failed, space being freed */
+};
+
+struct alloc_key {
+	__u32 dev;
+	__u16 phase;
+	__u16 nr;       /* the syscall that did it (e.g. fsync), NO_SYSCALL in a kernel thread */
+	__u8 event;     /* enum alloc_event */
+	__u8 kthread;   /* done by a kernel thread (the flusher), not the workload's own call */
+	__u16 pad;
+};
+
+struct alloc_val {
+	__u64 count;
+	__u64 blocks;   /* filesystem blocks of the extent the tracepoint names */
+};
+
+/* One iclog between its sync and its clean (keyed by the iclog pointer). */
+struct iclog_io {
+	__u64 sync_ns;
+	__u64 done_ns;
+	__u32 dev;
+	__u16 phase;
+	__u16 pad;
+};
+
+/* Sleeping force waiters of one iclog: how many and the sum of their wait start times, so that
+ * their total wait at the wakeup is n * now - sum. */
+struct iclog_waiters {
+	__u64 n;
+	__u64 start_sum;
+	__u32 dev;
+	__u16 phase;
+	__u16 pad;
+};
+
+/* A thread inside xfs_log_reserve / xfs_log_regrant, and its grant sleep if any. */
+struct grant_state {
+	__u64 sleep_ns;
+	__u32 dev;
+	__u16 phase;
+	__u8 regrant;
+	__u8 kthread;
+};
+
+/* Kernel addresses of the work functions that bracket XFS log work (userspace fills from kallsyms). */
+struct xfs_cfg {
+	__u64 cil_push_work;    /* xlog_cil_push_work: one CIL checkpoint push */
+	__u64 log_worker;       /* xfs_log_worker: the periodic log force / log cover */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, __u8);
+} xfs_devs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct xfs_cfg);
+} xfs_cfg SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct xfs_key);
+	__type(value, struct xlog_counts);
+} xlog_counts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 512);     /* 4 histograms x 32 phases x 4 filesystems; 4.7 KiB each */
+	__type(key, struct hist_key);
+	__type(value, struct hist);
+} xlog_hists SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct force_key);
+	__type(value, __u64);
+} log_forces SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct wait_key);
+	__type(value, __u64);
+} force_waits SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct alloc_key);
+	__type(value, struct alloc_val);
+} xfs_alloc SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, struct iclog_io);
+} iclog_io SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, struct iclog_waiters);
+} iclog_waiters SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct grant_state);
+} grant_state SEC(".maps");
+
+/* A struct hist is 4.7 KiB, too big for the BPF stack: new histograms are copied from this. */
+const struct hist zero_hist = {};
+
+static __always_inline bool traced_dev(__u32 dev)
+{
+	return bpf_map_lookup_elem(&xfs_devs, &dev) != NULL;
+}
+
+static __always_inline __u8 in_kthread(void)
+{
+	struct task_struct *task = (void *)bpf_get_current_task();
+
+	return (BPF_CORE_READ(task, flags) & PF_KTHREAD) ? 1 : 0;
+}
+
+/* The syscall the current thread is in: orig_ax of its user registers (x86_64); NO_SYSCALL for a
+ * kernel thread or outside a syscall (a page fault's orig_ax is -1). */
+#define NO_SYSCALL 0xffff
+static __always_inline __u16 current_syscall(__u8 kthread)
+{
+	struct pt_regs *regs;
+	long nr;
+
+	if (kthread)
+		return NO_SYSCALL;
+	regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	nr = BPF_CORE_READ(regs, orig_ax);
+	return nr >= 0 && nr < MAX_SYSCALL_NR ? nr : NO_SYSCALL;
+}
+
+static __always_inline __u32 iclog_dev(struct xlog_in_core *iclog)
+{
+	return BPF_CORE_READ(iclog, ic_log, l_mp, m_super, s_dev);
+}
+
+static __always_inline struct xlog_counts *counts_of(__u32 dev, __u16 phase)
+{
+	struct xfs_key key = { .dev = dev, .phase = phase };
+	struct xlog_counts *c, zero = {};
+
+	c = bpf_map_lookup_elem(&xlog_counts, &key);
+	if (c)
+		return c;
+	bpf_map_update_elem(&xlog_counts, &key, &zero, BPF_NOEXIST);
+	c = bpf_map_lookup_elem(&xlog_counts, &key);
+	if (!c)
+		count_drop(DROP_FS_FULL);
+	return c;
+}
+
+/* The counters of dev in the current phase. */
+static __always_inline struct xlog_counts *counts_now(__u32 dev)
+{
+	return counts_of(dev, current_phase());
+}
+
+static __always_inline void hist_add(__u32 dev, __u16 phase, __u16 which, __u64 delta)
+{
+	struct hist_key key = { .dev = dev, .phase = phase, .which = which };
+	struct hist *h;
+
+	h = bpf_map_lookup_elem(&xlog_hists, &key);
+	if (!h) {
+		bpf_map_update_elem(&xlog_hists, &key, &zero_hist, BPF_NOEXIST);
+		h = bpf_map_lookup_elem(&xlog_hists, &key);
+		if (!h) {
+			count_drop(DROP_FS_FULL);
+			return;
+		}
+	}
+	__sync_fetch_and_add(&h->count, 1);
+	__sync_fetch_and_add(&h->total_ns, delta);
+	__sync_fetch_and_add(&h->slots[fine_slot(delta)], 1);
+	/* No atomic max in BPF: a racing larger maximum can be lost; its slot still counts it. */
+	if (delta > h->max_ns)
+		h->max_ns = delta;
+}
+
+static __always_inline void count_u64(void *map, void *key)
+{
+	__u64 *n, zero = 0;
+
+	n = bpf_map_lookup_elem(map, key);
+	if (!n) {
+		bpf_map_update_elem(map, key, &zero, BPF_NOEXIST);
+		n = bpf_map_lookup_elem(map, key);
+		if (!n) {
+			count_drop(DROP_FS_FULL);
+			return;
+		}
+	}
+	(*n)++;
+}
+
+/* ---- Log forces ---------------------------------------------------------------------------- */
+
+/* xfs_log_force (lsn 0: force the whole log), xfs_log_force_seq (lsn = CIL sequence: e.g. fsync),
+ * xlog_cil_force_seq inside both, and xlog_cil_flush (AIL). Fires before anything is waited for. */
+SEC("tracepoint/xfs/xfs_log_force")
+int on_log_force(struct trace_event_raw_xfs_log_force *ctx)
+{
+	struct force_key key = { .dev = ctx->dev };
+
+	if (!traced_dev(key.dev))
+		return 0;
+	key.phase = current_phase();
+	key.seq = ctx->lsn != 0;
+	key.kthread = in_kthread();
+	key.nr = current_syscall(key.kthread);
+	key.caller_ip = ctx->caller_ip;
+	count_u64(&log_forces, &key);
+	return 0;
+}
+
+/* ---- iclog life (tp_btf: the iclog pointer and its fields) --------------------------------- */
+
+/* xlog_force_and_check_iclog / xfs_log_force: the head iclog examined by a force to the head. */
+SEC("tp_btf/xlog_iclog_force")
+int BPF_PROG(on_iclog_force, struct xlog_in_core *iclog, unsigned long caller_ip)
+{
+	__u32 dev = iclog_dev(iclog);
+	struct xlog_counts *c;
+
+	if (traced_dev(dev) && (c = counts_now(dev)))
+		c->iclog_force++;
+	return 0;
+}
+
+/* xlog_force_lsn: each iclog passed over while looking for the one holding the forced LSN. */
+SEC("tp_btf/xlog_iclog_force_lsn")
+int BPF_PROG(on_iclog_force_lsn, struct xlog_in_core *iclog, unsigned long caller_ip)
+{
+	__u32 dev = iclog_dev(iclog);
+	struct xlog_counts *c;
+
+	if (traced_dev(dev) && (c = counts_now(dev)))
+		c->iclog_force_lsn++;
+	return 0;
+}
+
+/* xlog_state_switch_iclogs: the iclog is closed to new writers (WANT_SYNC), full or forced. */
+SEC("tp_btf/xlog_iclog_switch")
+int BPF_PROG(on_iclog_switch, struct xlog_in_core *iclog, unsigned long caller_ip)
+{
+	__u32 dev = iclog_dev(iclog);
+	struct xlog_counts *c;
+
+	if (traced_dev(dev) && (c = counts_now(dev)))
+		c->iclog_switch++;
+	return 0;
+}
+
+/* xlog_state_release_iclog: a writer drops its reference; the last one of a WANT_SYNC iclog syncs it. */
+SEC("tp_btf/xlog_iclog_release")
+int BPF_PROG(on_iclog_release, struct xlog_in_core *iclog, unsigned long caller_ip)
+{
+	__u32 dev = iclog_dev(iclog);
+	struct xlog_counts *c;
+
+	if (traced_dev(dev) && (c = counts_now(dev)))
+		c->iclog_release++;
+	return 0;
+}
+
+/* xlog_state_release_iclog: state WANT_SYNC -> SYNCING, right before xlog_sync. */
+SEC("tp_btf/xlog_iclog_syncing")
+int BPF_PROG(on_iclog_syncing, struct xlog_in_core *iclog, unsigned long caller_ip)
+{
+	__u32 dev = iclog_dev(iclog);
+	struct xlog_counts *c;
+
+	if (traced_dev(dev) && (c = counts_now(dev)))
+		c->iclog_syncing++;
+	return 0;
+}
+
+/* xlog_sync: the iclog goes to disk. The kernel counts xs_log_writes here and adds
+ * BTOBB(roundup(l_iclog_hsize + ic_offset, l_iclog_roundoff)) to xs_log_blocks. */
+SEC("tp_btf/xlog_iclog_sync")
+int BPF_PROG(on_iclog_sync, struct xlog_in_core *iclog, unsigned long caller_ip)
+{
+	__u32 dev = iclog_dev(iclog);
+	__u64 ptr = (__u64)iclog, now = bpf_ktime_get_ns();
+	struct iclog_io io = { .sync_ns = now, .dev = dev };
+	struct xlog_counts *c;
+	__u32 offset, hsize, roundoff, flags, bytes;
+
+	if (!traced_dev(dev))
+		return 0;
+	io.phase = current_phase();
+	offset = BPF_CORE_READ(iclog, ic_offset);
+	flags = BPF_CORE_READ(iclog, ic_flags);
+	hsize = BPF_CORE_READ(iclog, ic_log, l_iclog_hsize);
+	roundoff = BPF_CORE_READ(iclog, ic_log, l_iclog_roundoff);
+	bytes = hsize + offset;
+	if (roundoff)
+		bytes = (bytes + roundoff - 1) / roundoff * roundoff;
+	if (bpf_map_update_elem(&iclog_io, &ptr, &io, BPF_ANY))
+		count_drop(DROP_FS_FULL);
+	c = counts_of(dev, io.phase);
+	if (!c)
+		return 0;
+	c->iclog_syncs++;
+	c->iclog_bytes += bytes;
+	c->iclog_data_bytes += offset;
+	if (flags & XLOG_ICL_NEED_FLUSH)
+		c->iclog_flush++;
+	if (flags & XLOG_ICL_NEED_FUA)
+		c->iclog_fua++;
+	return 0;
+}
+
+/* xlog_write_iclog: the bio is built and submitted (after the iclog's buffer semaphore). */
+SEC("tp_btf/xlog_iclog_write")
+int BPF_PROG(on_iclog_write, struct xlog_in_core *iclog, unsigned long caller_ip)
+{
+	__u32 dev = iclog_dev(iclog);
+	__u64 ptr = (__u64)iclog;
+	struct iclog_io *io;
+	struct xlog_counts *c;
+
+	if (!traced_dev(dev))
+		return 0;
+	io = bpf_map_lookup_elem(&iclog_io, &ptr);
+	c = counts_of(dev, io ? io->phase : current_phase());
+	if (!c)
+		return 0;
+	c->iclog_bio_writes++;
+	if (io)
+		c->sync_to_write_ns += bpf_ktime_get_ns() - io->sync_ns;
+	return 0;
+}
+
+/* xlog_state_done_syncing, run by the xlog_ioend_work kworker after the bio completed. */
+SEC("tp_btf/xlog_iclog_sync_done")
+int BPF_PROG(on_iclog_sync_done, struct xlog_in_core *iclog, unsigned long caller_ip)
+{
+	__u32 dev = iclog_dev(iclog);
+	__u64 ptr = (__u64)iclog, now = bpf_ktime_get_ns();
+	struct iclog_io *io;
+	struct xlog_counts *c;
+
+	if (!traced_dev(dev))
+		return 0;
+	io = bpf_map_lookup_elem(&iclog_io, &ptr);
+	if (!io || io->done_ns) {
+		if ((c = counts_now(dev)))
+			c->lost_iclog++;
+		return 0;
+	}
+	io->done_ns = now;
+	hist_add(dev, io->phase, XH_ICLOG_WRITE, now - io->sync_ns);
+	if ((c = counts_of(dev, io->phase)))
+		c->iclog_done++;
+	return 0;
+}
+
+/* xlog_wait_on_iclog: a log force (or the CIL push) waits for this iclog and all before it to be
+ * stable. It sleeps unless the iclog is ACTIVE or DIRTY (then xs_log_force_sleep counts it). */
+SEC("tp_btf/xlog_iclog_wait_on")
+int BPF_PROG(on_iclog_wait_on, struct xlog_in_core *iclog, unsigned long caller_ip)
+{
+	__u32 dev = iclog_dev(iclog), state;
+	__u64 ptr = (__u64)iclog;
+	struct wait_key key = { .dev = dev };
+	struct iclog_waiters *w, fresh = {};
+
+	if (!traced_dev(dev))
+		return 0;
+	state = BPF_CORE_READ(iclog, ic_state);
+	key.phase = current_phase();
+	key.slept = state != XLOG_STATE_ACTIVE && state != XLOG_STATE_DIRTY;
+	key.kthread = in_kthread();
+	key.nr = current_syscall(key.kthread);
+	key.caller_ip = caller_ip;
+	count_u64(&force_waits, &key);
+	if (!key.slept)
+		return 0;
+	w = bpf_map_lookup_elem(&iclog_waiters, &ptr);
+	if (!w) {
+		fresh.dev = dev;
+		fresh.phase = key.phase;
+		bpf_map_update_elem(&iclog_waiters, &ptr, &fresh, BPF_NOEXIST);
+		w = bpf_map_lookup_elem(&iclog_waiters, &ptr);
+		if (!w) {
+			count_drop(DROP_FS_FULL);
+			return 0;
+		}
+	}
+	__sync_fetch_and_add(&w->n, 1);
+	__sync_fetch_and_add(&w->start_sum, bpf_ktime_get_ns());
+	return 0;
+}
+
+/* xlog_state_clean_iclog: callbacks done, the iclog is DIRTY and ic_force_wait is woken right
+ * after this tracepoint: the end of every force wait on it, and of its I/O's completion work. */
+SEC("tp_btf/xlog_iclog_clean")
+int BPF_PROG(on_iclog_clean, struct xlog_in_core *iclog, unsigned long caller_ip)
+{
+	__u32 dev = iclog_dev(iclog);
+	__u64 ptr = (__u64)iclog, now = bpf_ktime_get_ns();
+	struct iclog_io *io;
+	struct iclog_waiters *w;
+	struct xlog_counts *c;
+
+	if (!traced_dev(dev))
+		return 0;
+	io = bpf_map_lookup_elem(&iclog_io, &ptr);
+	if (io) {
+		if (io->done_ns && (c = counts_of(dev, io->phase))) {
+			c->done_to_clean_ns += now - io->done_ns;
+			c->iclog_cleans++;
+		}
+		bpf_map_delete_elem(&iclog_io, &ptr);
+	}
+	w = bpf_map_lookup_elem(&iclog_waiters, &ptr);
+	if (w) {
+		if ((c = counts_of(dev, w->phase))) {
+			c->force_wait_ns += w->n * now - w->start_sum;
+			c->force_waits_woken += w->n;
+		}
+		bpf_map_delete_elem(&iclog_waiters, &ptr);
+	}
+	return 0;
+}
+
+/* xlog_state_activate_iclog: a DIRTY iclog is reset to ACTIVE and can take log data again. */
+SEC("tp_btf/xlog_iclog_activate")
+int BPF_PROG(on_iclog_activate, struct xlog_in_core *iclog, unsigned long caller_ip)
+{
+	__u32 dev = iclog_dev(iclog);
+	struct xlog_counts *c;
+
+	if (traced_dev(dev) && (c = counts_now(dev)))
+		c->iclog_activate++;
+	return 0;
+}
+
+/* ---- Log space reservation ------------------------------------------------------------------ */
+
+static __always_inline void grant_enter(__u32 dev, __u8 regrant)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct grant_state g = { .dev = dev, .phase = current_phase(), .regrant = regrant,
+				 .kthread = in_kthread() };
+	struct xlog_counts *c;
+
+	if (!traced_dev(dev))
+		return;
+	if ((c = counts_of(dev, g.phase))) {
+		if (regrant)
+			c->log_regrant++;
+		else
+			c->log_reserve++;
+	}
+	if (bpf_map_update_elem(&grant_state, &tid, &g, BPF_ANY))
+		count_drop(DROP_FS_FULL);
+}
+
+/* xfs_log_reserve: a new transaction asks for log space (xs_try_logspace counts it too). */
+SEC("tracepoint/xfs/xfs_log_reserve")
+int on_log_reserve(struct trace_event_raw_xfs_loggrant_class *ctx)
+{
+	grant_enter(ctx->dev, 0);
+	return 0;
+}
+
+/* xfs_log_regrant: a rolling transaction's ticket ran out of units and regrants (write head). */
+SEC("tracepoint/xfs/xfs_log_regrant")
+int on_log_regrant(struct trace_event_raw_xfs_loggrant_class *ctx)
+{
+	grant_enter(ctx->dev, 1);
+	return 0;
+}
+
+static __always_inline void grant_exit(void)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+
+	bpf_map_delete_elem(&grant_state, &tid);
+}
+
+SEC("tracepoint/xfs/xfs_log_reserve_exit")
+int on_log_reserve_exit(struct trace_event_raw_xfs_loggrant_class *ctx)
+{
+	grant_exit();
+	return 0;
+}
+
+SEC("tracepoint/xfs/xfs_log_regrant_exit")
+int on_log_regrant_exit(struct trace_event_raw_xfs_loggrant_class *ctx)
+{
+	grant_exit();
+	return 0;
+}
+
+/* xlog_grant_head_wait: no log space; the thread sleeps until the AIL moves the tail
+ * (xs_sleep_logspace counts each sleep). May repeat in a loop until the space is there. */
+SEC("tracepoint/xfs/xfs_log_grant_sleep")
+int on_grant_sleep(struct trace_event_raw_xfs_loggrant_class *ctx)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid(), dev = ctx->dev;
+	struct grant_state *g, fresh = { .dev = dev };
+	struct xlog_counts *c;
+
+	if (!traced_dev(dev))
+		return 0;
+	g = bpf_map_lookup_elem(&grant_state, &tid);
+	if (!g) {
+		/* Not seen entering (tracing started mid-reservation): time it anyway. */
+		fresh.phase = current_phase();
+		fresh.kthread = in_kthread();
+		bpf_map_update_elem(&grant_state, &tid, &fresh, BPF_ANY);
+		g = bpf_map_lookup_elem(&grant_state, &tid);
+		if (!g) {
+			count_drop(DROP_FS_FULL);
+			return 0;
+		}
+	}
+	g->sleep_ns = bpf_ktime_get_ns();
+	if ((c = counts_of(dev, g->phase))) {
+		if (g->regrant)
+			c->grant_sleep_write++;
+		else
+			c->grant_sleep_reserve++;
+		c->grant_sleep_kthread += g->kthread;
+	}
+	return 0;
+}
+
+/* The same thread back from schedule() in xlog_grant_head_wait. */
+SEC("tracepoint/xfs/xfs_log_grant_wake")
+int on_grant_wake(struct trace_event_raw_xfs_loggrant_class *ctx)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct grant_state *g = bpf_map_lookup_elem(&grant_state, &tid);
+	struct xlog_counts *c;
+	__u64 delta;
+
+	if (!g || !g->sleep_ns)
+		return 0;
+	delta = bpf_ktime_get_ns() - g->sleep_ns;
+	hist_add(g->dev, g->phase, XH_GRANT_SLEEP, delta);
+	if (g->kthread && (c = counts_of(g->dev, g->phase)))
+		c->grant_sleep_kthread_ns += delta;
+	g->sleep_ns = 0;
+	return 0;
+}
+
+/* xlog_grant_head_wake: space freed, a waiter is woken (runs in the waker: AIL, log I/O end). */
+SEC("tracepoint/xfs/xfs_log_grant_wake_up")
+int on_grant_wake_up(struct trace_event_raw_xfs_loggrant_class *ctx)
+{
+	struct xlog_counts *c;
+
+	if (traced_dev(ctx->dev) && (c = counts_now(ctx->dev)))
+		c->grant_wake_up++;
+	return 0;
+}
+
+/* xlog_cil_push_background: the CIL is over its hard limit; the committing thread waits for the
+ * push to start (xc_push_wait). */
+SEC("tracepoint/xfs/xfs_log_cil_wait")
+int on_cil_wait(struct trace_event_raw_xfs_loggrant_class *ctx)
+{
+	struct xlog_counts *c;
+
+	if (traced_dev(ctx->dev) && (c = counts_now(ctx->dev)))
+		c->cil_throttle++;
+	return 0;
+}
+
+/* ---- CIL push and log worker windows (workqueue tracepoints in the worker's own thread) ------ */
+
+static __always_inline struct xfs_cfg *cfg(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&xfs_cfg, &zero);
+}
+
+/* The CIL context of a push work item: container_of(work, struct xfs_cil_ctx, push_work). */
+static __always_inline __u32 cil_push_dev(void *work)
+{
+	struct xfs_cil_ctx *cil_ctx = work - bpf_core_field_offset(struct xfs_cil_ctx, push_work);
+
+	return BPF_CORE_READ(cil_ctx, cil, xc_log, l_mp, m_super, s_dev);
+}
+
+/* The log of the log worker: container_of(work, struct xlog, l_work.work). */
+static __always_inline __u32 log_worker_dev(void *work)
+{
+	struct xlog *log = work - bpf_core_field_offset(struct xlog, l_work);
+
+	return BPF_CORE_READ(log, l_mp, m_super, s_dev);
+}
+
+/* A kworker starts a work item: xlog_cil_push_work (the CIL checkpoint that a log force queued
+ * and waits for) or xfs_log_worker. The window lasts until the same thread ends the item. */
+SEC("tracepoint/workqueue/workqueue_execute_start")
+int on_work_start(struct trace_event_raw_workqueue_execute_start *ctx)
+{
+	struct xfs_cfg *conf = cfg();
+	__u64 fn = (__u64)ctx->function;
+	__u32 dev;
+
+	if (!conf || !fn)
+		return 0;
+	if (fn == conf->cil_push_work) {
+		dev = cil_push_dev(ctx->work);
+		if (traced_dev(dev))
+			worker_begin(WORKER_XFS_CIL_PUSH, dev);
+	} else if (fn == conf->log_worker) {
+		dev = log_worker_dev(ctx->work);
+		if (traced_dev(dev))
+			worker_begin(WORKER_XFS_LOG_FORCE, dev);
+	}
+	return 0;
+}
+
+SEC("tracepoint/workqueue/workqueue_execute_end")
+int on_work_end(struct trace_event_raw_workqueue_execute_end *ctx)
+{
+	struct xfs_cfg *conf = cfg();
+	__u64 fn = (__u64)ctx->function;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct worker_window *w;
+	__u32 dev;
+	__u16 phase, which;
+	__u64 start;
+
+	if (!conf || !fn || (fn != conf->cil_push_work && fn != conf->log_worker))
+		return 0;
+	w = bpf_map_lookup_elem(&worker_windows, &tid);
+	if (!w || (w->kind != WORKER_XFS_CIL_PUSH && w->kind != WORKER_XFS_LOG_FORCE))
+		return 0;
+	dev = w->dev;
+	phase = w->phase;
+	which = w->kind == WORKER_XFS_CIL_PUSH ? XH_CIL_PUSH : XH_LOG_WORKER;
+	start = worker_end();
+	if (start)
+		hist_add(dev, phase, which, bpf_ktime_get_ns() - start);
+	return 0;
+}
+
+/* ---- Delayed allocation --------------------------------------------------------------------- */
+
+static __always_inline void count_alloc(__u32 dev, __u8 event, __u64 blocks)
+{
+	struct alloc_key key = { .dev = dev, .event = event };
+	struct alloc_val *v, zero = {};
+
+	if (!traced_dev(dev))
+		return;
+	key.phase = current_phase();
+	key.kthread = in_kthread();
+	key.nr = current_syscall(key.kthread);
+	v = bpf_map_lookup_elem(&xfs_alloc, &key);
+	if (!v) {
+		bpf_map_update_elem(&xfs_alloc, &key, &zero, BPF_NOEXIST);
+		v = bpf_map_lookup_elem(&xfs_alloc, &key);
+		if (!v) {
+			count_drop(DROP_FS_FULL);
+			return;
+		}
+	}
+	v->count++;
+	v->blocks += blocks;
+}
+
+/* xfs_buffered_write_iomap_begin after xfs_bmapi_reserve_delalloc (null startblock: a delayed
+ * allocation reserved at write time), or a real allocation (direct I/O, zeroing past EOF). */
+SEC("tracepoint/xfs/xfs_iomap_alloc")
+int on_iomap_alloc(struct trace_event_raw_xfs_imap_class *ctx)
+{
+	bool delalloc = (ctx->startblock & STARTBLOCKMASK) == STARTBLOCKMASK;
+
+	count_alloc(ctx->dev, delalloc ? AL_DELALLOC_RESERVE : AL_IOMAP_REAL, ctx->blockcount);
+	return 0;
+}
+
+/* xfs_map_blocks after xfs_bmapi_convert_delalloc: writeback (flusher or fsync) allocated real
+ * blocks for a delalloc range. */
+SEC("tracepoint/xfs/xfs_map_blocks_alloc")
+int on_map_blocks_alloc(struct trace_event_raw_xfs_imap_class *ctx)
+{
+	count_alloc(ctx->dev, AL_WB_CONVERT, ctx->blockcount);
+	return 0;
+}
+
+/* xfs_map_blocks: writeback found the range already allocated. */
+SEC("tracepoint/xfs/xfs_map_blocks_found")
+int on_map_blocks_found(struct trace_event_raw_xfs_imap_class *ctx)
+{
+	count_alloc(ctx->dev, AL_WB_FOUND, ctx->blockcount);
+	return 0;
+}
+
+/* xfs_file_buffered_write: a delalloc reservation hit ENOSPC; XFS flushes and retries. */
+SEC("tracepoint/xfs/xfs_delalloc_enospc")
+int on_delalloc_enospc(struct trace_event_raw_xfs_simple_io_class *ctx)
+{
+	count_alloc(ctx->dev, AL_DELALLOC_ENOSPC, 0);
+	return 0;
+}
