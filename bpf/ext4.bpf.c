@@ -1,0 +1,739 @@
+// SPDX-License-Identifier: GPL-2.0
+/* Behind the wait on ext4: jbd2 commits (timed per commit phase, with the kernel's own run
+ * statistics), fast commits, checkpoints, and delayed allocation (reservations at write time vs
+ * allocations at writeback, by the thread that forced them). Aggregated per (device, workload
+ * phase) in the kernel; profiler/behind/ext4.py mirrors the structs below.
+ *
+ * Kernel 6.18, fs/jbd2/commit.c jbd2_journal_commit_transaction(), run by the journal's kjournald2
+ * thread ("jbd2/<dev>-8"), fires in this order for one transaction:
+ *   jbd2_start_commit     the thread took the running transaction (after any fast commit ended)
+ *   jbd2_commit_locking   T_LOCKED: waits for every open handle (t_updates) to stop
+ *   jbd2_commit_flushing  T_FLUSH: a new transaction may start; ordered-mode data is submitted,
+ *                         revoke records written. jbd2 starts its own commit_time clock here.
+ *   jbd2_commit_logging   T_COMMIT: metadata blocks written to the log, ordered data waited for,
+ *                         cache flush, commit block (REQ_PREFLUSH|REQ_FUA), checkpoint lists
+ *   jbd2_run_stats        per-transaction statistics (times in jiffies, handles, blocks); jbd2
+ *                         stops its clock right after and files the same figures into
+ *                         /proc/fs/jbd2/<dev>-8/info
+ *   jbd2_end_commit       after the commit callbacks (ext4 frees blocks released by the transaction)
+ * Every event carries the journal's filesystem device (j_fs_dev) and the transaction id. */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_tracing.h>
+#include "fsprof.h"
+#include "shared_maps.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+/* Commit phases, each timed from its tracepoint to the next. */
+enum commit_phase {
+	CPH_START = 0,     /* start_commit -> commit_locking */
+	CPH_LOCKING,       /* commit_locking -> commit_flushing: waiting for open handles */
+	CPH_FLUSHING,      /* commit_flushing -> commit_logging: submitting ordered data */
+	CPH_LOGGING,       /* commit_logging -> run_stats: log writes, data wait, flush, commit block */
+	CPH_END,           /* run_stats -> end_commit: commit callbacks */
+	N_CPH,
+};
+
+/* One (journal device, workload phase) of jbd2 commits. */
+struct jbd2_val {
+	__u64 commits;             /* jbd2_run_stats seen: what /proc/fs/jbd2/<dev>-8/info counts */
+	__u64 timed;               /* commits seen from jbd2_start_commit to jbd2_end_commit */
+	__u64 sync_commits;        /* timed commits whose transaction was marked synchronous */
+	__u64 phase_ns[N_CPH];
+	__u64 phase_max_ns[N_CPH];
+	__u64 kernel_ns;           /* commit_flushing -> run_stats: the span jbd2's commit_time covers */
+	/* The commit block (REQ_PREFLUSH|REQ_FUA unless barrier=0 or async_commit): from its
+	 * submission by the commit thread to the end of the commit's logging; its blocked time is the
+	 * cache flush + FUA write that the worker stacks cannot tell from log block writes (both
+	 * wait in wait_on_buffer, inlined into jbd2_journal_commit_transaction). */
+	__u64 commit_blocks, commit_block_ns, commit_block_offcpu_ns;
+	/* jbd2_run_stats sums (times in jiffies, as the kernel keeps them) */
+	__u64 rs_wait, rs_request_delay, rs_running, rs_locked, rs_flushing, rs_logging;
+	__u64 handles, blocks, blocks_logged;
+	/* Time from one commit's start to the next one's on the same journal */
+	__u64 intervals, interval_ns, interval_max_ns;
+	/* Checkpointing: jbd2_checkpoint (a checkpoint pass, in whichever thread needs log space) and
+	 * jbd2_checkpoint_stats (a transaction leaving the checkpoint list) */
+	__u64 checkpoints, checkpoint_errors;
+	__u64 chp_transactions, chp_time_j, chp_written, chp_dropped, chp_forced;
+	struct hist commit;        /* start_commit -> end_commit */
+};
+
+struct jbd2_key {
+	__u32 dev;
+	__u16 phase;
+	__u16 pad;
+};
+
+/* A commit in progress, by (device, transaction id). */
+struct commit_key {
+	__u32 dev;
+	__u32 tid;
+};
+
+struct commit_state {
+	__u64 ts[N_CPH];           /* when each phase began; 0 = not seen */
+	__u16 phase;               /* workload phase at jbd2_start_commit */
+	__u8 sync;
+	__u8 pad[5];
+};
+
+/* Per journal: the kernel's own running average of commit_time (jbd2 weights the newest commit
+ * 1/4, j_average_commit_time, printed in info as "average transaction commit time"), computed the
+ * same way over the same span, and the last commit start for intervals. */
+struct journal_state {
+	__u64 last_start_ns;
+	__u64 ewma_ns;
+	__u64 ewma_commits;
+	__u64 fc_ewma_ns;          /* the same for fast commits done fast (s_fc_avg_commit_time, fc_info) */
+	__u64 fc_ewma_commits;
+};
+
+/* Fast commits (ext4_fc_commit, run in the fsync caller's thread). status: the kernel's
+ * EXT4_FC_STATUS_{OK, INELIGIBLE, SKIPPED, FAILED}; INELIGIBLE and FAILED fall back to a full
+ * jbd2 commit, waited for inside the fast-commit window. */
+struct fc_key {
+	__u32 dev;
+	__u16 phase;
+	__u16 status;
+};
+
+struct fc_val {
+	__u64 count;
+	__u64 total_ns;
+	__u64 max_ns;
+	__u64 blocks;
+};
+
+struct fc_inflight {
+	__u64 start_ns;
+	__u32 dev;
+	__u16 phase;
+	__u16 pad;
+};
+
+/* Delayed allocation and block allocation events, by who ran them. */
+enum da_event {
+	DA_WRITE_BEGIN = 0,    /* ext4_da_write_begin: a buffered write with delalloc (blocks reserved) */
+	DA_NODA_WRITE_BEGIN,   /* ext4_write_begin: a buffered write without delalloc (nodelalloc,
+	                        * data=journal, or delalloc switched off when space runs low) */
+	DA_RESERVE,            /* ext4_da_reserve_space: blocks reserved at write time */
+	DA_RELEASE,            /* ext4_da_release_space: reservations dropped (truncate, punch) */
+	DA_CLAIM,              /* ext4_da_update_reserve_space: reserved blocks turned into allocated */
+	DA_MAP_EXTENT,         /* ext4_da_write_pages_extent: writeback maps a delayed extent */
+	DA_REQUEST,            /* ext4_request_blocks: an allocation request to mballoc */
+	DA_ALLOC_DELALLOC,     /* ext4_allocate_blocks with EXT4_MB_DELALLOC_RESV: delalloc blocks */
+	DA_ALLOC_OTHER,        /* ext4_allocate_blocks otherwise (metadata, nodelalloc data, ...) */
+	DA_MBALLOC,            /* ext4_mballoc_alloc: mballoc's search; blocks = groups scanned */
+	N_DA_EVENTS,
+};
+
+enum who {
+	WHO_SYSCALL = 0,       /* a user thread inside syscall `nr` */
+	WHO_USER = 1,          /* a user thread outside a syscall (page fault: mmap writes) */
+	WHO_KTHREAD = 2,       /* a kernel thread (the flusher's kworker, jbd2, ...) */
+};
+
+struct da_key {
+	__u32 dev;
+	__u16 phase;
+	__u16 event;
+	__u16 who;
+	__u16 nr;
+	__u32 pad;
+	char comm[COMM_LEN];
+};
+
+struct da_val {
+	__u64 count;
+	__u64 blocks;
+};
+
+#define EXT4_MB_DELALLOC_RESV 0x0400   /* allocation flag: blocks come from a delalloc reservation */
+#define PF_KTHREAD 0x00200000
+
+/* Devices under test (kernel dev_t): the superblock's and its block devices. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, __u8);
+} ext4_devs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, struct jbd2_key);
+	__type(value, struct jbd2_val);
+} jbd2_commits SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, struct commit_key);
+	__type(value, struct commit_state);
+} commits_inflight SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, struct journal_state);
+} journals SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct fc_key);
+	__type(value, struct fc_val);
+} fc_commits SEC(".maps");
+
+/* thread id -> its fast commit in progress */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct fc_inflight);
+} fc_inflight SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct da_key);
+	__type(value, struct da_val);
+} da_events SEC(".maps");
+
+/* thread id -> the commit it is running (set from jbd2_start_commit to jbd2_end_commit) */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, __u32);
+	__type(value, struct commit_key);
+} committing SEC(".maps");
+
+/* The commit block in flight, by commit thread id: its submission time and the thread's blocked
+ * time since (timed by on_switch). */
+struct commit_block {
+	__u64 start_ns;
+	__u64 out_ns;
+	__u64 offcpu_ns;
+	struct commit_key commit;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, __u32);
+	__type(value, struct commit_block);
+} commit_block_wait SEC(".maps");
+
+const struct jbd2_val zero_jbd2 = {};
+
+static __always_inline bool traced_dev(__u32 dev)
+{
+	return bpf_map_lookup_elem(&ext4_devs, &dev) != NULL;
+}
+
+static __always_inline struct jbd2_val *jbd2_agg(__u32 dev, __u16 phase)
+{
+	struct jbd2_key key = { .dev = dev, .phase = phase };
+	struct jbd2_val *v = bpf_map_lookup_elem(&jbd2_commits, &key);
+
+	if (!v) {
+		bpf_map_update_elem(&jbd2_commits, &key, &zero_jbd2, BPF_NOEXIST);
+		v = bpf_map_lookup_elem(&jbd2_commits, &key);
+		if (!v)
+			count_drop(DROP_FS_FULL);
+	}
+	return v;
+}
+
+static __always_inline struct journal_state *journal_of(__u32 dev)
+{
+	struct journal_state *js = bpf_map_lookup_elem(&journals, &dev), fresh = {};
+
+	if (!js) {
+		bpf_map_update_elem(&journals, &dev, &fresh, BPF_NOEXIST);
+		js = bpf_map_lookup_elem(&journals, &dev);
+	}
+	return js;
+}
+
+/* jbd2's running average of commit_time (commit.c; ext4_fc_update_stats the same for fast
+ * commits): avg = (t + 3 avg) / 4, the first commit taken as is. */
+static __always_inline void ewma(__u64 *avg, __u64 *n, __u64 t)
+{
+	*avg = *avg ? (t + *avg * 3) / 4 : t;
+	(*n)++;
+}
+
+static __always_inline void journal_ewma(__u32 dev, __u64 t)
+{
+	struct journal_state *js = journal_of(dev);
+
+	if (js)
+		ewma(&js->ewma_ns, &js->ewma_commits, t);
+}
+
+/* ---- jbd2 commits ---- */
+
+static __always_inline struct commit_state *commit_of(__u32 dev, __u32 tid)
+{
+	struct commit_key key = { .dev = dev, .tid = tid };
+
+	return bpf_map_lookup_elem(&commits_inflight, &key);
+}
+
+SEC("tracepoint/jbd2/jbd2_start_commit")
+int on_jbd2_start_commit(struct trace_event_raw_jbd2_commit *ctx)
+{
+	struct commit_key key = { .dev = ctx->dev, .tid = ctx->transaction };
+	__u32 thread = (__u32)bpf_get_current_pid_tgid();
+	struct commit_state st = {};
+	struct journal_state *js;
+	struct jbd2_val *v;
+	__u64 now;
+
+	if (!traced_dev(key.dev))
+		return 0;
+	now = bpf_ktime_get_ns();
+	st.ts[CPH_START] = now;
+	st.phase = current_phase();
+	st.sync = ctx->sync_commit;
+	if (bpf_map_update_elem(&commits_inflight, &key, &st, BPF_ANY)) {
+		count_drop(DROP_FS_FULL);
+		return 0;
+	}
+	/* The commit thread's own time, split by cause from its off-CPU stacks ([[worker]] rules). */
+	worker_begin(WORKER_JBD2_COMMIT, key.dev);
+	bpf_map_update_elem(&committing, &thread, &key, BPF_ANY);
+
+	js = journal_of(key.dev);
+	if (!js)
+		return 0;
+	if (js->last_start_ns) {
+		__u64 gap = now - js->last_start_ns;
+
+		v = jbd2_agg(key.dev, st.phase);
+		if (v) {
+			__sync_fetch_and_add(&v->intervals, 1);
+			__sync_fetch_and_add(&v->interval_ns, gap);
+			if (gap > v->interval_max_ns)
+				v->interval_max_ns = gap;
+		}
+	}
+	js->last_start_ns = now;
+	return 0;
+}
+
+/* Marks the start of commit phase `cph` (the end of the one before). */
+static __always_inline int mark_phase(struct trace_event_raw_jbd2_commit *ctx, int cph)
+{
+	struct commit_state *st;
+
+	if (!traced_dev(ctx->dev))
+		return 0;
+	st = commit_of(ctx->dev, ctx->transaction);
+	if (st && cph > 0 && cph < N_CPH)
+		st->ts[cph] = bpf_ktime_get_ns();
+	return 0;
+}
+
+SEC("tracepoint/jbd2/jbd2_commit_locking")
+int on_jbd2_commit_locking(struct trace_event_raw_jbd2_commit *ctx)
+{
+	return mark_phase(ctx, CPH_LOCKING);
+}
+
+SEC("tracepoint/jbd2/jbd2_commit_flushing")
+int on_jbd2_commit_flushing(struct trace_event_raw_jbd2_commit *ctx)
+{
+	return mark_phase(ctx, CPH_FLUSHING);
+}
+
+SEC("tracepoint/jbd2/jbd2_commit_logging")
+int on_jbd2_commit_logging(struct trace_event_raw_jbd2_commit *ctx)
+{
+	return mark_phase(ctx, CPH_LOGGING);
+}
+
+/* ---- the commit block ---- */
+
+/* A bio queued by a commit thread with REQ_PREFLUSH and data ("FWFS..." in rwbs): the commit
+ * block, which with barriers on carries the cache flush and the FUA write. (jbd2 runs
+ * journal_submit_commit_record() in its own context, so block_bio_queue sees the commit thread.) An
+ * empty flush bio (blkdev_issue_flush: external journal, async_commit) has no sectors: the
+ * worker rules name it by its stack. */
+SEC("tracepoint/block/block_bio_queue")
+int on_bio_queue(struct trace_event_raw_block_bio *ctx)
+{
+	__u32 thread = (__u32)bpf_get_current_pid_tgid();
+	struct commit_key *commit = bpf_map_lookup_elem(&committing, &thread);
+	struct commit_block cb = {};
+	char flag;
+
+	if (!commit || !ctx->nr_sector)
+		return 0;
+	bpf_probe_read_kernel(&flag, 1, ctx->rwbs);
+	if (flag != 'F')
+		return 0;
+	cb.start_ns = bpf_ktime_get_ns();
+	cb.commit = *commit;
+	bpf_map_update_elem(&commit_block_wait, &thread, &cb, BPF_NOEXIST);
+	return 0;
+}
+
+/* Blocked time of a commit thread while its commit block is in flight. */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
+	     unsigned int prev_state)
+{
+	__u32 prev_tid = BPF_CORE_READ(prev, pid), next_tid = BPF_CORE_READ(next, pid);
+	struct commit_block *cb;
+	__u64 now = bpf_ktime_get_ns();
+
+	cb = bpf_map_lookup_elem(&commit_block_wait, &prev_tid);
+	/* Preempted while runnable is CPU contention, not the device. */
+	if (cb && !preempt && prev_state != 0)
+		cb->out_ns = now;
+	cb = bpf_map_lookup_elem(&commit_block_wait, &next_tid);
+	if (cb && cb->out_ns) {
+		cb->offcpu_ns += now - cb->out_ns;
+		cb->out_ns = 0;
+	}
+	return 0;
+}
+
+/* The commit block's part of the commit ends where the journal moves on: a journal superblock
+ * update (jbd2_update_log_tail, named by its own stack) or the run statistics. */
+static __always_inline void commit_block_done(struct jbd2_val *v, __u64 now)
+{
+	__u32 thread = (__u32)bpf_get_current_pid_tgid();
+	struct commit_block *cb = bpf_map_lookup_elem(&commit_block_wait, &thread);
+
+	if (!cb)
+		return;
+	if (v) {
+		__sync_fetch_and_add(&v->commit_blocks, 1);
+		__sync_fetch_and_add(&v->commit_block_ns, now - cb->start_ns);
+		__sync_fetch_and_add(&v->commit_block_offcpu_ns, cb->offcpu_ns);
+	}
+	bpf_map_delete_elem(&commit_block_wait, &thread);
+}
+
+SEC("tracepoint/jbd2/jbd2_write_superblock")
+int on_jbd2_write_superblock(struct trace_event_raw_jbd2_write_superblock *ctx)
+{
+	__u32 thread = (__u32)bpf_get_current_pid_tgid();
+	struct commit_block *cb = bpf_map_lookup_elem(&commit_block_wait, &thread);
+	struct commit_state *st;
+
+	if (!cb)
+		return 0;
+	st = commit_of(cb->commit.dev, cb->commit.tid);
+	commit_block_done(jbd2_agg(cb->commit.dev, st ? st->phase : current_phase()), bpf_ktime_get_ns());
+	return 0;
+}
+
+SEC("tracepoint/jbd2/jbd2_run_stats")
+int on_jbd2_run_stats(struct trace_event_raw_jbd2_run_stats *ctx)
+{
+	__u32 dev = ctx->dev;
+	struct commit_state *st;
+	struct jbd2_val *v;
+	__u64 now;
+
+	if (!traced_dev(dev))
+		return 0;
+	now = bpf_ktime_get_ns();
+	st = commit_of(dev, ctx->tid);
+	/* A commit that began before the probes were reset still counts (as info does); its phase is
+	 * the current one. */
+	v = jbd2_agg(dev, st ? st->phase : current_phase());
+	if (!v)
+		return 0;
+	__sync_fetch_and_add(&v->commits, 1);
+	__sync_fetch_and_add(&v->rs_wait, ctx->wait);
+	__sync_fetch_and_add(&v->rs_request_delay, ctx->request_delay);
+	__sync_fetch_and_add(&v->rs_running, ctx->running);
+	__sync_fetch_and_add(&v->rs_locked, ctx->locked);
+	__sync_fetch_and_add(&v->rs_flushing, ctx->flushing);
+	__sync_fetch_and_add(&v->rs_logging, ctx->logging);
+	__sync_fetch_and_add(&v->handles, ctx->handle_count);
+	__sync_fetch_and_add(&v->blocks, ctx->blocks);
+	__sync_fetch_and_add(&v->blocks_logged, ctx->blocks_logged);
+	commit_block_done(v, now);
+	if (st) {
+		st->ts[CPH_END] = now;
+		if (st->ts[CPH_FLUSHING])
+			journal_ewma(dev, now - st->ts[CPH_FLUSHING]);
+	}
+	return 0;
+}
+
+static __always_inline void add_phase(struct jbd2_val *v, int cph, __u64 ns)
+{
+	if (cph < 0 || cph >= N_CPH)
+		return;
+	__sync_fetch_and_add(&v->phase_ns[cph], ns);
+	if (ns > v->phase_max_ns[cph])
+		v->phase_max_ns[cph] = ns;
+}
+
+SEC("tracepoint/jbd2/jbd2_end_commit")
+int on_jbd2_end_commit(struct trace_event_raw_jbd2_end_commit *ctx)
+{
+	struct commit_key key = { .dev = ctx->dev, .tid = ctx->transaction };
+	__u32 thread = (__u32)bpf_get_current_pid_tgid();
+	struct commit_state *st;
+	struct jbd2_val *v;
+	__u64 now, total;
+	int i;
+
+	if (!traced_dev(key.dev))
+		return 0;
+	worker_end();
+	bpf_map_delete_elem(&committing, &thread);
+	bpf_map_delete_elem(&commit_block_wait, &thread);
+	st = bpf_map_lookup_elem(&commits_inflight, &key);
+	if (!st)
+		return 0;
+	now = bpf_ktime_get_ns();
+	v = jbd2_agg(key.dev, st->phase);
+	if (v && st->ts[CPH_START]) {
+		/* Each phase runs to the next one seen (all are, unless the probes were reset mid-commit). */
+		for (i = 0; i < N_CPH; i++) {
+			__u64 from = st->ts[i], to = now;
+			int j;
+
+			if (!from)
+				continue;
+			for (j = i + 1; j < N_CPH; j++) {
+				if (st->ts[j]) {
+					to = st->ts[j];
+					break;
+				}
+			}
+			add_phase(v, i, to - from);
+		}
+		total = now - st->ts[CPH_START];
+		__sync_fetch_and_add(&v->timed, 1);
+		if (st->sync)
+			__sync_fetch_and_add(&v->sync_commits, 1);
+		if (st->ts[CPH_FLUSHING] && st->ts[CPH_END])
+			__sync_fetch_and_add(&v->kernel_ns, st->ts[CPH_END] - st->ts[CPH_FLUSHING]);
+		__sync_fetch_and_add(&v->commit.count, 1);
+		__sync_fetch_and_add(&v->commit.total_ns, total);
+		__sync_fetch_and_add(&v->commit.slots[fine_slot(total)], 1);
+		if (total > v->commit.max_ns)
+			v->commit.max_ns = total;
+	}
+	bpf_map_delete_elem(&commits_inflight, &key);
+	return 0;
+}
+
+/* ---- checkpoints ---- */
+
+SEC("tracepoint/jbd2/jbd2_checkpoint")
+int on_jbd2_checkpoint(struct trace_event_raw_jbd2_checkpoint *ctx)
+{
+	struct jbd2_val *v;
+
+	if (!traced_dev(ctx->dev))
+		return 0;
+	v = jbd2_agg(ctx->dev, current_phase());
+	if (!v)
+		return 0;
+	__sync_fetch_and_add(&v->checkpoints, 1);
+	if (ctx->result < 0)
+		__sync_fetch_and_add(&v->checkpoint_errors, 1);
+	return 0;
+}
+
+SEC("tracepoint/jbd2/jbd2_checkpoint_stats")
+int on_jbd2_checkpoint_stats(struct trace_event_raw_jbd2_checkpoint_stats *ctx)
+{
+	struct jbd2_val *v;
+
+	if (!traced_dev(ctx->dev))
+		return 0;
+	v = jbd2_agg(ctx->dev, current_phase());
+	if (!v)
+		return 0;
+	__sync_fetch_and_add(&v->chp_transactions, 1);
+	__sync_fetch_and_add(&v->chp_time_j, ctx->chp_time);
+	__sync_fetch_and_add(&v->chp_written, ctx->written);
+	__sync_fetch_and_add(&v->chp_dropped, ctx->dropped);
+	__sync_fetch_and_add(&v->chp_forced, ctx->forced_to_close);
+	return 0;
+}
+
+/* ---- fast commits ---- */
+
+/* ext4_fc_commit() entered on a fast_commit filesystem (the fsync caller's thread). */
+SEC("tracepoint/ext4/ext4_fc_commit_start")
+int on_fc_commit_start(struct trace_event_raw_ext4_fc_commit_start *ctx)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct fc_inflight fc = {};
+
+	if (!traced_dev(ctx->dev))
+		return 0;
+	fc.start_ns = bpf_ktime_get_ns();
+	fc.dev = ctx->dev;
+	fc.phase = current_phase();
+	if (bpf_map_update_elem(&fc_inflight, &tid, &fc, BPF_ANY)) {
+		count_drop(DROP_FS_FULL);
+		return 0;
+	}
+	worker_begin(WORKER_EXT4_FC_COMMIT, fc.dev);
+	return 0;
+}
+
+/* ext4_fc_commit() done (ext4_fc_update_stats): `reason` is the status, `nblks` the fast-commit
+ * blocks written. A fallback to a full commit has already waited for it here. */
+SEC("tracepoint/ext4/ext4_fc_commit_stop")
+int on_fc_commit_stop(struct trace_event_raw_ext4_fc_commit_stop *ctx)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct fc_inflight *fc = bpf_map_lookup_elem(&fc_inflight, &tid);
+	struct fc_key key = {};
+	struct fc_val *v, zero = {};
+	__u64 ns;
+
+	if (!fc)
+		return 0;
+	worker_end();
+	ns = bpf_ktime_get_ns() - fc->start_ns;
+	key.dev = fc->dev;
+	key.phase = fc->phase;
+	key.status = ctx->reason;
+	bpf_map_delete_elem(&fc_inflight, &tid);
+	v = bpf_map_lookup_elem(&fc_commits, &key);
+	if (!v) {
+		bpf_map_update_elem(&fc_commits, &key, &zero, BPF_NOEXIST);
+		v = bpf_map_lookup_elem(&fc_commits, &key);
+		if (!v) {
+			count_drop(DROP_FS_FULL);
+			return 0;
+		}
+	}
+	__sync_fetch_and_add(&v->count, 1);
+	__sync_fetch_and_add(&v->total_ns, ns);
+	if (ctx->nblks > 0)
+		__sync_fetch_and_add(&v->blocks, ctx->nblks);
+	if (ns > v->max_ns)
+		v->max_ns = ns;
+	if (key.status == EXT4_FC_STATUS_OK) {
+		struct journal_state *js = journal_of(key.dev);
+
+		if (js)
+			ewma(&js->fc_ewma_ns, &js->fc_ewma_commits, ns);
+	}
+	return 0;
+}
+
+/* ---- delayed allocation ---- */
+
+/* Who runs the current event: a user thread in a syscall (its number from the saved user
+ * registers), a user thread outside one, or a kernel thread. */
+static __always_inline void fill_who(struct da_key *key)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+
+	bpf_get_current_comm(key->comm, COMM_LEN);
+	if (task->flags & PF_KTHREAD) {
+		key->who = WHO_KTHREAD;
+		return;
+	}
+	long nr = BPF_CORE_READ((struct pt_regs *)bpf_task_pt_regs(task), orig_ax);
+
+	if (nr >= 0 && nr < MAX_SYSCALL_NR) {
+		key->who = WHO_SYSCALL;
+		key->nr = nr;
+	} else {
+		key->who = WHO_USER;
+	}
+}
+
+static __always_inline int da_count(__u32 dev, __u16 event, __s64 blocks)
+{
+	struct da_key key = { .dev = dev, .event = event };
+	struct da_val *v, zero = {};
+
+	if (!traced_dev(dev))
+		return 0;
+	key.phase = current_phase();
+	fill_who(&key);
+	v = bpf_map_lookup_elem(&da_events, &key);
+	if (!v) {
+		bpf_map_update_elem(&da_events, &key, &zero, BPF_NOEXIST);
+		v = bpf_map_lookup_elem(&da_events, &key);
+		if (!v) {
+			count_drop(DROP_FS_FULL);
+			return 0;
+		}
+	}
+	v->count++;
+	if (blocks > 0)
+		v->blocks += blocks;
+	return 0;
+}
+
+SEC("tracepoint/ext4/ext4_da_write_begin")
+int on_da_write_begin(struct trace_event_raw_ext4__write_begin *ctx)
+{
+	return da_count(ctx->dev, DA_WRITE_BEGIN, 0);
+}
+
+SEC("tracepoint/ext4/ext4_write_begin")
+int on_write_begin(struct trace_event_raw_ext4__write_begin *ctx)
+{
+	return da_count(ctx->dev, DA_NODA_WRITE_BEGIN, 0);
+}
+
+SEC("tracepoint/ext4/ext4_da_reserve_space")
+int on_da_reserve_space(struct trace_event_raw_ext4_da_reserve_space *ctx)
+{
+	return da_count(ctx->dev, DA_RESERVE, ctx->reserve_blocks);
+}
+
+SEC("tracepoint/ext4/ext4_da_release_space")
+int on_da_release_space(struct trace_event_raw_ext4_da_release_space *ctx)
+{
+	return da_count(ctx->dev, DA_RELEASE, ctx->freed_blocks);
+}
+
+SEC("tracepoint/ext4/ext4_da_update_reserve_space")
+int on_da_update_reserve_space(struct trace_event_raw_ext4_da_update_reserve_space *ctx)
+{
+	return da_count(ctx->dev, DA_CLAIM, ctx->used_blocks);
+}
+
+SEC("tracepoint/ext4/ext4_da_write_pages_extent")
+int on_da_write_pages_extent(struct trace_event_raw_ext4_da_write_pages_extent *ctx)
+{
+	return da_count(ctx->dev, DA_MAP_EXTENT, ctx->len);
+}
+
+SEC("tracepoint/ext4/ext4_request_blocks")
+int on_request_blocks(struct trace_event_raw_ext4_request_blocks *ctx)
+{
+	return da_count(ctx->dev, DA_REQUEST, ctx->len);
+}
+
+SEC("tracepoint/ext4/ext4_allocate_blocks")
+int on_allocate_blocks(struct trace_event_raw_ext4_allocate_blocks *ctx)
+{
+	__u16 event = (ctx->flags & EXT4_MB_DELALLOC_RESV) ? DA_ALLOC_DELALLOC : DA_ALLOC_OTHER;
+
+	return da_count(ctx->dev, event, ctx->len);
+}
+
+SEC("tracepoint/ext4/ext4_mballoc_alloc")
+int on_mballoc_alloc(struct trace_event_raw_ext4_mballoc_alloc *ctx)
+{
+	return da_count(ctx->dev, DA_MBALLOC, ctx->groups);
+}
