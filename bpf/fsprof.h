@@ -107,7 +107,7 @@ enum worker_kind {
 	WORKER_JBD2_COMMIT = 1,
 	WORKER_EXT4_FC_COMMIT = 2,
 	WORKER_XFS_CIL_PUSH = 3,
-	WORKER_XFS_LOG_FORCE = 4,
+	WORKER_XFS_LOG_WORKER = 4,   /* xfs_log_worker: the periodic log force and cover */
 	WORKER_BTRFS_COMMIT = 5,
 	WORKER_BTRFS_LOG_SYNC = 6,
 	N_WORKER_KINDS,

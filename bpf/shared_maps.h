@@ -29,9 +29,10 @@ struct {
 	__uint(value_size, MAX_STACK_DEPTH * sizeof(__u64));
 } stacks SEC(".maps");
 
-/* tid -> the worker window it is in (see struct worker_window). */
+/* tid -> the worker window it is in (see struct worker_window). LRU: a window whose end event
+ * was missed must not hold its slot for ever. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 4096);
 	__type(key, __u32);
 	__type(value, struct worker_window);

@@ -746,7 +746,7 @@ int on_work_start(struct trace_event_raw_workqueue_execute_start *ctx)
 	} else if (fn == conf->log_worker) {
 		dev = log_worker_dev(ctx->work);
 		if (traced_dev(dev))
-			worker_begin(WORKER_XFS_LOG_FORCE, dev);
+			worker_begin(WORKER_XFS_LOG_WORKER, dev);
 	}
 	return 0;
 }
@@ -765,7 +765,7 @@ int on_work_end(struct trace_event_raw_workqueue_execute_end *ctx)
 	if (!conf || !fn || (fn != conf->cil_push_work && fn != conf->log_worker))
 		return 0;
 	w = bpf_map_lookup_elem(&worker_windows, &tid);
-	if (!w || (w->kind != WORKER_XFS_CIL_PUSH && w->kind != WORKER_XFS_LOG_FORCE))
+	if (!w || (w->kind != WORKER_XFS_CIL_PUSH && w->kind != WORKER_XFS_LOG_WORKER))
 		return 0;
 	dev = w->dev;
 	phase = w->phase;

@@ -106,8 +106,13 @@ _IRQ_FRAMES = _patterns(["asm_sysvec_*", "asm_common_interrupt", "common_interru
 _KWORKER_SUFFIX = re.compile(r"^(kworker/[^:]*):.*$")
 
 
+_TIMER_FRAMES = _patterns(["process_timeout", "hrtimer_wakeup", "call_timer_fn", "__run_timers"])
+
+
 def waker_name(comm, frames):
-    """Who ended a wait, as a reader wants it grouped: kworkers by pool, interrupts as such."""
+    """Who ended a wait, as a reader wants it grouped: kworkers by pool, timers and interrupts as such."""
+    if frames and any(_TIMER_FRAMES.match(f) for f in frames):
+        return "[timer]"
     if frames and any(_IRQ_FRAMES.match(f) for f in frames):
         return "[interrupt]"
     if not comm:

@@ -60,7 +60,7 @@ def positive(text):
 DEFAULT_FS = "ext4,xfs,btrfs"
 # `fsprof run` options that a spec file sets per configuration instead.
 SPEC_SETS = ("fs", "workload", "mkfs_options", "mount_options", "sysctl", "scheduler", "image_size", "device",
-             "drop_caches")
+             "drop_caches", "erase_device", "force_erase", "json")
 
 
 class Parser(argparse.ArgumentParser):
@@ -168,7 +168,11 @@ def dispatch(args):
             return 0
         from .flamegraph import write_default_set
         print(report.render(result))
-        graphs = write_default_set(args.run_dir, result)
+        try:
+            graphs = write_default_set(args.run_dir, result)
+        except OSError as e:  # someone else's or a read-only run directory: the report stands
+            print(f"fsprof: flame graphs not written: {e.strerror}: {e.filename}", file=sys.stderr)
+            return 0
         if graphs:
             print(f"\nflame graphs: {Path(graphs[0]).parent}", file=sys.stderr)
         return 0
@@ -235,6 +239,7 @@ def parse(argv):
         ap.error("nothing follows `--`; give the command to run")
     if args.command == "run" and args.spec:
         given = [f"--{k.replace('_', '-')}" for k in SPEC_SETS if getattr(args, k) not in (None, False)]
+        given += ["--devices"] if args.devices != 1 else []
         if has_command or rest or given:
             what = ", ".join(given + rest[:1] + (["-- CMD"] if has_command else []))
             ap.error(f"--spec sets the filesystems, options and workloads itself; drop {what}")

@@ -90,7 +90,8 @@ class Collector:
             probe.set_targets(targets)
 
     def reset(self):
-        for m in (self.op_hist, self.offcpu, self.samples, self.stacks, self.tgids, self.worker_offcpu):
+        for m in (self.op_hist, self.offcpu, self.samples, self.stacks, self.tgids, self.worker_offcpu,
+                  self.worker_windows):
             m.clear()
         for probe in self.probes.values():
             probe.reset()

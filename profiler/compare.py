@@ -19,9 +19,10 @@ from pathlib import Path
 from .errors import FsprofError
 from .report import RESULT_FILE, load
 
-# A wait that a filesystem thread ends, and the worker whose own time explains it.
-WORKER_OF_CAUSE = {"journal commit wait": "jbd2 commit", "log force wait": "xfs cil push",
-                   "btrfs transaction commit": "btrfs commit", "btrfs tree-log sync": "btrfs log sync"}
+# A wait that a filesystem thread ends, and the worker whose own time explains it. XFS's log
+# force wait is not here: the fsync waits for iclog I/O the CIL push submits but does not wait on.
+WORKER_OF_CAUSE = {"journal commit wait": "jbd2 commit", "btrfs transaction commit": "btrfs commit",
+                   "btrfs tree-log sync": "btrfs log sync"}
 # Which counts bear on which cause (substrings of evidence labels), to put evidence beside it.
 EVIDENCE_WORDS = {"cache flush": ["flush", "fua"], "journal commit wait": ["commit", "flush", "fua"],
                   "log force wait": ["log force", "iclog", "flush", "fua"],
@@ -129,18 +130,31 @@ def expanded_causes(fs, op):
     b = fs["attribution"].get(op)
     if not b:
         return {}
-    workers = fs.get("behind", {}).get("workers", {})
+    threads = worker_causes(fs)
     out = {}
     for cause, ns in b["causes"].items():
         us = _us_per_op(b, ns)
-        worker = workers.get(WORKER_OF_CAUSE.get(cause, ""), {}).get("all")
-        if worker and worker.get("offcpu_ns"):
-            total = worker["offcpu_ns"]
-            for sub, sub_ns in worker["causes"].items():
-                key = f"{cause} > {WORKER_OF_CAUSE[cause]}: {sub}"
+        kind = WORKER_OF_CAUSE.get(cause, "")
+        total = sum(threads.get(kind, {}).values())
+        if total:
+            for sub, sub_ns in threads[kind].items():
+                key = f"{cause} > {kind}: {sub}"
                 out[key] = out.get(key, 0) + us * sub_ns / total
         else:
             out[cause] = out.get(cause, 0) + us
+    return out
+
+
+def worker_causes(fs):
+    """{worker kind: {cause: ns}} of a run's filesystem threads over their whole windows (on-CPU
+    time included), from the behind modules that account for it (thread_causes). A wait is
+    split pro rata: the waiter waited while its worker spent its window that way."""
+    from . import behind
+    out = {}
+    for module in behind.MODULES:
+        fn, section = getattr(module, "thread_causes", None), fs.get("behind", {}).get(module.NAME)
+        if fn and section:
+            out.update(fn(section))
     return out
 
 
@@ -151,7 +165,9 @@ def evidence(fs, op):
     n = fs["attribution"].get(op, {}).get("count", 0)
     out = {}
     dev = fs["device"]["name"]
-    counts = fs.get("block", {}).get(dev, {})
+    # A bio-based device (zram) has no requests: zero would be a figure never observed.
+    counts = fs.get("block", {}).get(dev, {}) if Path(f"/sys/block/{dev}/mq").exists() or \
+        fs["device"].get("request_based") else {}
     if n:
         for cls in ("flush", "fua_write", "write", "read"):
             if cls in counts:

@@ -20,7 +20,7 @@ DROP_REASONS = ("inflight_full", "ops_full", "offcpu_full", "offcpu_stack", "sam
                 "writeback_full")
 COMM_LEN = 16
 # enum worker_kind (index = value)
-WORKER_KINDS = (None, "jbd2 commit", "ext4 fast commit", "xfs cil push", "xfs log force", "btrfs commit",
+WORKER_KINDS = (None, "jbd2 commit", "ext4 fast commit", "xfs cil push", "xfs log worker", "btrfs commit",
                 "btrfs log sync")
 
 # enum blk_class, in order

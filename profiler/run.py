@@ -195,7 +195,7 @@ def run(args):
     return result, out_dir
 
 
-def _provision_spec_config(changes, cfg, scratch_dir):
+def _provision_spec_config(changes, cfg, scratch_dir, erased):
     config = scratch.FsConfig(fs=cfg.fs, mkfs_options=DEFAULT_MKFS_OPTIONS.get(cfg.fs, []) + cfg.mkfs_options,
                               mount_options=cfg.mount_options, size_bytes=cfg.image_size, devices=cfg.devices,
                               label=cfg.name)
@@ -203,11 +203,15 @@ def _provision_spec_config(changes, cfg, scratch_dir):
         return scratch.provision(changes, config, scratch_dir)
     if cfg.device == "zram":
         return scratch.provision_zram(changes, config, scratch_dir)
-    return scratch.provision_device(changes, config, cfg.device, erase=cfg.erase_device, force=False,
-                                    scratch_dir=scratch_dir)
+    # The signature check guards the user's data: a device fsprof itself erased earlier in this
+    # matrix carries only fsprof's own filesystem.
+    sfs = scratch.provision_device(changes, config, cfg.device, erase=cfg.erase_device,
+                                   force=cfg.device in erased, scratch_dir=scratch_dir)
+    erased.add(cfg.device)
+    return sfs
 
 
-def run_spec_one(collector, spec, workload, cfg, run_dir, scratch_dir):
+def run_spec_one(collector, spec, workload, cfg, run_dir, scratch_dir, erased):
     """One (workload, configuration) of a spec on a fresh filesystem: its sysctls and scheduler
     hold for this run only. Writes run_dir/result.json (the same schema as `fsprof run`)."""
     result = {
@@ -221,7 +225,7 @@ def run_spec_one(collector, spec, workload, cfg, run_dir, scratch_dir):
     with scratch.Changes() as changes:
         for name, value in cfg.sysctls.items():
             scratch.set_sysctl(changes, name, value)
-        sfs = _provision_spec_config(changes, cfg, scratch_dir)
+        sfs = _provision_spec_config(changes, cfg, scratch_dir, erased)
         if cfg.scheduler:
             for name, _ in sfs.block_devs:
                 scratch.set_scheduler(changes, name, cfg.scheduler)
@@ -246,6 +250,7 @@ def run_spec(spec, args, progress=print):
     sample_hz = spec.sample_hz if spec.sample_hz is not None else args.sample_hz
     with scratch.Changes() as run_changes:
         scratch_dir = scratch.make_scratch_dir(run_changes, Path(args.scratch_dir) / out_dir.name)
+        erased = set()
         with Collector(sample_hz=sample_hz) as collector:
             for i, (rep, workload, cfg) in enumerate(plan, 1):
                 rel = Path(workload.name) / cfg.name
@@ -256,9 +261,9 @@ def run_spec(spec, args, progress=print):
                 entry = {"workload": workload.name, "config": cfg.name, "repeat": rep, "dir": str(rel)}
                 started = time.monotonic()
                 try:
-                    run_spec_one(collector, spec, workload, cfg, out_dir / rel, scratch_dir)
-                except FsprofError as e:
-                    entry["error"] = str(e)
+                    run_spec_one(collector, spec, workload, cfg, out_dir / rel, scratch_dir, erased)
+                except (FsprofError, OSError) as e:
+                    entry["error"] = str(e) if isinstance(e, FsprofError) else f"{e.strerror}: {e.filename}"
                     progress(f"    failed: {e}")
                 entry["elapsed_s"] = round(time.monotonic() - started, 2)
                 index["runs"].append(entry)

@@ -369,12 +369,19 @@ def _process_state(pid):
 _ZRAM_CONTROL = "/sys/class/zram-control"
 
 
+def _boot_id():
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        return f.read().strip()
+
+
 def _undo_zram(rec):
     """Reset and remove a zram device fsprof added, if it is still the one we sized."""
     name = rec["name"]
     sysdir = f"/sys/block/{name}"
     if not os.path.isdir(sysdir):
         return None
+    if rec.get("boot_id") != _boot_id():  # the journal outlived a reboot: zramN is someone else's now
+        raise _NotOurs(f"not removing /dev/{name}: fsprof made its namesake before the last reboot")
     with open(f"{sysdir}/disksize") as f:
         if int(f.read()) not in (0, rec["disksize"]):
             raise _NotOurs(f"not removing /dev/{name}: its size is no longer the {rec['disksize']} bytes fsprof gave it")
@@ -529,12 +536,15 @@ def provision_zram(changes, config, scratch_dir=SCRATCH_DIR):
     if config.devices != 1:
         raise FsprofError(f"a zram device gives exactly one device, but the {config.label} setup asks for {config.devices}")
     if not os.path.isdir(_ZRAM_CONTROL):
-        raise FsprofError("this kernel has no zram (no /sys/class/zram-control); use device = \"loop\"")
+        raise FsprofError("zram is not available (no /sys/class/zram-control): load it with "
+                          "`modprobe zram`, or use device = \"loop\"")
     base = _make_label_dir(changes, scratch_dir, config.label)
     with deferred():  # hot_add creates the device: record it before a signal can intervene
         with open(f"{_ZRAM_CONTROL}/hot_add") as f:
             name = f"zram{int(f.read())}"
-        changes.record("zram", name=name, disksize=config.size_bytes)
+        # A SIGKILL between hot_add and this record leaks one empty zram device (no journal can
+        # name it before the kernel does); `zramctl` shows it, `echo N > hot_remove` removes it.
+        changes.record("zram", name=name, disksize=config.size_bytes, boot_id=_boot_id())
     with open(f"/sys/block/{name}/disksize", "w") as f:
         f.write(str(config.size_bytes))
     _mkfs(config, [f"/dev/{name}"])

@@ -1,7 +1,7 @@
 """Experiment matrices: a TOML file naming configurations (filesystem, mkfs and mount options,
 sysctls, I/O scheduler, device kind) and workloads; `fsprof run --spec FILE` runs every
 combination, each on a fresh filesystem. The format is documented in docs/spec.md; shipped specs
-are in specs/. This module only reads and checks a spec: profiler/run.py runs it."""
+are in workloads/specs/. This module only reads and checks a spec: profiler/run.py runs it."""
 
 import dataclasses
 import re
@@ -77,8 +77,26 @@ def _name(path, where, value):
     return value
 
 
+def _strings(path, where, what, value):
+    """A string of shell words, or a list of strings."""
+    if isinstance(value, str):
+        return shlex.split(value)
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        _fail(path, where, f"{what} must be a string or a list of strings")
+    return value
+
+
+def _flag(path, where, table, key):
+    value = table.get(key, False)
+    if not isinstance(value, bool):
+        _fail(path, where, f"{key} must be true or false")
+    return value
+
+
 def _size(path, where, value):
     from .cli import size
+    if not isinstance(value, str):
+        _fail(path, where, f"image_size {value!r} must be a string like \"2G\" or \"512M\"")
     try:
         return size(str(value))
     except Exception:  # noqa: BLE001 - argparse's type error: one sentence here instead
@@ -92,25 +110,25 @@ def _config(path, i, t, default_size):
     if fs not in scratch.FILESYSTEMS:
         _fail(path, where, f"fs {fs!r} is not one of {', '.join(scratch.FILESYSTEMS)}")
     where = f"config {t.get('name', fs)!r}"
-    mkfs = t.get("mkfs_options", [])
-    mkfs = shlex.split(mkfs) if isinstance(mkfs, str) else mkfs
-    if not isinstance(mkfs, list) or not all(isinstance(x, str) for x in mkfs):
-        _fail(path, where, "mkfs_options must be a string or a list of strings")
+    mkfs = _strings(path, where, "mkfs_options", t.get("mkfs_options", []))
     mount = t.get("mount_options", "")
-    mount = ",".join(mount) if isinstance(mount, list) else mount
+    mount = ",".join(_strings(path, where, "mount_options", mount)) if isinstance(mount, list) else mount
     if not isinstance(mount, str):
         _fail(path, where, "mount_options must be a string like \"noatime,data=writeback\"")
     sysctls = t.get("sysctls", {})
     if not isinstance(sysctls, dict):
         _fail(path, where, "sysctls must be a table like { \"vm.dirty_bytes\" = 100000 }")
     for key in sysctls:
-        if not Path("/proc/sys", key.replace(".", "/")).exists():
+        if key.startswith(("/", ".")) or ".." in key or not Path("/proc/sys", key.replace(".", "/")).is_file():
             _fail(path, where, f"sysctl {key} does not exist on this kernel")
     device = t.get("device", "loop")
     if device not in DEVICE_KINDS and not (isinstance(device, str) and device.startswith("/dev/")):
         _fail(path, where, f"device {device!r} must be loop, zram or a /dev/ path you want erased")
-    if device.startswith("/dev/") and not t.get("erase_device"):
+    erase = _flag(path, where, t, "erase_device")
+    if device.startswith("/dev/") and not erase:
         _fail(path, where, f"device {device} would be erased: say erase_device = true to allow it")
+    if t.get("scheduler") is not None and (device == "zram" or not isinstance(t["scheduler"], str)):
+        _fail(path, where, "scheduler must be a name like mq-deadline, and zram (bio-based) has none")
     devices = t.get("devices", 1)
     if not isinstance(devices, int) or devices < 1 or (devices > 1 and (fs != "btrfs" or device != "loop")):
         _fail(path, where, "devices > 1 is for btrfs on loop images only")
@@ -118,17 +136,15 @@ def _config(path, i, t, default_size):
                   sysctls={k: str(v) for k, v in sysctls.items()}, scheduler=t.get("scheduler"),
                   device=device, devices=devices,
                   image_size=_size(path, where, t["image_size"]) if "image_size" in t else default_size,
-                  erase_device=bool(t.get("erase_device")))
+                  erase_device=erase)
 
 
 def _workload(path, i, t):
     where = f"workload #{i + 1}"
     _check_keys(path, where, t, _WORKLOAD_KEYS)
-    args = t.get("args", [])
-    args = shlex.split(args) if isinstance(args, str) else args
+    args = _strings(path, where, "args", t.get("args", []))
     if "command" in t:
-        command = t["command"]
-        command = shlex.split(command) if isinstance(command, str) else command
+        command = _strings(path, where, "command", t["command"])
         if not command or "workload" in t or args:
             _fail(path, where, "a command workload has `command` (and a `name`), not `workload` or `args`")
         return Workload(_name(path, where, t.get("name", "command")), WorkloadSpec("command", command=command))
@@ -148,10 +164,12 @@ def load(path):
         data = tomllib.loads(path.read_text())
     except OSError as e:
         raise FsprofError(f"cannot read the spec {path}: {e.strerror}", exit_code=2)
-    except tomllib.TOMLDecodeError as e:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise FsprofError(f"{path} is not valid TOML: {e}", exit_code=2)
     _check_keys(path, "top level", data, _TOP_KEYS)
     configs, workloads = data.get("config", []), data.get("workload", [])
+    if not isinstance(configs, list) or not isinstance(workloads, list):
+        _fail(path, "top level", "configurations are [[config]] tables and workloads [[workload]] tables")
     if not configs or not workloads:
         _fail(path, "top level", "a spec needs at least one [[config]] and one [[workload]]")
     workloads = [_workload(path, i, t) for i, t in enumerate(workloads)]
@@ -171,5 +189,5 @@ def load(path):
     if sample_hz is not None and (not isinstance(sample_hz, int) or sample_hz < 0):
         _fail(path, "top level", "sample_hz must be a whole number >= 0")
     return Spec(path=path, description=data.get("description", ""), configs=configs, workloads=workloads,
-                repeats=repeats, drop_caches=bool(data.get("drop_caches", False)), sample_hz=sample_hz,
+                repeats=repeats, drop_caches=_flag(path, "top level", data, "drop_caches"), sample_hz=sample_hz,
                 image_size=default_size)

@@ -494,3 +494,24 @@ def delalloc_lines(da):
     by = ", ".join(f"{who} {n}" for who, n in list(alloc["by"].items())[:3])
     return [f"     delayed allocation on: {da['reserved']['blocks']} blocks reserved at write time, "
             f"{alloc['blocks']} allocated at writeback" + (f" (by {by})" if by else "")]
+
+
+def thread_causes(section):
+    """{worker kind: {cause: ns}}: the commit thread's whole window by cause (CPU included, the
+    commit block split out), for `fsprof compare` to follow a journal commit wait into."""
+    thread = section.get("journal", {}).get("all", {}).get("thread")
+    return {"jbd2 commit": thread["causes"]} if thread and thread.get("causes") else {}
+
+
+def evidence(section, fs, op):
+    """Counts per op that explain a journal commit wait, for `fsprof compare`."""
+    j = section.get("journal", {}).get("all", {})
+    n = fs["attribution"].get(op, {}).get("count", 0)
+    if not j or not n:
+        return {}
+    out = {f"jbd2 commits per {op}": j.get("commits", 0) / n,
+           "blocks logged per jbd2 commit": j.get("per_commit", {}).get("blocks_logged", 0)}
+    block = j.get("commit_block", {})
+    if block.get("count"):
+        out["jbd2 commit block (flush + FUA) time per commit, us"] = block["avg_ns"] / 1e3
+    return out

@@ -13,7 +13,7 @@ NAME = "xfs"
 OBJECT = "xfs"
 
 CIL_PUSH_WORKER = maps.WORKER_KINDS[3]     # "xfs cil push": xlog_cil_push_work runs
-LOG_WORKER = maps.WORKER_KINDS[4]          # "xfs log force": xfs_log_worker runs
+LOG_WORKER = maps.WORKER_KINDS[4]          # "xfs log worker": xfs_log_worker runs
 FSYNC_OPS = ("fsync", "fdatasync")
 FORCE_WAIT_CAUSE = "log force wait"        # the attribution cause of profiler/rules/xfs.toml
 NO_SYSCALL = 0xFFFF
@@ -472,3 +472,12 @@ def report_lines(section, fs):
                  f"reservations at write, {conv['count']} converted at writeback "
                  f"({_top(conv['by_context']) or 'none'})")
     return lines
+
+
+def evidence(section, fs, op):
+    """Counts per fsync that explain a log force wait, for `fsprof compare`."""
+    per = section.get("all", {}).get("per_fsync") or {}
+    if op not in ("fsync", "fdatasync") or not per:
+        return {}
+    return {f"XFS log forces per {op}": per.get("log_forces_per_fsync") or 0,
+            f"XFS iclog writes per {op}": per.get("iclog_writes_per_fsync") or 0}
