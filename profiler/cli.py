@@ -244,7 +244,7 @@ def parse(argv):
             what = ", ".join(given + rest[:1] + (["-- CMD"] if has_command else []))
             ap.error(f"--spec sets the filesystems, options and workloads itself; drop {what}")
     if args.command == "run":
-        args.fs = args.fs or DEFAULT_FS
+        args.fs = DEFAULT_FS if args.fs is None else args.fs
         if has_command and args.workload:
             ap.error("give either --workload or `-- CMD`, not both")
         if any(a == "--result" or a.startswith("--result=") for a in rest):
