@@ -1,13 +1,46 @@
 // SPDX-License-Identifier: GPL-2.0
-/* Block requests issued to the devices under test, counted by class in the kernel. */
+/* Block requests of the devices under test (and of the devices backing them), followed one by
+ * one by their struct request pointer and aggregated in the kernel per (device, class, phase):
+ * counts, bytes, sizes, queue time and device time, and who submitted them.
+ *
+ * The life of a request on this kernel (6.18, blk-mq), as the tracepoints see it:
+ *   block_io_start     blk_account_io_start(), when a bio becomes a new request; runs in the
+ *                      submitter's context (the thread calling submit_bio). cmd_flags are still as
+ *                      submitted: the flush machinery (blk_insert_flush) strips REQ_PREFLUSH, and
+ *                      REQ_FUA on a device without FUA, only after this.
+ *   block_rq_insert    the request enters a scheduler or software queue. With scheduler "none" most
+ *                      requests are issued directly and never inserted; the data part of a
+ *                      PREFLUSH/FUA write is inserted when its pre-flush is done (requeue list).
+ *   block_rq_issue     handed to the driver (blk_mq_start_request).
+ *   block_rq_requeue   given back by the driver; inserted and issued again later.
+ *   block_rq_merge     merged into another request before issue and freed.
+ *   block_rq_complete  blk_update_request(): the device finished. It also fires for requests never
+ *                      issued (an empty PREFLUSH write ends when the flush serving it ends) and a
+ *                      second time for a write in the flush sequence (RQF_FLUSH_SEQ: PREFLUSH, or FUA
+ *                      emulated by a post-flush) once that sequence ends: only the first completion
+ *                      of an issued request is its device time.
+ *   block_io_done      blk_account_io_done(), after the bios' completion callbacks, with the time the
+ *                      kernel's /sys/block/<dev>/stat ticks end at (only when it keeps I/O stats).
+ * The cache flush itself is the queue's own flush request (REQ_OP_FLUSH | REQ_PREFLUSH, rwbs "FF"),
+ * one per batch of waiting requests: it has no block_io_start and no block_rq_insert; its queue
+ * time starts at rq->start_time_ns, set when blk_kick_flush() queues it (the span the kernel's flush
+ * ticks in /sys/block/<dev>/stat measure, up to completion). */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_tracing.h>
 #include "fsprof.h"
 #include "shared_maps.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
-/* Devices under test (kernel dev_t); userspace fills it. */
+/* traced_devs value bits (profiler/behind/block.py fills them from /sys/block/<dev>/queue). */
+#define DEV_TRACED 1
+#define DEV_FUA 2              /* the device does FUA itself: no post-flush for a FUA write */
+
+#define SUBMITTER_LEN 32
+
+/* Devices under test and their backing devices (kernel dev_t) -> DEV_* bits. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 64);
@@ -15,60 +48,429 @@ struct {
 	__type(value, __u8);
 } traced_devs SEC(".maps");
 
+/* Per (device, class, phase); 9.6 KiB a value, shared and updated with atomic adds like op_hist. */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
-	__uint(max_entries, 4096);
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
 	__type(key, struct blk_key);
 	__type(value, struct blk_val);
-} blk_counts SEC(".maps");
+} blk_stats SEC(".maps");
 
-static __always_inline bool is_op_char(char c)
+/* Who submitted the requests: a thread's comm, or "kworker:<workqueue>" for a kworker. */
+struct sub_key {
+	__u32 dev;
+	__u16 cls;
+	__u16 phase;
+	char who[SUBMITTER_LEN];
+};
+
+struct sub_val {
+	__u64 count;
+	__u64 bytes;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct sub_key);
+	__type(value, struct sub_val);
+} blk_submitters SEC(".maps");
+
+/* A request between its start and its end (the last completion). */
+struct rq_info {
+	__u64 born_ns;         /* block_io_start, or the kernel's rq->start_time_ns when none was seen */
+	__u64 start_ns;        /* queue start: as born_ns, cleared at issue (a requeue is inserted again) */
+	__u64 insert_ns;       /* the last block_rq_insert; 0 if none */
+	__u64 issue_ns;        /* the last block_rq_issue; 0 until issued */
+	__u32 dev;
+	__u16 cls;
+	__u16 phase;           /* at issue */
+	__u8 device_done;      /* its first completion after issue was seen */
+	__u8 ended;            /* its last completion was seen; block_io_done follows */
+	__u16 pad[3];
+	char who[SUBMITTER_LEN];
+};
+
+/* struct request pointer -> its rq_info. Entries of requests that never complete (rare error
+ * paths) are overwritten when the kernel reuses the request for the next bio. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct rq_info);
+} rqs SEC(".maps");
+
+const struct blk_val zero_val = {};
+
+static __always_inline __u32 rq_dev(struct request *rq)
 {
-	return c == 'W' || c == 'R' || c == 'D' || c == 'E' || c == 'Z' || c == 'N' || c == 'F';
+	/* What the block tracepoints print as dev: the whole disk's dev_t. */
+	return BPF_CORE_READ(rq, q, disk, part0, bd_dev);
 }
 
-/* rwbs is "[F]<op>[F][S][M]...": a leading F is REQ_PREFLUSH, the op letter follows (F for
- * REQ_OP_FLUSH, so a flush request reads "FF"), and an F after the op is REQ_FUA. */
-static __always_inline __u32 rwbs_class(const char *rwbs)
+static __always_inline __u8 dev_flags(__u32 dev)
 {
-	int op = (rwbs[0] == 'F' && is_op_char(rwbs[1])) ? 1 : 0;
+	__u8 *f = bpf_map_lookup_elem(&traced_devs, &dev);
 
-	switch (rwbs[op]) {
-	case 'F':
+	return f ? *f : 0;
+}
+
+/* REQ_* bit values are read from this kernel's enum req_flag_bits (CO-RE), not copied. */
+#define REQ_BIT(name) (1U << bpf_core_enum_value(enum req_flag_bits, name))
+
+static __always_inline __u32 op_of(__u32 flags)
+{
+	/* The op is the low bits below the first flag bit (REQ_OP_BITS). */
+	return flags & (REQ_BIT(__REQ_FAILFAST_DEV) - 1);
+}
+
+static __always_inline __u16 classify(__u32 flags, __u32 bytes)
+{
+	__u32 op = op_of(flags);
+
+	if (op == bpf_core_enum_value(enum req_op, REQ_OP_FLUSH))
 		return BLK_FLUSH;
-	case 'W':
-		return rwbs[op + 1] == 'F' ? BLK_FUA_WRITE : BLK_WRITE;
-	case 'R':
+	if (op == bpf_core_enum_value(enum req_op, REQ_OP_READ))
 		return BLK_READ;
-	case 'D':
+	if (op == bpf_core_enum_value(enum req_op, REQ_OP_DISCARD) ||
+	    op == bpf_core_enum_value(enum req_op, REQ_OP_SECURE_ERASE))
 		return BLK_DISCARD;
-	}
-	return BLK_OTHER;
+	if (op != bpf_core_enum_value(enum req_op, REQ_OP_WRITE))
+		return BLK_OTHER;
+	if (flags & REQ_BIT(__REQ_PREFLUSH))
+		/* No data: blkdev_issue_flush(), a request that only waits for a cache flush. */
+		return bytes ? BLK_PREFLUSH_WRITE : BLK_FLUSH;
+	if (flags & REQ_BIT(__REQ_FUA))
+		return BLK_FUA_WRITE;
+	if (flags & REQ_BIT(__REQ_META))
+		return BLK_META_WRITE;
+	if (flags & REQ_BIT(__REQ_SYNC))
+		return BLK_SYNC_WRITE;
+	return BLK_ASYNC_WRITE;
 }
 
-SEC("tracepoint/block/block_rq_issue")
-int on_rq_issue(struct trace_event_raw_block_rq *ctx)
+static __always_inline struct blk_val *stats_of(__u32 dev, __u16 cls, __u16 phase)
 {
-	struct blk_key key = { .dev = ctx->dev };
-	struct blk_val *v, zero = {};
-	char rwbs[4];
+	struct blk_key key = { .dev = dev, .cls = cls, .phase = phase };
+	struct blk_val *v = bpf_map_lookup_elem(&blk_stats, &key);
 
-	if (!bpf_map_lookup_elem(&traced_devs, &key.dev))
-		return 0;
-	/* The verifier forbids variable offsets into the context: classify a copy. */
-	bpf_probe_read_kernel(rwbs, sizeof(rwbs), ctx->rwbs);
-	key.cls = rwbs_class(rwbs);
-	key.phase = current_phase();
-	v = bpf_map_lookup_elem(&blk_counts, &key);
+	if (v)
+		return v;
+	bpf_map_update_elem(&blk_stats, &key, &zero_val, BPF_NOEXIST);
+	v = bpf_map_lookup_elem(&blk_stats, &key);
+	if (!v)
+		count_drop(DROP_BLOCK_FULL);
+	return v;
+}
+
+static __always_inline void hist_add(struct hist *h, __u64 ns)
+{
+	__sync_fetch_and_add(&h->count, 1);
+	__sync_fetch_and_add(&h->total_ns, ns);
+	__sync_fetch_and_add(&h->slots[fine_slot(ns)], 1);
+	/* No atomic max in BPF: a racing larger value can be lost; its slot still counts it. */
+	if (ns > h->max_ns)
+		h->max_ns = ns;
+}
+
+static __always_inline __u32 size_slot(__u32 bytes)
+{
+	__u32 slot = bytes ? log2_slot(bytes) : 0;
+
+	return slot < BLK_SIZE_SLOTS ? slot : BLK_SIZE_SLOTS - 1;
+}
+
+static __always_inline bool is_kworker(const char *comm)
+{
+	return comm[0] == 'k' && comm[1] == 'w' && comm[2] == 'o' && comm[3] == 'r' && comm[4] == 'k' &&
+	       comm[5] == 'e' && comm[6] == 'r' && comm[7] == '/';
+}
+
+/* The current thread as a submitter: its comm, except that a kworker ("kworker/u8:1" says nothing)
+ * is named by the workqueue of the work it runs: "kworker:loop0" (the loop driver's worker),
+ * "kworker:writeback" (the flusher), "kworker:kblockd". */
+static __always_inline void submitter(char *who)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct kthread *kt;
+	struct worker *w;
+	struct workqueue_struct *wq;
+
+	bpf_get_current_comm(who, COMM_LEN);
+	if (!is_kworker(who))
+		return;
+	/* A kworker's kthread data is its struct worker; current_pwq is set while it runs a work item. */
+	kt = (struct kthread *)BPF_CORE_READ(task, worker_private);
+	w = kt ? (struct worker *)BPF_CORE_READ(kt, data) : NULL;
+	wq = w ? BPF_CORE_READ(w, current_pwq, wq) : NULL;
+	if (!wq)
+		return;
+	__builtin_memcpy(who, "kworker:", 8);
+	bpf_probe_read_kernel_str(who + 8, SUBMITTER_LEN - 8, wq->name);
+}
+
+static __always_inline void add_submitter(__u32 dev, __u16 cls, __u16 phase, const char *who,
+					  __u64 count, __u64 bytes)
+{
+	struct sub_key key = { .dev = dev, .cls = cls, .phase = phase };
+	struct sub_val *v, zero = {};
+
+	__builtin_memcpy(key.who, who, SUBMITTER_LEN);
+	v = bpf_map_lookup_elem(&blk_submitters, &key);
 	if (!v) {
-		bpf_map_update_elem(&blk_counts, &key, &zero, BPF_NOEXIST);
-		v = bpf_map_lookup_elem(&blk_counts, &key);
+		bpf_map_update_elem(&blk_submitters, &key, &zero, BPF_NOEXIST);
+		v = bpf_map_lookup_elem(&blk_submitters, &key);
 		if (!v) {
 			count_drop(DROP_BLOCK_FULL);
+			return;
+		}
+	}
+	__sync_fetch_and_add(&v->count, count);
+	__sync_fetch_and_add(&v->bytes, bytes);
+}
+
+/* The request at `ptr` starts or is issued again. If its last issue saw neither a completion nor a
+ * requeue, that completion went by without block_rq_complete or block_io_done reaching any BPF
+ * program: counted as lost (about once in 20,000 requests here while other tracers and loop devices
+ * were busy; see docs/behind-block.md). */
+static __always_inline void count_lost(__u64 ptr)
+{
+	struct rq_info *info = bpf_map_lookup_elem(&rqs, &ptr);
+	struct blk_val *v;
+
+	if (!info || info->ended || !info->issue_ns || info->device_done)
+		return;
+	v = stats_of(info->dev, info->cls, info->phase);
+	if (v)
+		__sync_fetch_and_add(&v->lost, 1);
+	info->ended = 1;   /* stale from now on */
+}
+
+/* Cache flushes a submitted request asks for (blk_flush_policy): one before it for REQ_PREFLUSH
+ * (or for an empty flush request), one after it for REQ_FUA on a device without FUA. Flags reaching
+ * here already had PREFLUSH/FUA dropped by submit_bio_noacct() if the device has no write cache. */
+static __always_inline __u32 flushes_asked(__u32 flags, __u16 cls, __u8 devf)
+{
+	__u32 n = 0;
+
+	if (cls == BLK_FLUSH || (flags & REQ_BIT(__REQ_PREFLUSH)))
+		n++;
+	if ((flags & REQ_BIT(__REQ_FUA)) && !(devf & DEV_FUA) && cls != BLK_FLUSH)
+		n++;
+	return n;
+}
+
+/* A bio became a new request, in the submitter's context. */
+SEC("tp_btf/block_io_start")
+int BPF_PROG(on_io_start, struct request *rq)
+{
+	__u32 dev = rq_dev(rq);
+	__u8 devf = dev_flags(dev);
+	__u64 ptr = (__u64)rq;
+	__u32 flags, asked;
+	struct rq_info info = {};
+	struct blk_val *v;
+
+	if (!devf)
+		return 0;
+	count_lost(ptr);
+	flags = BPF_CORE_READ(rq, cmd_flags);
+	info.born_ns = info.start_ns = bpf_ktime_get_ns();
+	info.dev = dev;
+	info.cls = classify(flags, BPF_CORE_READ(rq, __data_len));
+	info.phase = current_phase();
+	submitter(info.who);
+	if (bpf_map_update_elem(&rqs, &ptr, &info, BPF_ANY))
+		count_drop(DROP_RQ_FULL);
+	v = stats_of(dev, info.cls, info.phase);
+	if (v) {
+		__sync_fetch_and_add(&v->submitted, 1);
+		if (flags & REQ_BIT(__REQ_FUA))
+			__sync_fetch_and_add(&v->fua, 1);
+		if (flags & REQ_BIT(__REQ_PREFLUSH))
+			__sync_fetch_and_add(&v->preflush, 1);
+		if (flags & REQ_BIT(__REQ_META))
+			__sync_fetch_and_add(&v->meta, 1);
+	}
+	asked = flushes_asked(flags, info.cls, devf);
+	if (asked) {
+		/* The flush class's "submitters" are the threads whose requests asked for flushes. */
+		v = stats_of(dev, BLK_FLUSH, info.phase);
+		if (v)
+			__sync_fetch_and_add(&v->flush_asked, asked);
+		add_submitter(dev, BLK_FLUSH, info.phase, info.who, asked, 0);
+	}
+	return 0;
+}
+
+/* Into a scheduler or software queue (also the requeue of a flush sequence's data part). */
+SEC("tp_btf/block_rq_insert")
+int BPF_PROG(on_rq_insert, struct request *rq)
+{
+	__u32 dev = rq_dev(rq);
+	__u64 ptr = (__u64)rq, now;
+	struct rq_info *info, fresh = {};
+
+	if (!dev_flags(dev))
+		return 0;
+	now = bpf_ktime_get_ns();
+	info = bpf_map_lookup_elem(&rqs, &ptr);
+	if (info && !info->ended) {
+		info->insert_ns = now;
+		return 0;
+	}
+	/* Started before tracing began (or a passthrough request): its queue time starts here. */
+	fresh.born_ns = BPF_CORE_READ(rq, start_time_ns) ?: now;
+	fresh.start_ns = now;
+	fresh.insert_ns = now;
+	fresh.dev = dev;
+	fresh.cls = classify(BPF_CORE_READ(rq, cmd_flags), BPF_CORE_READ(rq, __data_len));
+	submitter(fresh.who);
+	if (bpf_map_update_elem(&rqs, &ptr, &fresh, BPF_ANY))
+		count_drop(DROP_RQ_FULL);
+	return 0;
+}
+
+/* Handed to the driver: counted here (phase current now), and its queue time ends. */
+SEC("tp_btf/block_rq_issue")
+int BPF_PROG(on_rq_issue, struct request *rq)
+{
+	__u32 dev = rq_dev(rq), bytes;
+	__u64 ptr = (__u64)rq, now, queued_at;
+	struct rq_info *info, fresh = {};
+	struct blk_val *v;
+	__u16 phase;
+
+	if (!dev_flags(dev))
+		return 0;
+	now = bpf_ktime_get_ns();
+	phase = current_phase();
+	bytes = BPF_CORE_READ(rq, __data_len);
+	count_lost(ptr);
+	info = bpf_map_lookup_elem(&rqs, &ptr);
+	if (!info || info->ended || info->issue_ns) {
+		/* The queue's flush request, or one started before tracing began: classified from its
+		 * flags now; queued since the kernel's own start time (blk_kick_flush for a flush). */
+		fresh.dev = dev;
+		fresh.cls = classify(BPF_CORE_READ(rq, cmd_flags), bytes);
+		fresh.born_ns = fresh.start_ns = BPF_CORE_READ(rq, start_time_ns);
+		if (fresh.cls != BLK_FLUSH)
+			submitter(fresh.who);
+		bpf_map_update_elem(&rqs, &ptr, &fresh, BPF_ANY);
+		info = bpf_map_lookup_elem(&rqs, &ptr);
+		if (!info) {
+			count_drop(DROP_RQ_FULL);
 			return 0;
 		}
 	}
-	v->count++;
-	v->bytes += ctx->bytes;
+	info->issue_ns = now;
+	info->phase = phase;
+	v = stats_of(dev, info->cls, phase);
+	if (!v)
+		return 0;
+	__sync_fetch_and_add(&v->count, 1);
+	__sync_fetch_and_add(&v->bytes, bytes);
+	__sync_fetch_and_add(&v->size_log2[size_slot(bytes)], 1);
+	queued_at = info->insert_ns ? info->insert_ns : info->start_ns;
+	if (info->insert_ns && info->start_ns && info->start_ns < info->insert_ns)
+		__sync_fetch_and_add(&v->wait_ns, info->insert_ns - info->start_ns);
+	if (queued_at && queued_at <= now)
+		hist_add(&v->queue, now - queued_at);
+	if (info->cls != BLK_FLUSH && info->who[0])
+		add_submitter(dev, info->cls, phase, info->who, 1, bytes);
+	/* A requeued request is inserted again: its next queue time starts at that insert. */
+	info->insert_ns = 0;
+	info->start_ns = 0;
+	return 0;
+}
+
+/* Given back by the driver: it is inserted and issued again; its device time starts then. */
+SEC("tp_btf/block_rq_requeue")
+int BPF_PROG(on_rq_requeue, struct request *rq)
+{
+	__u64 ptr = (__u64)rq;
+	struct rq_info *info = bpf_map_lookup_elem(&rqs, &ptr);
+	struct blk_val *v;
+
+	if (!info || info->ended || !info->issue_ns)
+		return 0;
+	v = stats_of(info->dev, info->cls, info->phase);
+	if (v)
+		__sync_fetch_and_add(&v->requeued, 1);
+	info->issue_ns = 0;
+	return 0;
+}
+
+/* Merged into another request before issue: the kernel frees it. */
+SEC("tp_btf/block_rq_merge")
+int BPF_PROG(on_rq_merge, struct request *rq)
+{
+	__u64 ptr = (__u64)rq;
+	struct rq_info *info = bpf_map_lookup_elem(&rqs, &ptr);
+	struct blk_val *v;
+
+	if (!info || info->ended)
+		return 0;
+	v = stats_of(info->dev, info->cls, current_phase());
+	if (v)
+		__sync_fetch_and_add(&v->merged, 1);
+	bpf_map_delete_elem(&rqs, &ptr);
+	return 0;
+}
+
+/* The device finished (the first completion after issue), or a request's last completion. A request
+ * in the flush sequence (RQF_FLUSH_SEQ) completes when its data is written and again when the
+ * sequence ends; the queue's own flush request (REQ_OP_FLUSH) carries RQF_FLUSH_SEQ but completes once. */
+SEC("tp_btf/block_rq_complete")
+int BPF_PROG(on_rq_complete, struct request *rq, blk_status_t error, unsigned int nr_bytes)
+{
+	__u64 ptr = (__u64)rq, now = bpf_ktime_get_ns();
+	struct rq_info *info = bpf_map_lookup_elem(&rqs, &ptr);
+	__u32 flush_seq = 1U << bpf_core_enum_value(enum rqf_flags, __RQF_FLUSH_SEQ);
+	struct blk_val *v;
+
+	if (!info || info->ended)
+		return 0;
+	if (info->issue_ns && !info->device_done) {
+		info->device_done = 1;
+		v = stats_of(info->dev, info->cls, info->phase);
+		if (v) {
+			__sync_fetch_and_add(&v->completed, 1);
+			hist_add(&v->device, now - info->issue_ns);
+		}
+	}
+	if ((BPF_CORE_READ(rq, rq_flags) & flush_seq) &&
+	    op_of(BPF_CORE_READ(rq, cmd_flags)) != bpf_core_enum_value(enum req_op, REQ_OP_FLUSH))
+		return 0;   /* more to come */
+	info->ended = 1;
+	if (!info->issue_ns) {
+		info->phase = current_phase();
+		v = stats_of(info->dev, info->cls, info->phase);
+		if (v)
+			__sync_fetch_and_add(&v->unissued, 1);
+	}
+	return 0;
+}
+
+/* The request's end as the kernel accounts it (after the bios' completion callbacks): its whole
+ * life since it started, the span of the /sys/block/<dev>/stat ticks. A request whose device keeps
+ * no I/O stats (iostats 0, no scheduler) has no block_io_done: its entry is overwritten on reuse. */
+SEC("tp_btf/block_io_done")
+int BPF_PROG(on_io_done, struct request *rq)
+{
+	__u64 ptr = (__u64)rq, now = bpf_ktime_get_ns();
+	struct rq_info *info = bpf_map_lookup_elem(&rqs, &ptr);
+	struct blk_val *v;
+
+	if (!info || !info->ended)
+		return 0;   /* not ours, or the first end of a request in the flush sequence */
+	v = stats_of(info->dev, info->cls, info->phase);
+	if (v && info->born_ns && info->born_ns <= now) {
+		if (info->issue_ns)
+			__sync_fetch_and_add(&v->life_ns, now - info->born_ns);
+		else
+			__sync_fetch_and_add(&v->unissued_life_ns, now - info->born_ns);
+	}
+	bpf_map_delete_elem(&rqs, &ptr);
 	return 0;
 }

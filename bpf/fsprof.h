@@ -143,13 +143,20 @@ struct sample_key {
 	__u32 pad;
 };
 
+/* Block request classes (bpf/block.bpf.c), from the flags the submitter gave (read at
+ * block_io_start, before the flush machinery strips PREFLUSH/FUA on a device without them). */
 enum blk_class {
-	BLK_FLUSH = 0,         /* REQ_OP_FLUSH: what /sys/block/<dev>/stat counts as flush requests */
-	BLK_FUA_WRITE = 1,
-	BLK_WRITE = 2,
-	BLK_READ = 3,
-	BLK_DISCARD = 4,
-	BLK_OTHER = 5,
+	BLK_FLUSH = 0,         /* REQ_OP_FLUSH: what /sys/block/<dev>/stat counts as flush requests; also
+	                        * an empty REQ_PREFLUSH write (blkdev_issue_flush), which only waits for one */
+	BLK_PREFLUSH_WRITE,    /* a write with REQ_PREFLUSH (cache flush before it; FUA or not) */
+	BLK_FUA_WRITE,         /* a write with REQ_FUA and no PREFLUSH */
+	BLK_META_WRITE,        /* a REQ_META write (journal, log, btree blocks) */
+	BLK_SYNC_WRITE,        /* a REQ_SYNC write (someone waits for it: fsync, O_DIRECT) */
+	BLK_ASYNC_WRITE,       /* any other write (background writeback) */
+	BLK_READ,
+	BLK_DISCARD,           /* discard, secure erase */
+	BLK_OTHER,             /* write zeroes, zone and driver commands */
+	N_BLK_CLASSES,
 };
 
 struct blk_key {
@@ -158,9 +165,31 @@ struct blk_key {
 	__u16 phase;
 };
 
+#define BLK_SIZE_SLOTS 24      /* log2(bytes) of issued requests; 8 MiB and above share the last */
+
+/* One (device, class, phase) of bpf/block.bpf.c. Counts at issue unless said otherwise; the
+ * histograms in ns: queue = insert (or start) -> issue, device = issue -> completion. */
 struct blk_val {
-	__u64 count;
-	__u64 bytes;
+	__u64 count;           /* block_rq_issue events (as a bpftrace one-liner counts them) */
+	__u64 bytes;           /* bytes at issue */
+	__u64 completed;       /* issued, then completed (the device histogram's count) */
+	__u64 unissued;        /* ended without being issued: served by the flush machinery */
+	__u64 merged;          /* merged into another request before issue (block_rq_merge) */
+	__u64 requeued;        /* issued, then requeued (block_rq_requeue): issued again later */
+	__u64 lost;            /* issued, then issued again with no completion or requeue seen between:
+	                        * its completion passed untraced (see docs/behind-block.md) */
+	__u64 submitted;       /* block_io_start: new requests made from bios (phase at submission) */
+	__u64 fua;             /* of those, submitted with REQ_FUA */
+	__u64 preflush;        /* ... with REQ_PREFLUSH */
+	__u64 meta;            /* ... with REQ_META */
+	__u64 flush_asked;     /* flush class: cache flushes the submitted requests asked for */
+	__u64 wait_ns;         /* start -> insert of requests inserted after they started (plug, flush sequence) */
+	__u64 life_ns;         /* start -> end of issued requests, flush sequence included: the span
+	                        * /sys/block/<dev>/stat ticks measure */
+	__u64 unissued_life_ns; /* the same for the unissued ones */
+	__u64 size_log2[BLK_SIZE_SLOTS];
+	struct hist queue;
+	struct hist device;
 };
 
 static __always_inline __u32 log2_slot(__u64 v)

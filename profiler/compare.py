@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import FsprofError
+from .maps import BLK_WRITE_CLASSES
 from .report import RESULT_FILE, load
 
 # A wait that a filesystem thread ends, and the worker whose own time explains it. XFS's log
@@ -169,11 +170,11 @@ def evidence(fs, op):
     counts = fs.get("block", {}).get(dev, {}) if Path(f"/sys/block/{dev}/mq").exists() or \
         fs["device"].get("request_based") else {}
     if n:
-        for cls in ("flush", "fua_write", "write", "read"):
+        for cls in ("flush", "fua_write", "preflush_write", "sync_write", "async_write", "read"):
             if cls in counts:
                 out[f"{cls.replace('_', ' ')} requests to the device per {op}"] = counts[cls]["count"] / n
     written = sum(h.get("bytes", 0) for name, h in fs["syscalls"].items() if "write" in name)
-    device_bytes = sum(counts.get(c, {}).get("bytes", 0) for c in ("write", "fua_write"))
+    device_bytes = sum(counts.get(c, {}).get("bytes", 0) for c in BLK_WRITE_CLASSES)
     if written:
         out["write amplification (device bytes / bytes written)"] = device_bytes / written
     for module in behind.MODULES:

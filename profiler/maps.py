@@ -23,8 +23,11 @@ COMM_LEN = 16
 WORKER_KINDS = (None, "jbd2 commit", "ext4 fast commit", "xfs cil push", "xfs log worker", "btrfs commit",
                 "btrfs log sync")
 
-# enum blk_class, in order
-BLK_CLASSES = ("flush", "fua_write", "write", "read", "discard", "other")
+# enum blk_class, in order (flush first: the report's "cache flushes")
+BLK_CLASSES = ("flush", "preflush_write", "fua_write", "meta_write", "sync_write", "async_write", "read",
+               "discard", "other")
+BLK_WRITE_CLASSES = ("preflush_write", "fua_write", "meta_write", "sync_write", "async_write")
+BLK_SIZE_SLOTS = 24
 
 
 class Hist(c.Structure):
@@ -72,7 +75,10 @@ class BlkKey(c.Structure):
 
 
 class BlkVal(c.Structure):
-    _fields_ = [("count", c.c_uint64), ("bytes", c.c_uint64)]
+    _fields_ = [(name, c.c_uint64) for name in (
+        "count", "bytes", "completed", "unissued", "merged", "requeued", "lost", "submitted", "fua", "preflush",
+        "meta", "flush_asked", "wait_ns", "life_ns", "unissued_life_ns")] + \
+        [("size_log2", c.c_uint64 * BLK_SIZE_SLOTS), ("queue", Hist), ("device", Hist)]
 
 
 Stack = c.c_uint64 * MAX_STACK_DEPTH

@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 from .errors import FsprofError
-from .maps import BLK_CLASSES
+from .maps import BLK_WRITE_CLASSES
 
 RESULT_FILE = "result.json"
 SCHEMA = "fsprof.run/2"
@@ -105,11 +105,13 @@ def render_fs(fs):
     fsyncs = ops.get("fsync", {}).get("count", 0) + ops.get("fdatasync", {}).get("count", 0)
     for name, counts in fs["block"].items():
         kernel = fs["kernel_counters"].get(name, {})
+        ours = fs.get("behind", {}).get("block", {}).get("devices", {}).get(name, {}).get("as_sys_block_stat", {})
         flush = counts["flush"]["count"]
-        others = [f"{counts[c]['count']} {c.replace('_', ' ')}" for c in BLK_CLASSES[1:] if counts[c]["count"]]
-        lines.append(f"   requests to {name}: {flush} cache flushes ({per_op(flush, fsyncs)} per fsync; "
-                     f"/sys/block/{name}/stat says {kernel.get('flush_ios', 'n/a')})"
-                     + "".join(f", {o}" for o in others))
+        writes = sum(counts.get(c, {}).get("count", 0) for c in BLK_WRITE_CLASSES)
+        lines.append(f"   requests to {name}: {flush} cache flushes ({per_op(flush, fsyncs)} per fsync), {writes} writes, "
+                     f"{counts.get('read', {}).get('count', 0)} reads issued; completed (ours / /sys/block/{name}/stat): "
+                     + ", ".join(f"{k} {ours.get(k + '_ios', 'n/a')}/{kernel.get(k + '_ios', 'n/a')}"
+                                 for k in ("flush", "write", "read")))
     for pname, phase in fs.get("phases", {}).items():
         if not phase["syscalls"]:
             continue

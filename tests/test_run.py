@@ -153,7 +153,8 @@ def test_sigkill_mid_workload_then_next_invocation_cleans_up(tmp_path, next_comm
     proc.kill()
     proc.wait()
     mounts, loops = scratch_state(tmp_path)
-    assert mounts and loops and SYSCTL.read_text().strip() == changed, "the kill left nothing to clean"
+    assert mounts and loops and SYSCTL.read_text().strip() == changed, \
+        f"the kill left nothing to clean; the run said: {proc.stderr.read()[-2000:]}"
 
     after = run_fsprof(next_command)
     assert after.returncode == 0, after.stderr

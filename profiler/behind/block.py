@@ -1,46 +1,375 @@
-"""Block requests to the devices under test (bpf/block.bpf.c): counts and bytes per class and
-phase, from block_rq_issue."""
+"""Block requests behind the wait (bpf/block.bpf.c): every request of the devices under test,
+followed by its struct request pointer from start to completion, per (device, class, phase): count,
+bytes, sizes, queue time (insert or start -> issue), device time (issue -> completion) and who
+submitted it. A loop device's backing device is watched too and reported apart ("backing"), never
+mixed with the device under test. See docs/behind-block.md."""
 
 import ctypes as c
+import os
+from pathlib import Path
 
-from .. import maps
+from .. import blockdev, hist, maps, mounts
 
 NAME = "block"
 OBJECT = "block"
+
+SUBMITTER_LEN = 32
+DEV_TRACED, DEV_FUA = 1, 2   # traced_devs value bits (bpf/block.bpf.c)
+COUNTERS = ("count", "bytes", "completed", "unissued", "merged", "requeued", "lost", "submitted", "fua",
+            "preflush", "meta", "flush_asked", "wait_ns", "life_ns", "unissued_life_ns")
+FSYNC_OPS = ("fsync", "fdatasync")
+WRITE_OPS = ("write", "pwrite64", "writev", "pwritev", "pwritev2")
+TOP_SUBMITTERS = 5
+
+
+class SubKey(c.Structure):
+    _fields_ = [("dev", c.c_uint32), ("cls", c.c_uint16), ("phase", c.c_uint16), ("who", c.c_char * SUBMITTER_LEN)]
+
+
+class SubVal(c.Structure):
+    _fields_ = [("count", c.c_uint64), ("bytes", c.c_uint64)]
+
+
+class RqInfo(c.Structure):
+    _fields_ = [("born_ns", c.c_uint64), ("start_ns", c.c_uint64), ("insert_ns", c.c_uint64), ("issue_ns", c.c_uint64),
+                ("dev", c.c_uint32), ("cls", c.c_uint16), ("phase", c.c_uint16), ("device_done", c.c_uint8),
+                ("ended", c.c_uint8), ("pad", c.c_uint16 * 3), ("who", c.c_char * SUBMITTER_LEN)]
+
+
+# Where a loop device's I/O lands.
+
+def _disks_below(name):
+    """The disks carrying block device `name`: itself, its whole disk for a partition, or the disks
+    under a device-mapper/md device (bio-based: requests are only seen on the disks below)."""
+    disk = blockdev.whole_disk(name)
+    slaves = blockdev.SYS_BLOCK / disk / "slaves"
+    below = sorted(os.listdir(slaves)) if slaves.is_dir() else []
+    if not below:
+        return [disk]
+    return [d for s in below for d in _disks_below(s)]
+
+
+def _block_dev_of_file(path):
+    """The block device the filesystem holding `path` lives on, or None (tmpfs, network, ...)."""
+    st = os.stat(path)
+    node = Path(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}")
+    if node.exists():
+        return node.resolve().name
+    # btrfs (and overlay) files carry an anonymous st_dev: the mount's source names the device.
+    real = os.path.realpath(path)
+    best = None
+    for m in mounts.mounts():
+        t = m["target"].rstrip("/") + "/"
+        if real.startswith(t) and (best is None or len(t) > len(best["target"].rstrip("/") + "/")):
+            best = m
+    if best and best["source"].startswith("/dev/") and os.path.exists(best["source"]):
+        return os.path.basename(os.path.realpath(best["source"]))
+    return None
+
+
+def backing_of(name):
+    """{"file", "direct_io", "disks": [names]} for loop device `name`; None for any other device."""
+    loop = blockdev.SYS_BLOCK / name / "loop"
+    try:
+        path = (loop / "backing_file").read_text().strip()
+    except OSError:
+        return None
+    try:
+        dio = (loop / "dio").read_text().strip() == "1"
+    except OSError:
+        dio = False
+    try:
+        dev = _block_dev_of_file(path.removesuffix(" (deleted)"))
+    except OSError:
+        dev = None
+    return {"file": path, "direct_io": dio, "disks": _disks_below(dev) if dev else []}
+
+
+def _fua(name):
+    try:
+        return (blockdev.SYS_BLOCK / name / "queue" / "fua").read_text().strip() == "1"
+    except OSError:
+        return False
+
+
+# Collection.
+
+# Slot maps are keyed by strings, as in JSON (collect.behind_stack_ids walks keys as strings).
+def _raw_hist(h):
+    return {"count": h.count, "total_ns": h.total_ns, "max_ns": h.max_ns,
+            "fine": {str(i): n for i, n in enumerate(h.slots) if n}}
+
+
+def _stat(v):
+    out = {f: getattr(v, f) for f in COUNTERS}
+    out["sizes_log2"] = {str(i): n for i, n in enumerate(v.size_log2) if n}
+    out["queue"], out["device"] = _raw_hist(v.queue), _raw_hist(v.device)
+    return out
 
 
 class Probe:
     def __init__(self, obj):
         self.obj = obj
         self.devs = obj.map("traced_devs", c.c_uint32, c.c_uint8)
-        self.counts = obj.map("blk_counts", maps.BlkKey, maps.BlkVal)
-        self.names = {}
+        self.stats = obj.map("blk_stats", maps.BlkKey, maps.BlkVal)
+        self.submitters = obj.map("blk_submitters", SubKey, SubVal)
+        self.rqs = obj.map("rqs", c.c_uint64, RqInfo)
+        self.names = {}     # kdev -> name of the devices under test
+        self.backing = {}   # kdev -> {"name", "for": [loop names], "files": [...], "direct_io": [...]}
 
     def set_targets(self, targets):
         self.devs.clear()
         self.names = {kdev: name for t in targets for kdev, name in t.block_devs.items()}
-        for kdev in self.names:
-            self.devs.update(c.c_uint32(kdev), c.c_uint8(1))
+        self.backing = {}
+        for name in self.names.values():
+            below = backing_of(name)
+            for disk in (below or {}).get("disks", []):
+                kdev = blockdev.kdev_of_block(disk)
+                if kdev in self.names:
+                    continue  # also under test: counted there, not twice
+                b = self.backing.setdefault(kdev, {"name": disk, "for": [], "files": [], "direct_io": []})
+                b["for"].append(name)
+                b["files"].append(below["file"])
+                b["direct_io"].append(below["direct_io"])
+        for kdev, name in [*self.names.items(), *((k, b["name"]) for k, b in self.backing.items())]:
+            self.devs.update(c.c_uint32(kdev), c.c_uint8(DEV_TRACED | (DEV_FUA if _fua(name) else 0)))
 
     def reset(self):
-        self.counts.clear()
+        for m in (self.stats, self.submitters, self.rqs):
+            m.clear()
 
     def snapshot(self):
-        """{"counts": {device name: {phase index: {class: {count, bytes}}}}}"""
-        counts = {}
-        for k, v in self.counts.items():
-            if k.dev in self.names:
-                entry = counts.setdefault(self.names[k.dev], {}).setdefault(k.phase, {})
-                cls = entry.setdefault(maps.BLK_CLASSES[k.cls], {"count": 0, "bytes": 0})
-                cls["count"] += sum(x.count for x in v)
-                cls["bytes"] += sum(x.bytes for x in v)
-        return {"counts": counts}
+        """{"counts": {device under test: {phase: {class: {count, bytes}}}},
+            "devices": {device under test: DEV}, "backing": {backing disk: {"for", "files", "direct_io", **DEV}}}
+        DEV = {"phases": {phase: {class: STAT}}, "submitters": {phase: {class: {who: {count, bytes}}}}};
+        STAT: the counters of struct blk_val, "sizes_log2" and the "queue"/"device" histograms."""
+        per_dev = {}
+        for k, v in self.stats.items():
+            dev = per_dev.setdefault(k.dev, {"phases": {}, "submitters": {}})
+            dev["phases"].setdefault(k.phase, {})[maps.BLK_CLASSES[k.cls]] = _stat(v)
+        for k, v in self.submitters.items():
+            dev = per_dev.setdefault(k.dev, {"phases": {}, "submitters": {}})
+            who = k.who.decode(errors="replace")
+            by_cls = dev["submitters"].setdefault(k.phase, {}).setdefault(maps.BLK_CLASSES[k.cls], {})
+            by_cls[who] = {"count": v.count, "bytes": v.bytes}
+        devices = {name: per_dev.get(kdev, {"phases": {}, "submitters": {}}) for kdev, name in self.names.items()}
+        backing = {b["name"]: {"for": b["for"], "files": b["files"], "direct_io": b["direct_io"],
+                               **per_dev.get(kdev, {"phases": {}, "submitters": {}})}
+                   for kdev, b in self.backing.items()}
+        counts = {name: {phase: {cls: {"count": s["count"], "bytes": s["bytes"]} for cls, s in classes.items()}
+                         for phase, classes in dev["phases"].items()}
+                  for name, dev in devices.items()}
+        return {"counts": counts, "devices": devices, "backing": backing}
+
+
+# Summary: plain data in, plain data out.
+
+def _merge_stats(stats):
+    """One STAT-like summary from several (a class over phases): counters summed, histograms merged."""
+    stats = list(stats)
+    out = {f: sum(s.get(f, 0) for s in stats) for f in COUNTERS}
+    sizes = {}
+    for s in stats:
+        for slot, n in s.get("sizes_log2", {}).items():
+            sizes[int(slot)] = sizes.get(int(slot), 0) + n
+    out["avg_bytes"] = out["bytes"] / out["count"] if out["count"] else 0
+    out["sizes_log2"] = {str(k): v for k, v in sorted(sizes.items())}
+    for h in ("queue", "device"):
+        out[h] = hist.merge([s[h] for s in stats if h in s])
+    return out
+
+
+def _classes(phases, indexes=None):
+    """{class: merged summary} over the given phase indexes (all when None)."""
+    by_cls = {}
+    for index, classes in phases.items():
+        if indexes is None or int(index) in indexes:
+            for cls, s in classes.items():
+                by_cls.setdefault(cls, []).append(s)
+    return {cls: _merge_stats(by_cls[cls]) for cls in maps.BLK_CLASSES if cls in by_cls}
+
+
+def _ratio(a, b):
+    return a / b if b else None
+
+
+def _syscall_bytes_written(syscalls):
+    """Bytes the traced syscalls wrote (their return values), or None when no figure carries bytes."""
+    found = [syscalls[op]["bytes"] for op in WRITE_OPS if op in syscalls and "bytes" in syscalls[op]]
+    return sum(found) if found else None
+
+
+def explain(classes, syscalls):
+    """The counts that explain the times: flushes and FUA writes per fsync, the many-to-one view
+    of a flush (fsyncs it served, requests that asked for it), write amplification, average times."""
+    fsyncs = sum(syscalls.get(op, {}).get("count", 0) for op in FSYNC_OPS)
+    flush = classes.get("flush") or _merge_stats([])
+    fua = sum(s["fua"] for s in classes.values())
+    flush_ns = flush["queue"]["total_ns"] + flush["device"]["total_ns"]
+    by_syscalls = _syscall_bytes_written(syscalls)
+    on_device = sum(classes[c]["bytes"] for c in maps.BLK_WRITE_CLASSES if c in classes)
+    return {
+        "fsyncs": fsyncs,
+        "flushes": flush["count"],
+        "flushes_per_fsync": _ratio(flush["count"], fsyncs),
+        "fua_writes": fua,
+        "fua_writes_per_fsync": _ratio(fua, fsyncs),
+        "fsyncs_per_flush": _ratio(fsyncs, flush["count"]),
+        "flush_device_ns_per_fsync": _ratio(flush["device"]["total_ns"], fsyncs),
+        "flush_ns_per_fsync": _ratio(flush_ns, fsyncs),
+        "flushes_asked": flush["flush_asked"],
+        "requests_per_flush": _ratio(flush["flush_asked"], flush["count"]),
+        "bytes_written_by_syscalls": by_syscalls,
+        "device_bytes_written": on_device,
+        "write_amplification": _ratio(on_device, by_syscalls) if by_syscalls is not None else None,
+        "avg_queue_ns": {cls: s["queue"]["avg_ns"] for cls, s in classes.items() if s["queue"]["count"]},
+        "avg_device_ns": {cls: s["device"]["avg_ns"] for cls, s in classes.items() if s["device"]["count"]},
+    }
+
+
+def submitter_group(who):
+    """A kworker not running a work item keeps its numbered comm: one group for all of them."""
+    return "kworker" if who.startswith("kworker/") else who
+
+
+def _submitters(by_phase, indexes=None):
+    """{class: [{who, count, bytes, share}], largest first, top few}."""
+    totals = {}
+    for index, classes in by_phase.items():
+        if indexes is not None and int(index) not in indexes:
+            continue
+        for cls, whos in classes.items():
+            for who, v in whos.items():
+                e = totals.setdefault(cls, {}).setdefault(submitter_group(who), {"count": 0, "bytes": 0})
+                e["count"] += v["count"]
+                e["bytes"] += v["bytes"]
+    out = {}
+    for cls in maps.BLK_CLASSES:
+        whos = totals.get(cls, {})
+        total = sum(v["count"] for v in whos.values())
+        ranked = sorted(whos.items(), key=lambda kv: -kv[1]["count"])[:TOP_SUBMITTERS]
+        if ranked:
+            out[cls] = [{"who": who, **v, "share": v["count"] / total} for who, v in ranked]
+    return out
+
+
+def as_sys_block_stat(classes):
+    """Our figures in the terms of /sys/block/<dev>/stat: requests completed and their ticks (ms,
+    start to end). The kernel counts an empty flush request (served by a flush, never issued) as a
+    write, and the flush request itself as a flush."""
+    def ios(names):  # a lost completion (see bpf/block.bpf.c) still ended the request
+        return sum(classes[c]["completed"] + classes[c]["lost"] for c in names if c in classes)
+
+    def ms(names):
+        return sum(classes[c]["life_ns"] for c in names if c in classes) / 1e6
+
+    flush = classes.get("flush", {})
+    return {"read_ios": ios(["read"]), "read_ticks_ms": ms(["read"]),
+            "write_ios": ios(maps.BLK_WRITE_CLASSES) + flush.get("unissued", 0),
+            "write_ticks_ms": ms(maps.BLK_WRITE_CLASSES) + flush.get("unissued_life_ns", 0) / 1e6,
+            "discard_ios": ios(["discard"]), "discard_ticks_ms": ms(["discard"]),
+            "flush_ios": ios(["flush"]), "flush_ticks_ms": ms(["flush"])}
+
+
+def _device(dev, ctx, with_syscalls):
+    phases = {}
+    for index in sorted({int(i) for i in dev.get("phases", {})}):
+        name = ctx.phase_name(index)
+        classes = _classes(dev["phases"], {index})
+        entry = {"index": index, "classes": classes, "submitters": _submitters(dev.get("submitters", {}), {index})}
+        if with_syscalls:
+            entry["explain"] = explain(classes, ctx.phases.get(name, {}).get("syscalls", {}))
+        phases[name] = entry
+    classes = _classes(dev.get("phases", {}))
+    out = {"classes": classes, "as_sys_block_stat": as_sys_block_stat(classes),
+           "submitters": _submitters(dev.get("submitters", {})), "phases": phases}
+    if with_syscalls:
+        out["explain"] = explain(classes, ctx.syscalls)
+    return out
 
 
 def summarize(raw, ctx):
-    # The counts are in the entry's "block" fields (assemble); request timing comes with issue 5.
-    return {}
+    """{"devices": {device under test: DEVICE}, "backing": {disk: {"for", "files", "direct_io", **DEVICE}}}
+    DEVICE = {classes: {class: CLASS}, as_sys_block_stat, submitters: {class: [..]}, explain,
+    phases: {name: {index, classes, submitters, explain}}}; the backing disks have no "explain"
+    (other users' I/O is in it)."""
+    mine = set(ctx.block_devs.values())
+    devices = {name: _device(dev, ctx, True) for name, dev in raw.get("devices", {}).items() if name in mine}
+    backing = {}
+    for name, dev in raw.get("backing", {}).items():
+        if mine & set(dev.get("for", [])):
+            backing[name] = {k: dev[k] for k in ("for", "files", "direct_io")} | _device(dev, ctx, False)
+    return {"devices": devices, "backing": backing} if devices or backing else {}
+
+
+# Terminal view.
+
+def _us(ns):
+    return "-" if ns is None else f"{ns / 1000:.0f} us" if ns < 10_000_000 else f"{ns / 1e6:.1f} ms"
+
+
+def _size(b):
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if b >= scale:
+            return f"{b / scale:.1f} {unit}"
+    return f"{b:.0f} B"
+
+
+def _per(x):
+    return "n/a" if x is None else f"{x:.2f}"
+
+
+def _who(ranked, n=2):
+    return ", ".join(f"{e['who']} {100 * e['share']:.0f}%" for e in ranked[:n] if e["share"] >= 0.005)
+
+
+def _class_rows(d, fsyncs=0):
+    """One row per class seen: count, average size, queue and device time, top submitters."""
+    rows = []
+    for cls, s in d["classes"].items():
+        if not (s["count"] or s["unissued"]):
+            continue
+        label = cls.replace("_", " ")
+        if cls == "flush":
+            extra = [f"{s['count'] / fsyncs:.2f}/fsync" if fsyncs else "",
+                     f"+{s['unissued']} empty requests" if s["unissued"] else ""]
+            label += f" ({', '.join(x for x in extra if x)})" if any(extra) else ""
+            who = _who(d["submitters"].get(cls, []))
+            who = f"asked by {who}" if who else ""
+        else:
+            if s["fua"] and cls != "fua_write":
+                label += f" ({s['fua']} FUA)"
+            who = _who(d["submitters"].get(cls, []))
+        if s["lost"]:
+            who += f" [{s['lost']} completions untraced]"
+        size = _size(s["avg_bytes"]) if s["count"] and cls != "flush" else "-"
+        q, dv = s["queue"], s["device"]
+        rows.append(f"     {label:<42} {s['count']:>7} {size:>10} {_us(q['avg_ns'] if q['count'] else None):>10} "
+                    f"{_us(dv['avg_ns'] if dv['count'] else None):>11}   {who}")
+    return rows
+
+
+def _header(title):
+    return f"   {title:<44} {'count':>7} {'avg size':>10} {'queue avg':>10} {'device avg':>11}   submitted by"
 
 
 def report_lines(section, fs):
-    return []
+    lines = []
+    for name, d in section.get("devices", {}).items():
+        e = d["explain"]
+        lines.append(_header(f"block requests to {name} (under test)"))
+        lines.extend(_class_rows(d, e["fsyncs"]) or ["     none"])
+        amp = e["write_amplification"]
+        lines.append(
+            f"     per fsync: {_per(e['flushes_per_fsync'])} flushes ({_us(e['flush_device_ns_per_fsync'] or 0)} "
+            f"of flush device time), {_per(e['fua_writes_per_fsync'])} FUA writes; per flush: "
+            f"{_per(e['fsyncs_per_flush'])} fsyncs, {_per(e['requests_per_flush'])} requests asking; "
+            "write amplification "
+            + (f"{amp:.2f} ({_size(e['device_bytes_written'])} on {name} / "
+               f"{_size(e['bytes_written_by_syscalls'])} written by syscalls)" if amp is not None else "n/a"))
+    for name, b in section.get("backing", {}).items():
+        how = "direct I/O" if all(b["direct_io"]) else "buffered"
+        lines.append(_header(f"backing {name} (under {', '.join(b['for'])}, {how})"))
+        lines.extend(_class_rows(b) or ["     none"])
+        lines.append(f"     (all of {name}'s requests during the run: other users' I/O is included)")
+    return lines
