@@ -223,7 +223,12 @@ def test_record_pid_io_wait_agrees_with_taskstats(tmp_path):
     (fs,) = [f for f in result["filesystems"] if f["label"] == sfs.mountpoint]
     assert fs["syscalls"]["fsync"]["count"] == COUNT
     trace, rules = fs["trace"], rules_for("ext4")
-    ours = sum(r["total_ns"] for r in trace["offcpu"] if not r["runnable"] and
-               any(f.startswith("io_schedule") for f in trace["stacks"].get(str(r["stack"]), [])))
-    assert theirs > 0 and abs(ours - theirs) <= 0.10 * theirs, (ours, theirs, f"{faults} major faults")
+    io_waits = [r for r in trace["offcpu"] if not r["runnable"] and
+                any(f.startswith("io_schedule") for f in trace["stacks"].get(str(r["stack"]), []))]
+    ours = sum(r["total_ns"] for r in io_waits)
+    # Delay accounting stamps a wait's ends in __schedule before the switch tracepoint and in
+    # try_to_wake_up after the waking one, so the tracers' own probes sit between its stamps and
+    # fsprof's: a few us per wait, with every behind-the-wait probe loaded. Within 10% + 5 us/wait.
+    slack = 0.10 * theirs + 5_000 * sum(r["count"] for r in io_waits)
+    assert theirs > 0 and abs(ours - theirs) <= slack, (ours, theirs, f"{faults} major faults")
     assert rules.classify_off(["jbd2_log_wait_commit"], False)[0] == "journal commit wait"
