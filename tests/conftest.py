@@ -92,3 +92,14 @@ def ext4_loop(loopdev, tmp_path):
         subprocess.run(["umount", str(mountpoint)], check=True)
     yield loopdev, mountpoint
     subprocess.run(["umount", str(mountpoint)], capture_output=True)
+
+
+def finish(proc, timeout):
+    """proc.communicate(timeout), killing the process if it does not end in time: an oracle
+    (bpftrace) that hangs must not outlive the test with its probes attached."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_fsprof
+from conftest import run_fsprof, finish
 from profiler import behind, blockdev, scratch
 from profiler.collect import Collector
 from profiler.maps import BLK_WRITE_CLASSES
@@ -237,7 +237,7 @@ def stop_bpftrace(proc):
     """{map: {"flush"|"write"|"read": total}} from lines like "@ns[WSM]: 1234" (rwbs at issue:
     FF is the flush request; a data write's PREFLUSH/FUA flags are gone by then on a loop device)."""
     proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=30)
+    out, _ = finish(proc, 30)
     kinds = {"F": "flush", "W": "write", "R": "read"}
     sums = {}
     for line in out.splitlines():

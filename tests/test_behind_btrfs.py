@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from conftest import run_fsprof
+from conftest import run_fsprof, finish
 from profiler import behind, scratch
 from profiler.assemble import assemble
 from profiler.behind import btrfs
@@ -154,7 +154,7 @@ def stop_bpftrace(proc):
     """{name: value} of the scalar maps, and "log_sync_supers": primary superblock writes whose
     stack has btrfs_sync_log."""
     proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=60)
+    out, _ = finish(proc, 60)
     found = {m[1]: int(m[2]) for m in re.finditer(r"^@(\w+): (\d+)$", out, re.M)}
     found["log_sync_supers"] = sum(int(m[2]) for m in re.finditer(r"^@super\[(.*?)\]: (\d+)$", out, re.M | re.S)
                                    if "btrfs_sync_log" in m[1])

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_invariants, run_fsprof
+from conftest import assert_invariants, run_fsprof, finish
 from profiler import scratch
 from profiler.behind import ext4
 from profiler.collect import Collector
@@ -242,7 +242,7 @@ def bpftrace_delalloc(kdev):
 
     def stop():
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=30)
+        out, _ = finish(proc, 30)
         found = {m[0]: int(m[1]) for m in re.findall(r"^@(\w+): (\d+)$", out, re.M)}
         found["by_comm"] = {m[0]: int(m[1]) for m in re.findall(r"^@by_comm\[(.+)\]: (\d+)$", out, re.M)}
         return found

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_invariants, run_fsprof
+from conftest import assert_invariants, run_fsprof, finish
 from profiler import scratch
 from profiler.behind import Target, writeback
 from profiler.collect import Collector
@@ -61,7 +61,7 @@ def start_bpftrace(script):
 
 def stop_bpftrace(proc):
     proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=30)
+    out, _ = finish(proc, 30)
     return {m[1]: int(m[2]) for m in re.finditer(r"^@(\w+): (\d+)$", out, re.M)}
 
 

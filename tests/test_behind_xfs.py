@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_invariants
+from conftest import assert_invariants, finish
 from profiler import scratch
 from profiler.attribution import rules_for
 from profiler.behind import xfs
@@ -71,7 +71,7 @@ def start_bpftrace(kdev):
 def stop_bpftrace(proc):
     """{"iclog_writes": n, "iclog_write_ns": ns, "grant_sleeps": n, "grant_sleep_ns": ns} (0 if never seen)."""
     proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=30)
+    out, _ = finish(proc, 30)
     found = dict(re.findall(r"^@(\w+): (\d+)$", out, re.M))
     return {k: int(found.get(k, 0)) for k in ("iclog_writes", "iclog_write_ns", "grant_sleeps", "grant_sleep_ns")}
 

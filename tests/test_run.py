@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import loops_under, mounts_under, run_fsprof
+from conftest import loops_under, mounts_under, run_fsprof, finish
 from profiler import behind, scratch
 from profiler.collect import Collector
 from profiler.run import measure
@@ -86,7 +86,7 @@ def start_bpftrace(kdev):
 
 def stop_bpftrace(proc):
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=30)
+    out, err = finish(proc, 30)
     # Lines like "@[FF]: 600": a flush request is REQ_PREFLUSH + REQ_OP_FLUSH, rwbs "FF..."
     return sum(int(line.rpartition(" ")[2]) for line in out.splitlines() if line.startswith("@[FF"))
 
