@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -103,3 +104,20 @@ def finish(proc, timeout):
         proc.kill()
         proc.communicate()
         raise
+
+
+def bpftrace_start(script):
+    """Start a bpftrace oracle whose BEGIN prints "ready"; returns once every probe is attached."""
+    import pytest
+    proc = subprocess.Popen(["bpftrace", "-e", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in proc.stdout:  # "Attaching N probes...", then BEGIN's line once every probe is attached
+        if line.strip() == "ready":
+            return proc
+    proc.kill()
+    pytest.fail(f"bpftrace did not start: {proc.communicate()[1]}")
+
+
+def bpftrace_output(proc, timeout=30):
+    """Stop a bpftrace oracle (SIGINT prints its maps) and return what it printed."""
+    proc.send_signal(signal.SIGINT)
+    return finish(proc, timeout)[0]

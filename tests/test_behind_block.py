@@ -6,14 +6,13 @@ scratch image lives on, and a known cause (ext4 barrier=0 issues no flush and no
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import run_fsprof, finish
+from conftest import run_fsprof, bpftrace_output, bpftrace_start
 from profiler import behind, blockdev, scratch
 from profiler.collect import Collector
 from profiler.maps import BLK_WRITE_CLASSES
@@ -224,20 +223,13 @@ END { clear(@at); }"""
 
 
 def start_bpftrace(kdev):
-    proc = subprocess.Popen(["bpftrace", "-e", BPFTRACE.replace("DEV", str(kdev))],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for line in proc.stdout:  # "Attaching N probes...", then BEGIN's line once every probe is attached
-        if line.strip() == "ready":
-            return proc
-    proc.kill()
-    pytest.fail(f"bpftrace did not start: {proc.communicate()[1]}")
+    return bpftrace_start(BPFTRACE.replace("DEV", str(kdev)))
 
 
 def stop_bpftrace(proc):
     """{map: {"flush"|"write"|"read": total}} from lines like "@ns[WSM]: 1234" (rwbs at issue:
     FF is the flush request; a data write's PREFLUSH/FUA flags are gone by then on a loop device)."""
-    proc.send_signal(signal.SIGINT)
-    out, _ = finish(proc, 30)
+    out = bpftrace_output(proc, 30)
     kinds = {"F": "flush", "W": "write", "R": "read"}
     sums = {}
     for line in out.splitlines():

@@ -6,7 +6,6 @@ one-liners on the same tracepoints (ordered extents, reservation tickets, superb
 import json
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -14,7 +13,7 @@ import uuid
 
 import pytest
 
-from conftest import run_fsprof, finish
+from conftest import run_fsprof, bpftrace_output, bpftrace_start
 from profiler import behind, scratch
 from profiler.assemble import assemble
 from profiler.behind import btrfs
@@ -142,19 +141,13 @@ def start_bpftrace(fsid, kdev):
         f'tracepoint:btrfs:btrfs_reserve_ticket /{on_fs} && args->start_ns != 0/ '
         '{ @ticket_wait = sum(nsecs - args->start_ns); } '
         f'tracepoint:block:block_bio_queue /args->dev == {kdev} && args->sector == 128/ {{ @super[kstack] = count(); }}')
-    proc = subprocess.Popen(["bpftrace", "-e", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for line in proc.stdout:  # "Attaching N probes...", then BEGIN's line once every probe is attached
-        if line.strip() == "ready":
-            return proc
-    proc.kill()
-    pytest.fail(f"bpftrace did not start: {proc.communicate()[1]}")
+    return bpftrace_start(script)
 
 
 def stop_bpftrace(proc):
     """{name: value} of the scalar maps, and "log_sync_supers": primary superblock writes whose
     stack has btrfs_sync_log."""
-    proc.send_signal(signal.SIGINT)
-    out, _ = finish(proc, 60)
+    out = bpftrace_output(proc, 60)
     found = {m[1]: int(m[2]) for m in re.finditer(r"^@(\w+): (\d+)$", out, re.M)}
     found["log_sync_supers"] = sum(int(m[2]) for m in re.finditer(r"^@super\[(.*?)\]: (\d+)$", out, re.M | re.S)
                                    if "btrfs_sync_log" in m[1])

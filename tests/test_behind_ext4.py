@@ -7,14 +7,13 @@ barrier=0, fast_commit, nodelalloc, syncfs vs fsync). docs/behind-ext4.md explai
 import json
 import re
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import assert_invariants, run_fsprof, finish
+from conftest import assert_invariants, run_fsprof, bpftrace_output, bpftrace_start
 from profiler import scratch
 from profiler.behind import ext4
 from profiler.collect import Collector
@@ -233,16 +232,10 @@ def bpftrace_delalloc(kdev):
               f'{{ @allocated = sum(args->len); @by_comm[comm] = sum(args->len); }} '
               f'tracepoint:jbd2:jbd2_run_stats /args->dev == {kdev}/ {{ @commits = count(); '
               f'@logged = sum(args->blocks_logged); }}')
-    proc = subprocess.Popen(["bpftrace", "-e", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for line in proc.stdout:
-        if line.strip() == "ready":
-            break
-    else:
-        pytest.fail(f"bpftrace did not start: {proc.communicate()[1]}")
+    proc = bpftrace_start(script)
 
     def stop():
-        proc.send_signal(signal.SIGINT)
-        out, _ = finish(proc, 30)
+        out = bpftrace_output(proc)
         found = {m[0]: int(m[1]) for m in re.findall(r"^@(\w+): (\d+)$", out, re.M)}
         found["by_comm"] = {m[0]: int(m[1]) for m in re.findall(r"^@by_comm\[(.+)\]: (\d+)$", out, re.M)}
         return found

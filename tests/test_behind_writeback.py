@@ -9,14 +9,13 @@ import math
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import assert_invariants, run_fsprof, finish
+from conftest import assert_invariants, run_fsprof, bpftrace_output, bpftrace_start
 from profiler import scratch
 from profiler.behind import Target, writeback
 from profiler.collect import Collector
@@ -50,18 +49,11 @@ def vmstat_file(path):
 # ---- bpftrace: the same tracepoint counted by another tracer ----
 
 def start_bpftrace(script):
-    proc = subprocess.Popen(["bpftrace", "-e", 'BEGIN { printf("ready\\n"); } ' + script],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for line in proc.stdout:  # "Attaching N probes...", then BEGIN's line once all are attached
-        if line.strip() == "ready":
-            return proc
-    proc.kill()
-    pytest.fail(f"bpftrace did not start: {proc.communicate()[1]}")
+    return bpftrace_start('BEGIN { printf("ready\\n"); } ' + script)
 
 
 def stop_bpftrace(proc):
-    proc.send_signal(signal.SIGINT)
-    out, _ = finish(proc, 30)
+    out = bpftrace_output(proc, 30)
     return {m[1]: int(m[2]) for m in re.finditer(r"^@(\w+): (\d+)$", out, re.M)}
 
 

@@ -9,14 +9,13 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import assert_invariants, finish
+from conftest import assert_invariants, bpftrace_output, bpftrace_start
 from profiler import scratch
 from profiler.attribution import rules_for
 from profiler.behind import xfs
@@ -59,19 +58,12 @@ END { clear(@start); clear(@sleep); }
 
 
 def start_bpftrace(kdev):
-    proc = subprocess.Popen(["bpftrace", "-e", BPFTRACE.replace("KDEV", str(kdev))],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for line in proc.stdout:  # BEGIN prints once every probe is attached
-        if line.strip() == "ready":
-            return proc
-    proc.kill()
-    pytest.fail(f"bpftrace did not start: {proc.communicate()[1]}")
+    return bpftrace_start(BPFTRACE.replace("KDEV", str(kdev)))
 
 
 def stop_bpftrace(proc):
     """{"iclog_writes": n, "iclog_write_ns": ns, "grant_sleeps": n, "grant_sleep_ns": ns} (0 if never seen)."""
-    proc.send_signal(signal.SIGINT)
-    out, _ = finish(proc, 30)
+    out = bpftrace_output(proc, 30)
     found = dict(re.findall(r"^@(\w+): (\d+)$", out, re.M))
     return {k: int(found.get(k, 0)) for k in ("iclog_writes", "iclog_write_ns", "grant_sleeps", "grant_sleep_ns")}
 

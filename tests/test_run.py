@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import loops_under, mounts_under, run_fsprof, finish
+from conftest import loops_under, mounts_under, run_fsprof, bpftrace_output, bpftrace_start
 from profiler import behind, scratch
 from profiler.collect import Collector
 from profiler.run import measure
@@ -76,17 +76,11 @@ def test_ext4_barrier_option_decides_the_flushes(tmp_path, barrier, expect_flush
 def start_bpftrace(kdev):
     script = (f'BEGIN {{ printf("ready\\n"); }} tracepoint:block:block_rq_issue '
               f'/args->dev == {kdev}/ {{ @[args->rwbs] = count(); }}')
-    proc = subprocess.Popen(["bpftrace", "-e", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for line in proc.stdout:  # "Attaching N probes...", then BEGIN's line once every probe is attached
-        if line.strip() == "ready":
-            return proc
-    proc.kill()
-    pytest.fail(f"bpftrace did not start: {proc.communicate()[1]}")
+    return bpftrace_start(script)
 
 
 def stop_bpftrace(proc):
-    proc.send_signal(signal.SIGINT)
-    out, err = finish(proc, 30)
+    out = bpftrace_output(proc, 30)
     # Lines like "@[FF]: 600": a flush request is REQ_PREFLUSH + REQ_OP_FLUSH, rwbs "FF..."
     return sum(int(line.rpartition(" ")[2]) for line in out.splitlines() if line.startswith("@[FF"))
 
