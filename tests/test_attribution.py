@@ -8,6 +8,7 @@ from pathlib import Path
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -193,9 +194,8 @@ def taskstats_blkio_ns(pid):
         ts.close()
 
 
-def test_record_pid_io_wait_agrees_with_taskstats(tmp_path):
-    """`fsprof record --pid` on a process it did not start; its I/O-wait time (blocked in
-    io_schedule, until the wakeup) agrees with the kernel's own delay accounting for the task."""
+def io_wait_attempt(tmp_path):
+    """One victim traced by `fsprof record --pid`: (ours, theirs, span_ns, waits, major faults)."""
     with scratch.Changes() as changes:
         sfs = scratch.provision(changes, scratch.FsConfig("ext4"), tmp_path / "scratch")
         scratch.set_sysctl(changes, "kernel.task_delayacct", "1")
@@ -206,11 +206,13 @@ def test_record_pid_io_wait_agrees_with_taskstats(tmp_path):
         try:
             assert victim.stdout.readline().strip() == "ready"
             assert "recording" in rec.stderr.readline()
+            t0 = time.monotonic_ns()
             before, faults = taskstats_blkio_ns(victim.pid), majflt(victim.pid)
             victim.stdin.write("go\n")
             victim.stdin.flush()
             assert victim.stdout.readline().strip() == "done"
             theirs, faults = taskstats_blkio_ns(victim.pid) - before, majflt(victim.pid) - faults
+            span = time.monotonic_ns() - t0
             victim.stdin.write("exit\n")
             victim.stdin.flush()
             victim.wait(timeout=30)
@@ -222,13 +224,28 @@ def test_record_pid_io_wait_agrees_with_taskstats(tmp_path):
     assert_invariants(result)
     (fs,) = [f for f in result["filesystems"] if f["label"] == sfs.mountpoint]
     assert fs["syscalls"]["fsync"]["count"] == COUNT
-    trace, rules = fs["trace"], rules_for("ext4")
+    trace = fs["trace"]
     io_waits = [r for r in trace["offcpu"] if not r["runnable"] and
                 any(f.startswith("io_schedule") for f in trace["stacks"].get(str(r["stack"]), []))]
-    ours = sum(r["total_ns"] for r in io_waits)
+    return sum(r["total_ns"] for r in io_waits), theirs, span, sum(r["count"] for r in io_waits), faults
+
+
+def test_record_pid_io_wait_agrees_with_taskstats(tmp_path):
+    """`fsprof record --pid` on a process it did not start; its I/O-wait time (blocked in
+    io_schedule, until the wakeup) agrees with the kernel's own delay accounting for the task."""
+    # On this kernel (EEVDF delayed dequeue), delay accounting now and then charges one wait from a
+    # stale start stamp: a blocked task dequeued later from another task's context has the start
+    # stamped on that task, so the wakeup ends the wait from the task's previous stamp. Seen here
+    # without fsprof in 2 of 40 victims (blkio delay 520 ms inside a 25 ms span). A delay longer
+    # than the span it was read across is that artefact, so that attempt is discarded, at most twice.
+    for attempt in range(3):
+        ours, theirs, span, waits, faults = io_wait_attempt(tmp_path / f"attempt{attempt}")
+        if theirs <= span:
+            break
     # Delay accounting stamps a wait's ends in __schedule before the switch tracepoint and in
     # try_to_wake_up after the waking one, so the tracers' own probes sit between its stamps and
     # fsprof's: a few us per wait, with every behind-the-wait probe loaded. Within 10% + 5 us/wait.
-    slack = 0.10 * theirs + 5_000 * sum(r["count"] for r in io_waits)
-    assert theirs > 0 and abs(ours - theirs) <= slack, (ours, theirs, f"{faults} major faults")
+    slack = 0.10 * theirs + 5_000 * waits
+    assert 0 < theirs <= span and abs(ours - theirs) <= slack, (ours, theirs, span, f"{faults} major faults")
+    rules = rules_for("ext4")
     assert rules.classify_off(["jbd2_log_wait_commit"], False)[0] == "journal commit wait"
