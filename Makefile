@@ -18,7 +18,7 @@ WL_BIN := $(patsubst workloads/%.c,build/workloads/%,$(WL_SRC))
 # Debian packages fsprof needs at run time and in tests.
 DEB_PKGS := clang llvm bpftool libbpf1 libbpf-dev libelf-dev zlib1g-dev e2fsprogs xfsprogs \
             btrfs-progs util-linux bpftrace fio python3-venv liburing-dev libaio-dev libarchive-dev \
-            sysbench bonnie++
+            sysbench bonnie++ chromium
 # The untar workload's real kernel tree; without it the workload generates a synthetic one.
 OPT_PKGS := linux-source-6.1
 

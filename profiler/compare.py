@@ -6,7 +6,8 @@ ranked, each with its evidence in counts, then what does not differ. A cause a f
 works off (a journal commit, a log force, a transaction commit) is followed into that thread's
 own time, so "journal commit wait" becomes "journal commit wait > cache flush" when the commit
 thread spent its time flushing. With repeats (a spec's rep<N> runs), a difference within the
-run-to-run spread is called noise, not explained.
+run-to-run spread is called noise, not explained. Runs of different workloads are never set
+against each other: a spec's output with several workloads is compared per workload.
 
 Reads result.json files only.
 """
@@ -94,16 +95,26 @@ def groups_of(paths):
     return list(groups.values())
 
 
-def _workload_of(result, fs):
+def _workload_of(result):
     w = result["workload"]
     return json.dumps({k: w.get(k) for k in ("name", "args", "argv")}, sort_keys=True)
 
 
-def _check_same_workload(groups):
-    kinds = {_workload_of(r, fs) for g in groups for r, fs in g.entries}
-    if len(kinds) > 1:
-        raise FsprofError("these runs ran different workloads (or options); compare runs of the same one",
-                          exit_code=2)
+def _workload_name(result):
+    spec, w = result.get("spec"), result["workload"]
+    return spec["workload"] if spec else " ".join([w["name"], *w.get("args", w.get("argv", []))])
+
+
+def by_workload(groups):
+    """[(workload name, groups)] in order of appearance: only runs of one workload are compared."""
+    found = {}
+    for g in groups:
+        kinds = {_workload_of(r) for r, _ in g.entries}
+        if len(kinds) > 1:
+            raise FsprofError(f"{g.name} names runs of different workloads; give their directories apart",
+                              exit_code=2)
+        found.setdefault(kinds.pop(), (_workload_name(g.entries[0][0]), []))[1].append(g)
+    return list(found.values())
 
 
 def main_op(groups, op=None):
@@ -274,19 +285,41 @@ def sentences(cmp):
     return lines
 
 
+def _comparable(groups):
+    return len(groups) > 1 or len(groups[0].entries) > 1
+
+
 def compare(paths, op=None):
-    groups = groups_of(paths)
-    if len(groups) < 2 and len(groups[0].entries) < 2:
+    """Per workload found in `paths` (a spec's output may hold several), each configuration set
+    against the first one of that workload."""
+    workloads = by_workload(groups_of(paths))
+    if not any(_comparable(gs) for _, gs in workloads):
+        if len(workloads) > 1:
+            raise FsprofError("these runs ran different workloads (or options); compare runs of the same one",
+                              exit_code=2)
         raise FsprofError("compare needs two runs (or two filesystems in one run)", exit_code=2)
-    _check_same_workload(groups)
-    if len(groups) == 1:  # a run against itself, or one configuration's repeats
-        groups = [Group(f"{groups[0].name} (#{i + 1})", [e]) for i, e in enumerate(groups[0].entries)]
-    op = main_op(groups, op)
-    return [compare_pair(groups[0], g, op) for g in groups[1:]]
+    comparisons = []
+    for name, groups in workloads:
+        if not _comparable(groups):
+            continue  # one configuration of this workload: nothing to set it against
+        if len(groups) == 1:  # a run against itself, or one configuration's repeats
+            groups = [Group(f"{groups[0].name} (#{i + 1})", [e]) for i, e in enumerate(groups[0].entries)]
+        try:
+            wl_op = main_op(groups, op)
+        except FsprofError:
+            if op and len(workloads) > 1:
+                continue  # --op names an operation this workload does not make
+            raise
+        comparisons += [{"workload": name, **compare_pair(groups[0], g, wl_op)} for g in groups[1:]]
+    if not comparisons:
+        raise FsprofError(f"no workload of these runs has {op} calls", exit_code=2)
+    return comparisons
 
 
 def render(comparisons):
-    lines = []
-    for cmp in comparisons:
+    lines, several = [], len({c["workload"] for c in comparisons}) > 1
+    for i, cmp in enumerate(comparisons):
+        if several and (i == 0 or comparisons[i - 1]["workload"] != cmp["workload"]):
+            lines += [f"== workload {cmp['workload']}", ""]
         lines += sentences(cmp) + [""]
     return "\n".join(lines).rstrip()

@@ -15,6 +15,7 @@ from pathlib import Path
 from . import __version__, behind, blockdev, maps
 from .assemble import assemble
 from .collect import Collector
+from .conditions import sysctls_in_force
 from .errors import FsprofError
 from .flamegraph import write_default_set
 from .mounts import mount_of, mounts
@@ -163,6 +164,7 @@ def record(args):
         before = {name: blockdev.read_stat(name) for name in block_devs.values()}
         start_ns = time.monotonic_ns()
         started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        in_force = sysctls_in_force()
         print(f"fsprof: recording {what}; Ctrl-C to stop", file=sys.stderr, flush=True)
         ended_by = wait(args, time.monotonic() + duration)
         end_ns = time.monotonic_ns()
@@ -182,9 +184,10 @@ def record(args):
         raw_m = {**raw, "block": {n: v for n, v in raw["block"].items() if n in names}}
         entry = {
             "label": m["target"], "fs": m["fstype"], "mkfs_options": [], "mount_options": m["options"],
+            "mount_options_in_force": m["options"], "caches_dropped": False,
             "device": {"name": names[0] if names else m["source"], "dev": m["majmin"], "all": names,
                        **(blockdev.queue_info(names[0]) if names else {"write_cache": "n/a", "fua": False,
-                                                                       "scheduler": "n/a"})},
+                                                                       "scheduler": "n/a", "rotational": False})},
             "superblock_dev": m["majmin"], "elapsed_s": (end_ns - start_ns) / 1e9,
             "workload": {"recorded": what},
             **assemble(raw_m, _target(m), ["record"], end_ns),
@@ -199,7 +202,7 @@ def record(args):
         "schema": SCHEMA, "fsprof_version": __version__, "kernel": platform.release(), "started": started,
         "workload": {"name": "record", "target": what, "ended_by": ended_by,
                      "duration_s": (end_ns - start_ns) / 1e9},
-        "sysctls": {}, "filesystems": entries, "probes_skipped": skipped,
+        "sysctls": {}, "sysctls_in_force": in_force, "filesystems": entries, "probes_skipped": skipped,
     }
     (out_dir / RESULT_FILE).write_text(json.dumps(result, indent=1))
     write_default_set(out_dir, result)

@@ -16,6 +16,7 @@ from pathlib import Path
 from . import __version__, behind, blockdev, maps, scratch
 from .assemble import assemble
 from .collect import Collector
+from .conditions import sysctls_in_force
 from .errors import FsprofError
 from .flamegraph import write_default_set
 from .mounts import mount_of
@@ -179,6 +180,7 @@ def run(args):
         scratch_dir = scratch.make_scratch_dir(run_changes, Path(args.scratch_dir) / out_dir.name)
         for name, value in sysctls:
             scratch.set_sysctl(run_changes, name, value)
+        result["sysctls_in_force"] = sysctls_in_force()
         with Collector(sample_hz=args.sample_hz) as collector:
             result["probes_skipped"] = collector.skipped
             for i, config in enumerate(configs):
@@ -225,6 +227,7 @@ def run_spec_one(collector, spec, workload, cfg, run_dir, scratch_dir, erased):
     with scratch.Changes() as changes:
         for name, value in cfg.sysctls.items():
             scratch.set_sysctl(changes, name, value)
+        result["sysctls_in_force"] = sysctls_in_force()
         sfs = _provision_spec_config(changes, cfg, scratch_dir, erased)
         if cfg.scheduler:
             for name, _ in sfs.block_devs:

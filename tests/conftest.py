@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -27,9 +28,16 @@ def run_fsprof(*args, cwd=REPO, timeout=600):
     return proc
 
 
+RESULT_SCHEMA = jsonschema.Draft202012Validator(
+    json.loads(Path(REPO, "profiler", "schema", "result.schema.json").read_text()),
+    format_checker=jsonschema.FormatChecker())
+
+
 def assert_invariants(result):
-    """For each (filesystem, phase, syscall), the causes add up to the wall time within 1%; the
-    off-CPU time never exceeds it; no event was lost."""
+    """The result validates against its published schema; for each (filesystem, phase, syscall),
+    the causes add up to the wall time within 1%; the off-CPU time never exceeds it; no event
+    was lost."""
+    RESULT_SCHEMA.validate(result)
     for fs in result["filesystems"]:
         for pname, phase in fs["phases"].items():
             for op, b in phase["attribution"].items():

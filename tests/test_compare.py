@@ -51,3 +51,38 @@ def test_different_workloads_are_not_compared(tmp_path):
     b = run(tmp_path, "b", "--count", "30")
     proc = run_fsprof("compare", str(a), str(b))
     assert proc.returncode == 2 and "different workloads" in proc.stderr
+
+
+TWO_WORKLOADS = """
+[[config]]
+name = "barrier-on"
+fs = "ext4"
+[[config]]
+name = "barrier-off"
+fs = "ext4"
+mount_options = "barrier=0"
+[[workload]]
+name = "short"
+workload = "fsync-loop"
+args = ["--count", "100"]
+[[workload]]
+name = "long"
+workload = "fsync-loop"
+args = ["--count", "150"]
+"""
+
+
+def test_a_spec_with_two_workloads_is_compared_per_workload(tmp_path):
+    spec_file = tmp_path / "two.toml"
+    spec_file.write_text(TWO_WORKLOADS)
+    proc = run_fsprof("run", "--spec", str(spec_file), "-o", str(tmp_path / "out"),
+                      "--scratch-dir", str(tmp_path / "scratch"))
+    assert proc.returncode == 0, proc.stderr
+    comparisons = json.loads(compare(tmp_path / "out", "--json"))
+    # Each workload's configurations are set against each other, never across workloads.
+    assert [(c["workload"], c["base"], c["other"]) for c in comparisons] == \
+        [("short", "short/barrier-on", "short/barrier-off"), ("long", "long/barrier-on", "long/barrier-off")]
+    for c in comparisons:
+        assert c["significant"] and "cache flush" in c["causes"][0]["cause"], c["causes"][:2]
+    text = compare(tmp_path / "out")
+    assert text.index("== workload short") < text.index("== workload long"), text
