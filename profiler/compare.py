@@ -200,6 +200,11 @@ def _fmt_us(us):
     return f"{us / 1e3:.2f} ms" if abs(us) >= 1000 else f"{us:.0f} us" if abs(us) >= 10 else f"{us:.1f} us"
 
 
+def _fmt_n(x):
+    """A count per op: small ones keep their significant digits (0.004 flushes per write)."""
+    return "0" if not x else f"{x:.0f}" if abs(x) >= 100 else f"{x:.2f}" if abs(x) >= 1 else f"{x:.2g}"
+
+
 def _ratio(a, b):
     return b / a if a else float("inf")
 
@@ -226,11 +231,13 @@ def compare_pair(base, other, op):
     ranked = sorted(causes.items(), key=lambda kv: -abs(kv[1][1] - kv[1][0]))
     differing = [(c, x, y) for c, (x, y) in ranked if abs(y - x) >= max(MIN_US, MIN_SHARE * max(a, b))]
     same = [c for c, (x, y) in ranked if abs(y - x) < max(MIN_US, MIN_SHARE * max(a, b)) and max(x, y) >= MIN_US]
+    # A count one side's filesystem does not have (jbd2 commits on XFS) is None there, not 0.
     ev = {}
     for g, side in ((base, 0), (other, 1)):
         for _, fs in g.entries:
             for k, v in evidence(fs, op).items():
-                ev.setdefault(k, [0.0, 0.0])[side] += v / len(g.entries)
+                pair = ev.setdefault(k, [None, None])
+                pair[side] = (pair[side] or 0.0) + v / len(g.entries)
     return {
         "base": base.name, "other": other.name, "op": op, "repeats": repeats,
         "us_per_op": [a, b], "ratio": _ratio(a, b), "noise_us": noise, "significant": significant,
@@ -259,7 +266,8 @@ def sentences(cmp):
         return lines
     if cmp["repeats"] < 2:
         lines.append("  (one run each: run-to-run noise not measured; a spec with repeats measures it)")
-    moved = {k: (x, y) for k, (x, y) in cmp["evidence"].items() if abs(y - x) > 0.05 * max(abs(x), abs(y), 1e-9)}
+    both = {k: (x, y) for k, (x, y) in cmp["evidence"].items() if x is not None and y is not None}
+    moved = {k: (x, y) for k, (x, y) in both.items() if abs(y - x) > 0.05 * max(abs(x), abs(y), 1e-9)}
     used = set()
     lines.append(f"  The difference ({'+' if b >= a else '-'}{_fmt_us(abs(b - a))}/op) is made of "
                  f"(figures: {other} vs {base}):")
@@ -273,13 +281,17 @@ def sentences(cmp):
             ([c["cause"].rsplit(": ", 1)[-1]] if " > " in c["cause"] else [])
         mine = [k for k in moved if k not in used and any(w in k for w in words)]
         used.update(mine)
-        lines.append(f"    {head}" + ("; " + "; ".join(f"{k} {moved[k][1]:.2f} vs {moved[k][0]:.2f}" for k in mine)
+        lines.append(f"    {head}" + ("; " + "; ".join(f"{k} {_fmt_n(moved[k][1])} vs {_fmt_n(moved[k][0])}" for k in mine)
                                        if mine else "") + ".")
     rest = [k for k in moved if k not in used]
     if rest:
-        lines.append("  Other counts that differ: " + "; ".join(f"{k} {moved[k][1]:.2f} vs {moved[k][0]:.2f}"
+        lines.append("  Other counts that differ: " + "; ".join(f"{k} {_fmt_n(moved[k][1])} vs {_fmt_n(moved[k][0])}"
                                                                for k in rest) + ".")
-    steady = [k for k, (x, y) in cmp["evidence"].items() if (x or y) and k not in moved]
+    for side, name in ((1, other), (0, base)):
+        only = {k: v[side] for k, v in cmp["evidence"].items() if v[side] and v[1 - side] is None}
+        if only:
+            lines.append(f"  Only {name} has: " + "; ".join(f"{k} {_fmt_n(v)}" for k, v in only.items()) + ".")
+    steady = [k for k, (x, y) in both.items() if (x or y) and k not in moved]
     if cmp["not_different"] or steady:
         lines.append("  Not different: " + ", ".join(cmp["not_different"] + steady) + ".")
     return lines

@@ -467,3 +467,18 @@ def inode_lines(inodes):
         return []
     return ["   inode writeback started by: " +
             ", ".join(f"{who} {v['count']}" for who, v in sorted(started.items(), key=lambda kv: -kv[1]["count"]))]
+
+
+def evidence(section, fs, op):
+    """Counts per op that explain dirty throttling, for `fsprof compare`."""
+    n = fs["attribution"].get(op, {}).get("count", 0)
+    throttle = section.get("all", {}).get("throttle", {})
+    limit = section.get("dirty_state", {}).get("last", {}).get("dirty_limit")
+    if not n or not throttle:
+        return {}
+    out = {f"dirty throttling pauses per {op}": throttle.get("pauses", 0) / n}
+    if throttle.get("pauses"):
+        out["dirty throttling pause, avg us"] = throttle["avg_ns"] / 1e3
+    if limit is not None:
+        out["dirty limit the kernel used, pages"] = limit
+    return out
