@@ -188,7 +188,7 @@ def evidence(fs, op):
     device_bytes = sum(counts.get(c, {}).get("bytes", 0) for c in BLK_WRITE_CLASSES)
     if written:
         out["write amplification (device bytes / bytes written)"] = device_bytes / written
-    for module in behind.MODULES:
+    for module in behind.MODULES if not fs.get("phase_view") else ():
         fn = getattr(module, "evidence", None)
         section = fs.get("behind", {}).get(module.NAME)
         if fn and section:
@@ -207,6 +207,32 @@ def _fmt_n(x):
 
 def _ratio(a, b):
     return b / a if a else float("inf")
+
+
+def phase_times(base, other):
+    """The workload's phases both sides ran, largest change of wall time first."""
+    names = [p for p in base.fs.get("phases", {}) if p in other.fs.get("phases", {})]
+    rows = []
+    for name in names:
+        secs = [g.mean(lambda fs: fs["phases"][name].get("elapsed_s")) for g in (base, other)]
+        if None not in secs and any(secs):
+            rows.append({"phase": name, "elapsed_s": secs})
+    return sorted(rows, key=lambda r: -abs(r["elapsed_s"][1] - r["elapsed_s"][0]))
+
+
+def phase_view(fs, phase):
+    """One phase of a filesystem entry, shaped as a whole run. The behind-the-wait sections are
+    whole-run figures: they still split a worker-ended wait (pro rata, as for a whole run) but
+    give no per-op evidence; the phase's evidence is its own block requests."""
+    p = fs.get("phases", {}).get(phase)
+    if p is None:
+        raise FsprofError(f"{fs['label']} has no phase {phase!r}; it has {', '.join(fs.get('phases', {}))}",
+                          exit_code=2)
+    zero = {"count": 0, "bytes": 0}  # a phase lists only the classes it issued
+    block = {dev: {cls: p["block"].get(dev, {}).get(cls, zero) for cls in classes}
+             for dev, classes in fs["block"].items()}
+    return {**fs, "attribution": p["attribution"], "syscalls": p["syscalls"], "block": block,
+            "elapsed_s": p.get("elapsed_s", 0.0), "phases": {}, "phase_view": phase}
 
 
 def compare_pair(base, other, op):
@@ -246,6 +272,8 @@ def compare_pair(base, other, op):
         "causes": [{"cause": c, "us_per_op": [x, y], "diff_us": y - x,
                     "share_of_difference": (y - x) / diff if diff else 0.0} for c, x, y in differing],
         "not_different": same,
+        "small_shifts": [{"cause": c, "diff_us": y - x} for c, (x, y) in ranked if c in same],
+        "phases": phase_times(base, other),
         "evidence": {k: v for k, v in ev.items()},
     }
 
@@ -264,6 +292,10 @@ def sentences(cmp):
                if cmp["repeats"] > 1 else f"under {MIN_SHARE:.0%} of the op's time")
         lines.append(f"  No significant difference: {_fmt_us(abs(b - a))} per op is {why}.")
         return lines
+    if len(cmp["phases"]) > 1:
+        lines.append("  By phase (workload time, " + f"{other} vs {base}): " + "; ".join(
+            f"{p['phase']} {p['elapsed_s'][1]:.2f} vs {p['elapsed_s'][0]:.2f} s" for p in cmp["phases"]) +
+            " (`--phase NAME` explains one).")
     if cmp["repeats"] < 2:
         lines.append("  (one run each: run-to-run noise not measured; a spec with repeats measures it)")
     both = {k: (x, y) for k, (x, y) in cmp["evidence"].items() if x is not None and y is not None}
@@ -271,6 +303,10 @@ def sentences(cmp):
     used = set()
     lines.append(f"  The difference ({'+' if b >= a else '-'}{_fmt_us(abs(b - a))}/op) is made of "
                  f"(figures: {other} vs {base}):")
+    if not cmp["causes"]:
+        small = sorted(cmp["small_shifts"], key=lambda c: -abs(c["diff_us"]))[:3]
+        lines.append("    no single cause moved by the threshold; the largest shifts: " + "; ".join(
+            f"{c['cause']} {'+' if c['diff_us'] >= 0 else '-'}{_fmt_us(abs(c['diff_us']))}/op" for c in small) + ".")
     for c in cmp["causes"][:6]:
         x, y = c["us_per_op"]
         delta = f"{'+' if c['diff_us'] >= 0 else '-'}{_fmt_us(abs(c['diff_us']))}/op"
@@ -279,7 +315,7 @@ def sentences(cmp):
                 if 0 < share <= 1.5 else f"{c['cause']} {delta} ({_fmt_us(y)} vs {_fmt_us(x)})")
         words = EVIDENCE_WORDS.get(c["cause"].split(" > ")[0], []) + \
             ([c["cause"].rsplit(": ", 1)[-1]] if " > " in c["cause"] else [])
-        mine = [k for k in moved if k not in used and any(w in k for w in words)]
+        mine = [k for k in moved if k not in used and any(w in k.replace(f" per {op}", "") for w in words)]
         used.update(mine)
         lines.append(f"    {head}" + ("; " + "; ".join(f"{k} {_fmt_n(moved[k][1])} vs {_fmt_n(moved[k][0])}" for k in mine)
                                        if mine else "") + ".")
@@ -301,10 +337,14 @@ def _comparable(groups):
     return len(groups) > 1 or len(groups[0].entries) > 1
 
 
-def compare(paths, op=None):
+def compare(paths, op=None, phase=None):
     """Per workload found in `paths` (a spec's output may hold several), each configuration set
-    against the first one of that workload."""
+    against the first one of that workload; with `phase`, that phase of the workload only."""
     workloads = by_workload(groups_of(paths))
+    if phase:
+        for _, groups in workloads:
+            for g in groups:
+                g.entries = [(r, phase_view(fs, phase)) for r, fs in g.entries]
     if not any(_comparable(gs) for _, gs in workloads):
         if len(workloads) > 1:
             raise FsprofError("these runs ran different workloads (or options); compare runs of the same one",

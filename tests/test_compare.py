@@ -44,6 +44,11 @@ def test_barrier_off_is_explained_by_cache_flushing_first(tmp_path):
     text = compare(on, off)
     first = next(line for line in text.splitlines() if line.startswith("    "))
     assert "cache flush" in first, text
+    # One phase of the workload, explained alone, from that phase's own figures.
+    (phase,) = json.loads(compare(on, off, "--phase", "run", "--json"))
+    assert "cache flush" in phase["causes"][0]["cause"] and phase["evidence"]["flush requests to the device per fsync"][1] == 0
+    proc = run_fsprof("compare", str(on), str(off), "--phase", "no-such")
+    assert proc.returncode == 2 and "no phase 'no-such'" in proc.stderr
 
 
 def test_different_workloads_are_not_compared(tmp_path):
