@@ -105,7 +105,11 @@ def parser():
     run.add_argument("--force-erase", action="store_true",
                      help="erase --device even though it carries a filesystem or partition signature")
     run.add_argument("-o", "--output", help="run directory (default fsprof-runs/<timestamp>)")
+    run.add_argument("--go-on", action="store_true",
+                     help="run even when `fsprof verify` finds a setting did not take effect (the report "
+                          "then starts with the warning)")
     run.add_argument("--json", action="store_true", help="print the result as JSON instead of tables")
+    run.add_argument("--html", metavar="FILE", help="also write the self-contained HTML report (and comparison)")
 
     rec = sub.add_parser("record", help="attach to a live process, cgroup or mount (changes nothing)")
     rec.add_argument("--pid", type=pid, help="a process, with its threads and the children it starts")
@@ -118,12 +122,14 @@ def parser():
 
     rep = sub.add_parser("report", help="show a recorded run")
     rep.add_argument("run_dir")
-    rep.add_argument("--json", action="store_true", help="print the result JSON")
+    rep.add_argument("--json", action="store_true", help="print the result JSON (schema: docs/result-schema.md)")
+    rep.add_argument("--html", metavar="FILE", help="write one self-contained HTML report (no network needed)")
 
     cmp = sub.add_parser("compare", help="explain why runs of one workload differ (the first is the base)")
     cmp.add_argument("runs", nargs="+", metavar="RUN_DIR",
                      help="run directories (each filesystem in them is a configuration), or a spec's output")
     cmp.add_argument("--op", help="the syscall to explain (default: the one taking the most time)")
+    cmp.add_argument("--phase", help="explain one phase of the workload (e.g. a bonnie phase)")
     cmp.add_argument("--json", action="store_true", help="print the comparison as JSON")
 
     flame = sub.add_parser(
@@ -146,6 +152,10 @@ def parser():
     flame.add_argument("--fs", metavar="LABEL[,LABEL]", help="filesystems of RUN to draw (default: all)")
     flame.add_argument("-o", "--output", metavar="FILE", help="the SVG to write (its .folded sibling too)")
 
+    from .verify import add_arguments as verify_arguments
+    verify_arguments(sub.add_parser(
+        "verify", help="check that barrier, writeback, journal and mount settings took effect, from what the kernel did"))
+
     sub.add_parser("doctor", help="what this kernel supports and what fsprof can therefore do")
     sub.add_parser("cleanup", help="undo what a killed fsprof run left behind")
     return ap
@@ -161,6 +171,9 @@ def dispatch(args):
     from . import report
     if os.geteuid() == 0:
         _cleanup_stale()  # whatever the command: a dead run's mounts and sysctls go first
+    if args.command == "report" and args.html:
+        write_html_if_asked(args, args.run_dir)
+        return 0
     if args.command == "report":
         result = report.load(args.run_dir)
         if args.json:
@@ -178,9 +191,12 @@ def dispatch(args):
         return 0
     if args.command == "compare":
         from .compare import compare, render
-        comparisons = compare(args.runs, args.op)
+        comparisons = compare(args.runs, args.op, args.phase)
         print(json.dumps(comparisons, indent=1) if args.json else render(comparisons))
         return 0
+    if args.command == "verify":
+        from .verify import command
+        return command(args)
     if args.command == "flamegraph":
         from .flamegraph import command
         return command(args)
@@ -206,7 +222,14 @@ def dispatch(args):
     print(f"\nresult: {out_dir / report.RESULT_FILE}", file=sys.stderr)
     if (out_dir / "flamegraphs").is_dir():
         print(f"flame graphs: {out_dir / 'flamegraphs'}", file=sys.stderr)
+    write_html_if_asked(args, out_dir)
     return 0
+
+
+def write_html_if_asked(args, out_dir):
+    if getattr(args, "html", None):
+        from .html_report import write_html
+        print(f"html report: {write_html(out_dir, args.html)}", file=sys.stderr)
 
 
 def run_spec(args):
@@ -219,6 +242,7 @@ def run_spec(args):
         status = f"failed: {r['error']}" if "error" in r else str(out_dir / r["dir"])
         print(f"{r['workload']:<20} {r['config']:<24} {r['repeat']:>6} {r['elapsed_s']:>7.1f}s  {status}")
     print(f"\nindex: {out_dir / INDEX_FILE}", file=sys.stderr)
+    write_html_if_asked(args, out_dir)
     return 1 if any("error" in r for r in index["runs"]) else 0
 
 

@@ -333,6 +333,11 @@ def sentences(cmp):
     return lines
 
 
+def _warnings(group):
+    """Settings of the group's runs that did not take effect (kept by `fsprof run --go-on`)."""
+    return list(dict.fromkeys(w for result, _ in group.entries for w in result.get("warnings", [])))
+
+
 def _comparable(groups):
     return len(groups) > 1 or len(groups[0].entries) > 1
 
@@ -362,14 +367,17 @@ def compare(paths, op=None, phase=None):
             if op and len(workloads) > 1:
                 continue  # --op names an operation this workload does not make
             raise
-        comparisons += [{"workload": name, **compare_pair(groups[0], g, wl_op)} for g in groups[1:]]
+        comparisons += [{"workload": name, **compare_pair(groups[0], g, wl_op),
+                         "warnings": _warnings(groups[0]) + _warnings(g)} for g in groups[1:]]
     if not comparisons:
         raise FsprofError(f"no workload of these runs has {op} calls", exit_code=2)
     return comparisons
 
 
 def render(comparisons):
-    lines, several = [], len({c["workload"] for c in comparisons}) > 1
+    warned = dict.fromkeys(w for c in comparisons for w in c["warnings"])
+    lines = [f"WARNING: {w}" for w in warned] + ([""] if warned else [])
+    several = len({c["workload"] for c in comparisons}) > 1
     for i, cmp in enumerate(comparisons):
         if several and (i == 0 or comparisons[i - 1]["workload"] != cmp["workload"]):
             lines += [f"== workload {cmp['workload']}", ""]

@@ -311,6 +311,12 @@ def group_html(k, group, colours):
     return f'<section class="workload" id="g{k}"><h2>{escape(group.title)}</h2>{failed}{body}</section>'
 
 
+def warnings(groups):
+    """Settings that did not take effect (runs made with --go-on): first thing on the page."""
+    found = dict.fromkeys(w for g in groups for c in g.columns for w in c.result.get("warnings", []))
+    return "".join(f'<p class="warning">Warning: {escape(w)}</p>' for w in found)
+
+
 def _seed_colours(groups):
     """Colours by weight: the causes with the most time get the first, most distinct colours."""
     totals = {}
@@ -338,7 +344,7 @@ def page(path, groups):
             f"<body><header><h1>fsprof report</h1><p>{escape(str(path))}: "
             f"{sum(len(g.columns) for g in groups)} measurement(s); written by fsprof {escape(__version__)} at {made}. "
             f"How to read it and where each figure comes from: docs/report-html.md.</p><ul class=\"toc\">{toc}</ul>"
-            f"</header>{body}<script>{html_flame.SCRIPT}</script></body></html>")
+            f"</header>{warnings(groups)}{body}<script>{html_flame.SCRIPT}</script></body></html>")
 
 
 CSS = """
@@ -358,6 +364,7 @@ table.conditions tr.differs td { background: #fff7ed; }
 pre { background: #f6f8fa; padding: .6em .8em; overflow-x: auto; font-size: 12.5px; }
 pre.why { white-space: pre-wrap; border-left: 4px solid #4e79a7; }
 .note { color: #555; }
+p.warning { background: #fef2f2; border-left: 4px solid #b91c1c; padding: .5em .8em; font-weight: 600; }
 ul.toc { padding-left: 1.2em; }
 summary { cursor: pointer; font-weight: 600; margin: .4em 0; }
 """

@@ -140,7 +140,8 @@ def render(result):
         what = " ".join(w["argv"])
     else:
         what = " ".join([w["name"], *w.get("args", [])])
-    lines = [f"fsprof {result['fsprof_version']} on Linux {result['kernel']}: workload {what}"]
+    lines = [f"WARNING: {w}" for w in result.get("warnings", [])]
+    lines.append(f"fsprof {result['fsprof_version']} on Linux {result['kernel']}: workload {what}")
     if result.get("probes_skipped"):
         for prog, why in result["probes_skipped"].items():
             lines.append(f"   probe {prog} skipped: {why}")

@@ -9,6 +9,7 @@ import json
 import platform
 import shlex
 import subprocess
+import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -165,6 +166,28 @@ def provision_one(changes, config, args, scratch_dir, first):
                                     force=args.force_erase or not first, scratch_dir=scratch_dir)
 
 
+def check_settings(sfs, sysctls, scheduler, go_on, progress=None):
+    """Verify (profiler/verify.py) that what this configuration sets took effect, by what the
+    kernel does in a short probe, before the workload runs: a comparison of settings that were
+    silently ignored compares something else. Refuses unless go_on; returns (verify's report as
+    data or None, warnings)."""
+    from .verify import expectations_for, verify_scratch
+    expectations = expectations_for(sfs.config, sysctls, scheduler)
+    if not expectations:
+        return None, []
+    report = verify_scratch(sfs, expectations, progress=progress)
+    warnings = report.summary_lines()
+    if warnings and not go_on:
+        raise FsprofError("a setting did not take effect, so this run would not measure what it names: "
+                          + "; ".join(warnings) + " (`fsprof verify` shows the evidence; --go-on runs anyway "
+                          "and puts this warning at the top of the report)", exit_code=1)
+    return report.to_json(), warnings
+
+
+def _say(line):
+    print(line, file=sys.stderr, flush=True)
+
+
 def run(args):
     configs = build_configs(args)
     sysctls = parse_sysctls(args.sysctl)
@@ -174,7 +197,7 @@ def run(args):
         "schema": SCHEMA, "fsprof_version": __version__, "kernel": platform.release(),
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "workload": workload.describe(),
-        "sysctls": dict(sysctls), "filesystems": [],
+        "sysctls": dict(sysctls), "warnings": [], "filesystems": [],
     }
     with scratch.Changes() as run_changes:
         scratch_dir = scratch.make_scratch_dir(run_changes, Path(args.scratch_dir) / out_dir.name)
@@ -189,8 +212,10 @@ def run(args):
                     if args.scheduler:
                         for name, _ in sfs.block_devs:
                             scratch.set_scheduler(changes, name, args.scheduler)
-                    result["filesystems"].append(
-                        measure(collector, sfs, workload, out_dir, args.drop_caches, changes))
+                    verified, warnings = check_settings(sfs, sysctls, args.scheduler, args.go_on, _say)
+                    entry = measure(collector, sfs, workload, out_dir, args.drop_caches, changes)
+                    result["filesystems"].append({**entry, "verify": verified} if verified else entry)
+                    result["warnings"].extend(warnings)
                 # Written after each filesystem: an interrupted run keeps what it measured.
                 (out_dir / RESULT_FILE).write_text(json.dumps(result, indent=1))
     write_default_set(out_dir, result)
@@ -213,7 +238,7 @@ def _provision_spec_config(changes, cfg, scratch_dir, erased):
     return sfs
 
 
-def run_spec_one(collector, spec, workload, cfg, run_dir, scratch_dir, erased):
+def run_spec_one(collector, spec, workload, cfg, run_dir, scratch_dir, erased, go_on=False):
     """One (workload, configuration) of a spec on a fresh filesystem: its sysctls and scheduler
     hold for this run only. Writes run_dir/result.json (the same schema as `fsprof run`)."""
     result = {
@@ -232,7 +257,9 @@ def run_spec_one(collector, spec, workload, cfg, run_dir, scratch_dir, erased):
         if cfg.scheduler:
             for name, _ in sfs.block_devs:
                 scratch.set_scheduler(changes, name, cfg.scheduler)
-        result["filesystems"].append(measure(collector, sfs, workload.spec, run_dir, spec.drop_caches, changes))
+        verified, result["warnings"] = check_settings(sfs, cfg.sysctls, cfg.scheduler, go_on)
+        entry = measure(collector, sfs, workload.spec, run_dir, spec.drop_caches, changes)
+        result["filesystems"].append({**entry, "verify": verified} if verified else entry)
     (run_dir / RESULT_FILE).write_text(json.dumps(result, indent=1))
     write_default_set(run_dir, result)
     return result
@@ -264,7 +291,7 @@ def run_spec(spec, args, progress=print):
                 entry = {"workload": workload.name, "config": cfg.name, "repeat": rep, "dir": str(rel)}
                 started = time.monotonic()
                 try:
-                    run_spec_one(collector, spec, workload, cfg, out_dir / rel, scratch_dir, erased)
+                    run_spec_one(collector, spec, workload, cfg, out_dir / rel, scratch_dir, erased, args.go_on)
                 except (FsprofError, OSError) as e:
                     entry["error"] = str(e) if isinstance(e, FsprofError) else f"{e.strerror}: {e.filename}"
                     progress(f"    failed: {e}")

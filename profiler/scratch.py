@@ -15,12 +15,14 @@ import fcntl
 import json
 import logging
 import os
+import shutil
 import re
 import secrets
 import shlex
 import signal
 import stat
 import subprocess
+import tempfile
 import time
 
 from profiler.blockdev import kdev, kdev_of_block, scheduler, whole_disk
@@ -472,6 +474,61 @@ def set_scheduler(changes, blockdev_name, sched):
     _write_scheduler(device, sched)
 
 
+WRITE_CACHE_MODES = ("write back", "write through")
+
+
+def _write_cache_path(device):
+    return f"/sys/block/{device}/queue/write_cache"
+
+
+def _read_write_cache(device):
+    with open(_write_cache_path(device)) as f:
+        return f.read().strip()
+
+
+def _write_write_cache(device, mode):
+    with open(_write_cache_path(device), "w") as f:
+        f.write(mode)
+
+
+def set_write_cache(changes, blockdev_name, mode):
+    """Set a block device's write cache mode ("write back" or "write through") after recording the
+    old one. "write through" tells the block layer the device has no volatile cache: it then drops
+    every cache flush and FUA before they are queued (what `fsprof verify` tests barriers against)."""
+    device = os.path.basename(blockdev_name)
+    if mode not in WRITE_CACHE_MODES:
+        raise FsprofError(f"write cache mode '{mode}' is not one of {', '.join(WRITE_CACHE_MODES)}")
+    try:
+        current = _read_write_cache(device)
+    except FileNotFoundError:
+        raise FsprofError(f"block device '{device}' has no write cache setting ({_write_cache_path(device)})") from None
+    if current == mode:
+        return
+    changes.record("write_cache", device=device, old=current, new=mode)
+    try:
+        _write_write_cache(device, mode)
+    except OSError as e:
+        raise FsprofError(f"the kernel rejected write cache '{mode}' for {device}: {e.strerror}") from None
+
+
+def _undo_write_cache(rec):
+    device, old, new = rec["device"], rec["old"], rec["new"]
+    try:
+        current = _read_write_cache(device)
+    except FileNotFoundError:
+        return None  # the device is gone, and its setting with it
+    if current == old:
+        return None
+    if current != new:
+        raise _NotOurs(f"not restoring the write cache of {device}: it is now \"{current}\", not the "
+                       f"\"{new}\" fsprof set, so someone changed it since")
+    _write_write_cache(device, old)
+    return f"restored the write cache of {device} to \"{old}\" (was \"{new}\")"
+
+
+_UNDO_STEPS["write_cache"] = _undo_write_cache
+
+
 def drop_caches():
     """Write back dirty data, then drop page cache, dentries and inodes, for a cold-cache start."""
     os.sync()
@@ -801,3 +858,33 @@ def _first_line(proc):
         if line:
             return line
     return f"exit status {proc.returncode}"
+
+
+# ---------------------------------------------------------------------------------------------------
+# A probe directory inside a filesystem someone else owns (`fsprof verify --mount DIR`): the one
+# place verify writes. Journaled right after mkdtemp with its inode, so that a dead run's directory
+# is removed with what is in it, and a directory of the same name that is not ours is left alone.
+
+PROBE_DIR_PREFIX = ".fsprof-verify-"
+
+
+def make_probe_dir(changes, parent):
+    path = tempfile.mkdtemp(prefix=PROBE_DIR_PREFIX, dir=parent)
+    st = os.lstat(path)
+    changes.record("probe_dir", path=path, dev=st.st_dev, ino=st.st_ino)
+    return path
+
+
+def _undo_probe_dir(rec):
+    path = rec["path"]
+    if not os.path.lexists(path):
+        return None
+    st = os.lstat(path)
+    if not os.path.basename(path).startswith(PROBE_DIR_PREFIX) or not stat.S_ISDIR(st.st_mode) or \
+            (st.st_dev, st.st_ino) != (rec["dev"], rec["ino"]):
+        raise _NotOurs(f"not removing {path}: it is no longer the directory verify made")
+    shutil.rmtree(path)  # never follows a symlink out of the directory
+    return f"removed verify's probe directory {path}"
+
+
+_UNDO_STEPS["probe_dir"] = _undo_probe_dir

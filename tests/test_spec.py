@@ -94,3 +94,43 @@ def test_bad_specs_get_one_sentence_and_exit_2(tmp_path, text, words):
 def test_spec_excludes_per_run_options(tmp_path):
     proc = run_fsprof("run", "--spec", str(SHIPPED[0]), "--fs", "ext4")
     assert proc.returncode == 2 and "--fs" in proc.stderr
+
+
+ZRAM_BARRIER = """
+[[config]]
+name = "ext4-zram"
+fs = "ext4"
+device = "zram"
+image_size = "256M"
+mount_options = "barrier=1"
+[[workload]]
+name = "loop"
+workload = "fsync-loop"
+args = ["--count", "20"]
+"""
+
+
+@pytest.mark.slow
+def test_a_setting_that_did_not_take_effect_stops_the_run_unless_told_to_go_on(tmp_path):
+    """zram has no volatile write cache, so the block layer drops ext4's barriers: asking for
+    barrier=1 there measures nothing of barriers. fsprof run verifies first and refuses."""
+    spec_file = tmp_path / "z.toml"
+    spec_file.write_text(ZRAM_BARRIER)
+    proc = run_fsprof("run", "--spec", str(spec_file), "-o", str(tmp_path / "refused"),
+                      "--scratch-dir", str(tmp_path / "scratch"))
+    assert proc.returncode == 1, proc.stderr
+    (entry,) = json.loads((tmp_path / "refused" / "index.json").read_text())["runs"]
+    assert "barrier=on not in effect" in entry["error"] and "no volatile" in entry["error"], entry
+    assert not (tmp_path / "refused" / entry["dir"] / "result.json").exists()
+
+    proc = run_fsprof("run", "--spec", str(spec_file), "-o", str(tmp_path / "went-on"), "--go-on",
+                      "--scratch-dir", str(tmp_path / "scratch"), "--html", str(tmp_path / "report.html"))
+    assert proc.returncode == 0, proc.stderr
+    run_dir = tmp_path / "went-on" / "loop" / "ext4-zram"
+    result = json.loads((run_dir / "result.json").read_text())
+    (warning,) = result["warnings"]
+    assert "barrier=on not in effect" in warning
+    (fs,) = result["filesystems"]
+    assert not fs["verify"]["ok"] and fs["syscalls"]["fsync"]["count"] == 20
+    assert run_fsprof("report", str(run_dir)).stdout.startswith(f"WARNING: {warning}")
+    assert "Warning: " + warning.split(":")[0] in (tmp_path / "report.html").read_text()
