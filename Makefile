@@ -22,7 +22,7 @@ DEB_PKGS := clang llvm bpftool libbpf1 libbpf-dev libelf-dev zlib1g-dev e2fsprog
 # The untar workload's real kernel tree; without it the workload generates a synthetic one.
 OPT_PKGS := linux-source-6.1
 
-.PHONY: setup deps tracefs build inferno run test bench clean
+.PHONY: setup deps tracefs build inferno run report test bench clean
 setup: deps $(VENV)/.installed tracefs build inferno
 
 # Install only what is missing, so a second `make setup` is quick and needs no network.
@@ -72,6 +72,12 @@ build/workloads/%: workloads/%.c workloads/phase.h
 # The main job on the embedded default: scratch ext4, xfs and btrfs images, nothing of the user's touched.
 run: setup
 	$(PY) -m profiler run --fs ext4,xfs,btrfs --workload fsync-loop
+
+# The comparison users come for, in one command: ext4, XFS and btrfs under sysbench-style random
+# writes with an fsync after each, explained in one self-contained HTML file (fsprof-report.html).
+report: setup
+	$(PY) -m profiler run --fs ext4,xfs,btrfs --workload fsync-heavy --file-test-mode rndwr \
+	  --file-fsync-freq 1 --time 10 --file-num 16 --file-total-size 256M --html fsprof-report.html
 
 # pytest exits 5 when it collected no test. That passes only when `fsprof doctor` finds a piece of
 # the machine missing (the tests skip themselves then); otherwise an empty selection is an error.
