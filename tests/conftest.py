@@ -129,7 +129,7 @@ def bpftrace_start(script):
     pytest.fail(f"bpftrace did not start: {proc.communicate()[1]}")
 
 
-def bpftrace_output(proc, timeout=30):
+def bpftrace_output(proc, timeout=60):
     """Stop a bpftrace oracle (SIGINT prints its maps) and return what it printed."""
     proc.send_signal(signal.SIGINT)
     return finish(proc, timeout)[0]

@@ -229,7 +229,7 @@ def start_bpftrace(kdev):
 def stop_bpftrace(proc):
     """{map: {"flush"|"write"|"read": total}} from lines like "@ns[WSM]: 1234" (rwbs at issue:
     FF is the flush request; a data write's PREFLUSH/FUA flags are gone by then on a loop device)."""
-    out = bpftrace_output(proc, 30)
+    out = bpftrace_output(proc)
     kinds = {"F": "flush", "W": "write", "R": "read"}
     sums = {}
     for line in out.splitlines():

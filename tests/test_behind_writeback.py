@@ -53,7 +53,7 @@ def start_bpftrace(script):
 
 
 def stop_bpftrace(proc):
-    out = bpftrace_output(proc, 30)
+    out = bpftrace_output(proc)
     return {m[1]: int(m[2]) for m in re.finditer(r"^@(\w+): (\d+)$", out, re.M)}
 
 

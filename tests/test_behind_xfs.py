@@ -63,7 +63,7 @@ def start_bpftrace(kdev):
 
 def stop_bpftrace(proc):
     """{"iclog_writes": n, "iclog_write_ns": ns, "grant_sleeps": n, "grant_sleep_ns": ns} (0 if never seen)."""
-    out = bpftrace_output(proc, 30)
+    out = bpftrace_output(proc)
     found = dict(re.findall(r"^@(\w+): (\d+)$", out, re.M))
     return {k: int(found.get(k, 0)) for k in ("iclog_writes", "iclog_write_ns", "grant_sleeps", "grant_sleep_ns")}
 

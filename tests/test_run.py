@@ -80,7 +80,7 @@ def start_bpftrace(kdev):
 
 
 def stop_bpftrace(proc):
-    out = bpftrace_output(proc, 30)
+    out = bpftrace_output(proc)
     # Lines like "@[FF]: 600": a flush request is REQ_PREFLUSH + REQ_OP_FLUSH, rwbs "FF..."
     return sum(int(line.rpartition(" ")[2]) for line in out.splitlines() if line.startswith("@[FF"))
 
