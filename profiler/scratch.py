@@ -313,19 +313,24 @@ def _undo_sysctl(rec):
     return f"restored {name} to {old!r} (was {new!r})"
 
 
-def _undo_scheduler(rec):
+def _restore_queue_setting(rec, what, read, write):
+    """Put a block queue setting fsprof changed back, unless someone changed it since."""
     device, old, new = rec["device"], rec["old"], rec["new"]
     try:
-        current, _ = scheduler(device)
+        current = read(device)
     except FileNotFoundError:
         return None  # the device is gone, and its setting with it
     if current == old:
         return None
     if current != new:
-        raise _NotOurs(f"not restoring the I/O scheduler of {device}: it is now {current}, not the {new} "
+        raise _NotOurs(f"not restoring the {what} of {device}: it is now \"{current}\", not the \"{new}\" "
                        f"fsprof set, so someone changed it since")
-    _write_scheduler(device, old)
-    return f"restored the I/O scheduler of {device} to {old} (was {new})"
+    write(device, old)
+    return f"restored the {what} of {device} to \"{old}\" (was \"{new}\")"
+
+
+def _undo_scheduler(rec):
+    return _restore_queue_setting(rec, "I/O scheduler", lambda d: scheduler(d)[0], _write_scheduler)
 
 
 def _start_time(pid):
@@ -512,18 +517,7 @@ def set_write_cache(changes, blockdev_name, mode):
 
 
 def _undo_write_cache(rec):
-    device, old, new = rec["device"], rec["old"], rec["new"]
-    try:
-        current = _read_write_cache(device)
-    except FileNotFoundError:
-        return None  # the device is gone, and its setting with it
-    if current == old:
-        return None
-    if current != new:
-        raise _NotOurs(f"not restoring the write cache of {device}: it is now \"{current}\", not the "
-                       f"\"{new}\" fsprof set, so someone changed it since")
-    _write_write_cache(device, old)
-    return f"restored the write cache of {device} to \"{old}\" (was \"{new}\")"
+    return _restore_queue_setting(rec, "write cache", _read_write_cache, _write_write_cache)
 
 
 _UNDO_STEPS["write_cache"] = _undo_write_cache
