@@ -171,6 +171,7 @@ def loop(name, count):
     os.close(fd)
 loop("warm-up", 3)
 assert ctypes.CDLL(None, use_errno=True).mlockall(3) == 0   # MCL_CURRENT | MCL_FUTURE
+os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))  # no delayed dequeue: see the test
 print("ready", flush=True)
 sys.stdin.readline()                      # wait until fsprof is attached
 loop("f", {count})
@@ -195,7 +196,8 @@ def taskstats_blkio_ns(pid):
 
 
 def io_wait_attempt(tmp_path):
-    """One victim traced by `fsprof record --pid`: (ours, theirs, span_ns, waits, major faults)."""
+    """One victim traced by `fsprof record --pid`: its blocked I/O-wait ns, the runnable ns that
+    followed those waits, taskstats' blkio delay, the span that was read across, waits, major faults."""
     with scratch.Changes() as changes:
         sfs = scratch.provision(changes, scratch.FsConfig("ext4"), tmp_path / "scratch")
         scratch.set_sysctl(changes, "kernel.task_delayacct", "1")
@@ -225,27 +227,30 @@ def io_wait_attempt(tmp_path):
     (fs,) = [f for f in result["filesystems"] if f["label"] == sfs.mountpoint]
     assert fs["syscalls"]["fsync"]["count"] == COUNT
     trace = fs["trace"]
-    io_waits = [r for r in trace["offcpu"] if not r["runnable"] and
-                any(f.startswith("io_schedule") for f in trace["stacks"].get(str(r["stack"]), []))]
-    return sum(r["total_ns"] for r in io_waits), theirs, span, sum(r["count"] for r in io_waits), faults
+    io_stack = [r for r in trace["offcpu"]
+                if any(f.startswith("io_schedule") for f in trace["stacks"].get(str(r["stack"]), []))]
+    blocked = [r for r in io_stack if not r["runnable"]]
+    return dict(blocked=sum(r["total_ns"] for r in blocked), waits=sum(r["count"] for r in blocked),
+                after_wake=sum(r["total_ns"] for r in io_stack if r["runnable"]),
+                theirs=theirs, span=span, major_faults=faults)
 
 
 def test_record_pid_io_wait_agrees_with_taskstats(tmp_path):
     """`fsprof record --pid` on a process it did not start; its I/O-wait time (blocked in
-    io_schedule, until the wakeup) agrees with the kernel's own delay accounting for the task."""
-    # On this kernel (EEVDF delayed dequeue), delay accounting now and then charges one wait from a
-    # stale start stamp: a blocked task dequeued later from another task's context has the start
-    # stamped on that task, so the wakeup ends the wait from the task's previous stamp. Seen here
-    # without fsprof in 2 of 40 victims (blkio delay 520 ms inside a 25 ms span). A delay longer
-    # than the span it was read across is that artefact, so that attempt is discarded, at most twice.
-    for attempt in range(3):
-        ours, theirs, span, waits, faults = io_wait_attempt(tmp_path / f"attempt{attempt}")
-        if theirs <= span:
-            break
-    # Delay accounting stamps a wait's ends in __schedule before the switch tracepoint and in
-    # try_to_wake_up after the waking one, so the tracers' own probes sit between its stamps and
-    # fsprof's: a few us per wait, with every behind-the-wait probe loaded. Within 10% + 5 us/wait.
-    slack = 0.10 * theirs + 5_000 * waits
-    assert 0 < theirs <= span and abs(ours - theirs) <= slack, (ours, theirs, span, f"{faults} major faults")
+    io_schedule) agrees with the kernel's own delay accounting for the task."""
+    # The victim runs SCHED_FIFO. For a fair-class task this kernel's delayed dequeue (EEVDF) can
+    # finish a block later from another task's context, and delay accounting then stamps the start
+    # on that task and charges the victim's wait from its previous stamp: 4 victims in 10 here got
+    # about 300 ms of blkio delay inside a 150 ms span, a CI run 5.6 s. An RT task blocks at once.
+    m = io_wait_attempt(tmp_path)
+    # Delay accounting starts a wait in __schedule, before the switch tracepoint, and ends it when
+    # the woken task is put on its run queue: on the waker's CPU in try_to_wake_up, after the waking
+    # tracepoint, or, for a wakeup queued to another CPU, after that CPU takes the IPI. fsprof's
+    # blocked time ends at the waking tracepoint and counts the rest as runnable, so the kernel's
+    # figure lies between our blocked time and our blocked + after-wakeup time, up to the few us per
+    # wait the tracers' own probes put between its stamps and ours.
+    slack = 0.03 * m["theirs"] + 5_000 * m["waits"]
+    assert 0 < m["theirs"] <= m["span"], m
+    assert m["blocked"] - slack <= m["theirs"] <= m["blocked"] + m["after_wake"] + slack, m
     rules = rules_for("ext4")
     assert rules.classify_off(["jbd2_log_wait_commit"], False)[0] == "journal commit wait"

@@ -81,12 +81,12 @@ def test_requests_and_their_times_match_sys_block_stat(three_fs, fs_name):
     stat = fs["kernel_counters"][name]
     flush = dev["classes"]["flush"]
     # Every fsync flushed the loop device's volatile cache: the kernel counts each flush request once.
-    assert flush["count"] >= COUNT
+    assert flush["count"] >= COUNT, flush
     assert_all_ended(dev)
     assert_same_ios(flush["completed"] + flush["lost"], stat["flush_ios"])
     # The flush ticks run from blk_kick_flush (rq->start_time_ns) to the end: our queue + device time.
     assert close(flush["queue"]["total_ns"] + flush["device"]["total_ns"], stat["flush_ticks_ms"]), (flush, stat)
-    assert close(flush["life_ns"], stat["flush_ticks_ms"])
+    assert close(flush["life_ns"], stat["flush_ticks_ms"]), (flush, stat)
     # Writes: those issued, plus the empty flush requests (writes to the kernel) that a flush served.
     writes = sum(total(dev, c, "completed") + total(dev, c, "lost") for c in BLK_WRITE_CLASSES)
     assert_same_ios(writes + flush["unissued"], stat["write_ios"])
@@ -95,7 +95,7 @@ def test_requests_and_their_times_match_sys_block_stat(three_fs, fs_name):
     if fs_name == "btrfs":
         # btrfs submits its btree writes under a plug: the kernel stamps their start with the plug's
         # cached clock, earlier than the request's real start (block_io_start), so its ticks run longer.
-        assert stat["write_ticks_ms"] * 0.8 - 1 <= life / 1e6 <= stat["write_ticks_ms"] + 1
+        assert stat["write_ticks_ms"] * 0.8 - 1 <= life / 1e6 <= stat["write_ticks_ms"] + 1, (life, stat)
     else:
         assert close(life, stat["write_ticks_ms"]), (life, stat)
     # The section states the same figures in the kernel's terms.
@@ -104,7 +104,7 @@ def test_requests_and_their_times_match_sys_block_stat(three_fs, fs_name):
         assert_same_ios(ours[kind], stat[kind])
     # The counts the rest of fsprof reads (fs["block"]) are the same requests.
     for cls, c in fs["block"][name].items():
-        assert c["count"] == total(dev, cls, "count"), cls
+        assert c["count"] == total(dev, cls, "count"), (cls, c, dev["classes"].get(cls))
 
 
 def test_counts_that_explain_the_times(three_fs):
