@@ -185,9 +185,12 @@ def render(rows):
             f"{r['workload_calls']:,}, by fsprof {r['fsprof_calls']:,}) | {r['ctxt_per_s']:,.0f} | {r['blk_requests_per_s']:,.0f} | {lost} | "
             f"{r['cpu_s']:.2f} s ({r['cpu_pct']:.2f}% of a core) | {r['rss_first_kib'] / 1024:.1f} → "
             f"{r['rss_last_kib'] / 1024:.1f} MiB ({r['hwm_kib'] / 1024:.1f}) | {r['maps_mib']:.0f} MiB |")
-    note = ("the long run lasted 10 minutes (BENCH_LONG=1)" if LONG else
-            "the long run lasted 60 s; `make bench BENCH_LONG=1` makes it 10 minutes")
-    lines += ["", f"One run per row; {note}."]
+    note = ("the switches row is the long run: 10 minutes here (BENCH_LONG=1)" if LONG else
+            "the switches row is the long run: 60 s by default, 10 minutes with `make bench BENCH_LONG=1`")
+    if QUICK:
+        note += "; this BENCH_QUICK run gave every row 5 s"
+    lines += ["", f"One run per row; {note}. The rates are the highest these workloads reach on this machine "
+              "while traced; the lost events column says whether fsprof kept up with them."]
     return "\n".join(lines)
 
 

@@ -8,6 +8,7 @@ BENCH_LONG=1 the capacity bench's 10-minute run; BENCH_WORKLOADS=0 skips the ben
 bundled workloads against their reference tools (sysbench, bonnie++, GNU tar, inferno).
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -64,6 +65,7 @@ def main():
         status, secs = run(name, argv)
         done[name] = {"status": status, "seconds": secs, "argv": argv}
         print(f"==> {name}: {'ok' if status == 0 else f'FAILED ({status})'} in {secs:.0f} s", flush=True)
+    (RESULTS / "run_all.json").write_text(json.dumps(done, indent=1))  # for write_doc.py run alone
     write_doc.write(done)
     failed = [n for n, d in done.items() if d["status"] != 0]
     print(f"wrote {write_doc.DOC.relative_to(REPO)}" + (f"; failed: {', '.join(failed)}" if failed else ""))

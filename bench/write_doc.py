@@ -3,6 +3,7 @@
 calls it after `make bench`; run it alone to re-render). Every figure in the document comes from
 those files; the closing note is computed from them too."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -190,7 +191,5 @@ def write(done=None):
 
 
 if __name__ == "__main__":
-    status = {}
-    for log in RESULTS.glob("*.txt") if RESULTS.exists() else []:
-        status[log.stem] = {"status": 0, "seconds": 0, "argv": [f"bench/bench_{log.stem}.py"]}
-    print(write({k: v for k, v in status.items() if k in {n for n, *_ in WORKLOAD_BENCHES}}))
+    runs = RESULTS / "run_all.json"  # what bench/run_all.py ran, and how
+    print(write(json.loads(runs.read_text()) if runs.exists() else {}))
