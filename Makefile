@@ -88,13 +88,18 @@ test: setup
 	  else echo "no test ran: this machine lacks what the tests need (above)"; rc=0; fi; \
 	fi; exit $$rc
 
-# Benchmarks (never part of `make test`): each bundled workload against its reference tool,
-# alternating A B A B on one scratch filesystem; figures and commands are in docs/workload-*.md.
+# Benchmarks (never part of `make test`), about 25 minutes: fsprof's own cost (tracing overhead
+# against bpftrace and libbpf-tools, start-up, capacity, report) and each bundled workload against
+# its reference tool; writes docs/benchmarks.md (bench/run_all.py). `make bench BENCH_LONG=1`: the
+# 10-minute capacity run; BENCH_QUICK=1: few, short repeats; BENCH_WORKLOADS=0: fsprof's cost only.
+BENCH_PKGS := libbpf-tools
 bench: setup
-	$(PY) bench/bench_fsync_heavy.py
-	$(PY) bench/bench_bonnie.py
-	$(PY) bench/bench_untar.py
-	$(PY) bench/bench_flamegraph.py
+	@missing=$$(for p in $(BENCH_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing: $$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+	BENCH_QUICK=$(BENCH_QUICK) BENCH_LONG=$(BENCH_LONG) BENCH_WORKLOADS=$(BENCH_WORKLOADS) $(PY) bench/run_all.py
 
 clean:
 	rm -rf build

@@ -5,11 +5,15 @@ built once runs anywhere with BTF). Every failure becomes an FsprofError with on
 """
 
 import ctypes
-import ctypes.util
 import errno
+import hashlib
 import os
+import platform
 import re
+import subprocess
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .errors import FsprofError
@@ -17,6 +21,8 @@ from . import signals, tracefs
 
 BUILD_DIR = Path(__file__).resolve().parent.parent / "build"
 LOG_DIR = Path(os.environ.get("FSPROF_LOG_DIR", "/var/tmp/fsprof/logs"))
+CORE_BTF_DIR = Path(os.environ.get("FSPROF_CORE_BTF_DIR", "/var/tmp/fsprof/cache/core-btf"))
+VMLINUX_BTF = Path("/sys/kernel/btf/vmlinux")
 
 _c = ctypes
 _vp = _c.c_void_p
@@ -27,17 +33,26 @@ _PRINT_FN = _c.CFUNCTYPE(_c.c_int, _c.c_int, _c.c_char_p, _vp)
 _RING_FN = _c.CFUNCTYPE(_c.c_int, _vp, _vp, _c.c_size_t)
 
 _lib = None
-_libc = _c.CDLL(ctypes.util.find_library("c"), use_errno=True)
+# The C library is already in the process (Python links it): no ldconfig search at import.
+_libc = _c.CDLL(None, use_errno=True)
 _libc.vsnprintf.argtypes = [_c.c_char_p, _c.c_size_t, _c.c_char_p, _vp]
 _libc.syscall.restype = _c.c_long
-_log_lines = []  # what libbpf printed since the last load; saved to a file when a load fails
+# What libbpf printed during the current load, per thread (objects may load side by side; libbpf
+# prints from the thread that called it); saved to a file when a load fails.
+_log = threading.local()
+
+
+def _log_lines():
+    if not hasattr(_log, "lines"):
+        _log.lines = []
+    return _log.lines
 
 
 @_PRINT_FN
 def _collect_print(level, fmt, args):
     buf = _c.create_string_buffer(4096)
     _libc.vsnprintf(buf, len(buf), fmt, args)
-    _log_lines.append(buf.value.decode(errors="replace"))
+    _log_lines().append(buf.value.decode(errors="replace"))
     return 0
 
 
@@ -56,6 +71,9 @@ def _signatures(lib):
         "bpf_program__attach_perf_event": (_vp, [_vp, _c.c_int]),
         "bpf_link__destroy": (_c.c_int, [_vp]),
         "bpf_map__fd": (_c.c_int, [_vp]),
+        "bpf_map__max_entries": (_c.c_uint32, [_vp]),
+        "bpf_map__map_flags": (_c.c_uint32, [_vp]),
+        "bpf_map_create": (_c.c_int, [_c.c_int, _c.c_char_p, _c.c_uint32, _c.c_uint32, _c.c_uint32, _vp]),
         "bpf_map__reuse_fd": (_c.c_int, [_vp, _c.c_int]),
         "bpf_map__key_size": (_c.c_uint32, [_vp]),
         "bpf_map__value_size": (_c.c_uint32, [_vp]),
@@ -173,6 +191,61 @@ class Map:
             self.delete(key)
 
 
+class _MapCreateOpts(_c.Structure):
+    """struct bpf_map_create_opts (libbpf 1.x)."""
+    _fields_ = [("sz", _c.c_size_t), ("btf_fd", _c.c_uint32), ("btf_key_type_id", _c.c_uint32),
+                ("btf_value_type_id", _c.c_uint32), ("btf_vmlinux_value_type_id", _c.c_uint32),
+                ("inner_map_fd", _c.c_uint32), ("map_flags", _c.c_uint32), ("map_extra", _c.c_uint64),
+                ("numa_node", _c.c_uint32), ("map_ifindex", _c.c_uint32)]
+
+
+class SharedMap:
+    """A map made before any object is loaded (create_maps), for several objects to share: pass
+    {name: SharedMap} as BpfObject's `share`. close() drops this fd; the objects keep their own."""
+
+    def __init__(self, name, fd):
+        self.name, self.fd = name, fd
+
+    def close(self):
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def create_maps(name, map_names, path=None):
+    """Makes the maps `map_names` as build/<name>.bpf.o (or `path`) defines them (type, key and
+    value sizes, entries, flags) without loading the object: {map name: SharedMap}. Made first,
+    they let every object that shares them load at the same time as the others."""
+    check_privileges()
+    lib = libbpf()
+    path = Path(path) if path else BUILD_DIR / f"{name}.bpf.o"
+    if not path.exists():
+        raise FsprofError(f"{path} is not built; run `make build`")
+    obj = lib.bpf_object__open_file(str(path).encode(), None)
+    if not obj:
+        raise FsprofError(f"libbpf could not open {path} ({_errno_text(_c.get_errno())})")
+    made = {}
+    try:
+        for map_name in map_names:
+            handle = lib.bpf_object__find_map_by_name(obj, map_name.encode())
+            if not handle:
+                raise FsprofError(f"{name}.bpf.o has no map named {map_name}")
+            opts = _MapCreateOpts(sz=_c.sizeof(_MapCreateOpts), map_flags=lib.bpf_map__map_flags(handle))
+            fd = lib.bpf_map_create(lib.bpf_map__type(handle), map_name.encode(), lib.bpf_map__key_size(handle),
+                                    lib.bpf_map__value_size(handle), lib.bpf_map__max_entries(handle),
+                                    _c.byref(opts))
+            if fd < 0:
+                raise FsprofError(f"could not create BPF map {map_name} of {name}.bpf.o ({_errno_text(fd)})")
+            made[map_name] = SharedMap(map_name, fd)
+    except BaseException:
+        for m in made.values():
+            m.close()
+        raise
+    finally:
+        lib.bpf_object__close(obj)
+    return made
+
+
 class RingBuffer:
     """Polls a BPF ring buffer map; callback(bytes) gets each record (for rare events only)."""
 
@@ -258,6 +331,96 @@ def tracepoint_of(section):
     return None
 
 
+# {tracepoint group: its event names}, listed once per process: asking tracefs per program (any
+# group, for raw_tp and tp_btf) stat()ed every group each time, 14 ms of each Collector's start.
+# A group that appears later (a module loaded) is listed when first seen; an event not found is
+# asked of tracefs itself, so the index can only save time, never skip a program wrongly.
+_event_groups = {}
+
+
+def _has_event(name, category=None):
+    events = tracefs.TRACEFS / "events"
+    try:
+        for group in os.listdir(events):
+            if group not in _event_groups:
+                path = events / group
+                _event_groups[group] = frozenset(os.listdir(path)) if path.is_dir() else frozenset()
+    except OSError:
+        return tracefs.has_event(name, category)
+    if category:
+        found = name in _event_groups.get(category, ())
+    else:
+        found = any(name in names for names in _event_groups.values())
+    return found or tracefs.has_event(name, category)
+
+
+class _OpenOpts(_c.Structure):
+    """struct bpf_object_open_opts (libbpf 1.x), up to kernel_log_level."""
+    _fields_ = [("sz", _c.c_size_t), ("object_name", _c.c_char_p), ("relaxed_maps", _c.c_bool),
+                ("pin_root_path", _c.c_char_p), ("_removed_attach_prog_fd", _c.c_uint32),
+                ("kconfig", _c.c_char_p), ("btf_custom_path", _c.c_char_p), ("kernel_log_buf", _c.c_char_p),
+                ("kernel_log_size", _c.c_size_t), ("kernel_log_level", _c.c_uint32)]
+
+
+# CO-RE relocation against the whole kernel BTF (about 130,000 types) makes libbpf search it for
+# every type each object relocates: 10 to 20 ms of CPU per object, for every object, every run.
+# `bpftool gen min_core_btf` cuts the kernel BTF down to the types and members fsprof's objects
+# use, with the kernel's own offsets, so relocations come out the same. It is made once per boot
+# (the running kernel's BTF cannot change before a reboot) and per build of the objects, and kept
+# in CORE_BTF_DIR. Without bpftool, or if it fails, objects relocate against the kernel's BTF.
+_core_btf = {}
+_core_btf_lock = threading.Lock()
+
+
+def _core_btf_key(objects):
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        parts = [f.read().strip(), platform.release(), platform.version()]
+    for obj in objects:
+        st = obj.stat()
+        parts.append(f"{obj.name}:{st.st_size}:{st.st_mtime_ns}")
+    return hashlib.sha1("\n".join(parts).encode()).hexdigest()[:20]
+
+
+def core_btf(path):
+    """The minimised kernel BTF for an object of BUILD_DIR (made on first use), or None."""
+    path = Path(path)
+    if path.parent != BUILD_DIR:
+        return None
+    with _core_btf_lock:  # objects load side by side: one makes it, the others wait for it
+        objects = sorted(BUILD_DIR.glob("*.bpf.o"))
+        try:
+            key = _core_btf_key(objects)
+        except OSError:
+            return None
+        if key not in _core_btf:
+            _core_btf[key] = _make_core_btf(key, objects)
+        return _core_btf[key]
+
+
+def _make_core_btf(key, objects):
+    out = CORE_BTF_DIR / f"core-{key}.btf"
+    if out.exists():
+        return out
+    try:
+        CORE_BTF_DIR.mkdir(parents=True, exist_ok=True)
+        tmp = CORE_BTF_DIR / f".core-{key}.{os.getpid()}.tmp"
+        proc = subprocess.run(["bpftool", "gen", "min_core_btf", str(VMLINUX_BTF), str(tmp), *map(str, objects)],
+                              capture_output=True, timeout=60)
+        if proc.returncode != 0 or not tmp.exists():
+            tmp.unlink(missing_ok=True)
+            return None
+        os.replace(tmp, out)  # whole or absent, even with several fsprof runs starting at once
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for old in CORE_BTF_DIR.glob("core-*.btf"):  # other boots' and builds', a day old
+        try:
+            if old != out and time.time() - old.stat().st_mtime > 86400:
+                old.unlink()
+        except OSError:
+            pass
+    return out
+
+
 class BpfObject:
     """One loaded bpf/*.bpf.o: its programs, maps and links; close() detaches everything.
 
@@ -266,7 +429,7 @@ class BpfObject:
 
     def __init__(self, name, only=None, path=None, share=None):
         """Open and load build/<name>.bpf.o (or `path`). `only`, if given, names the programs to load;
-        `share` ({map name: Map of another object}) makes those maps the other object's."""
+        `share` ({map name: Map of another object, or SharedMap}) makes those maps the same map."""
         check_privileges()
         tracefs.ensure_mounted()
         lib = libbpf()
@@ -278,8 +441,10 @@ class BpfObject:
             raise FsprofError("this kernel has no BTF (/sys/kernel/btf/vmlinux); fsprof's CO-RE programs need CONFIG_DEBUG_INFO_BTF=y")
         self.links, self.skipped = [], {}
         self._maps = {}
-        _log_lines.clear()
-        self._obj = lib.bpf_object__open_file(str(self.path).encode(), None)
+        _log_lines().clear()
+        custom = core_btf(self.path)
+        self._open_opts = _OpenOpts(sz=_c.sizeof(_OpenOpts), btf_custom_path=str(custom).encode() if custom else None)
+        self._obj = lib.bpf_object__open_file(str(self.path).encode(), _c.byref(self._open_opts))
         if not self._obj:
             raise FsprofError(f"libbpf could not open {self.path} ({_errno_text(_c.get_errno())})")
         self.programs = {}
@@ -314,13 +479,14 @@ class BpfObject:
         if tp is None:
             return None
         cat, name = tp
-        if not tracefs.has_event(name, cat):
+        if not _has_event(name, cat):
             where = f"{cat}:{name}" if cat else name
             return f"tracepoint {where} does not exist on this kernel"
         return None
 
     def _fail_load(self, err):
-        log = "\n".join(_log_lines)
+        lines = _log_lines()
+        log = "\n".join(lines)
         LOG_DIR.mkdir(parents=True, exist_ok=True)
         log_file = LOG_DIR / f"{self.name}-load-{int(time.time())}.log"
         log_file.write_text(log)
@@ -331,7 +497,7 @@ class BpfObject:
             raise FsprofError(f"the kernel refused to load {self.name}.bpf.o although fsprof runs as root "
                               f"({_errno_text(err)}): kernel lockdown or policy forbids this program type; "
                               f"libbpf's log is in {log_file}")
-        verifier = any("BEGIN PROG LOAD LOG" in line for line in _log_lines)
+        verifier = any("BEGIN PROG LOAD LOG" in line for line in lines)
         what = "the BPF verifier rejected a program in" if verifier else "libbpf could not load"
         raise FsprofError(f"{what} {self.name}.bpf.o ({_errno_text(err)}); the log is in {log_file}")
 
@@ -384,13 +550,13 @@ class BpfObject:
 
     def close(self):
         """Detach and free; safe to call twice, and a signal cannot cut it in half."""
-        lib = libbpf()
-        with signals.deferred():
-            while self.links:
-                lib.bpf_link__destroy(self.links.pop())
-            obj, self._obj = self._obj, None
-            if obj:
-                lib.bpf_object__close(obj)
+        close_all([self])
+
+    def _free(self):
+        """Frees the object once its links are gone (maps and programs go with their last fd)."""
+        obj, self._obj = self._obj, None
+        if obj:
+            libbpf().bpf_object__close(obj)
 
     def __enter__(self):
         return self
@@ -402,3 +568,45 @@ class BpfObject:
         # A last resort: an object dropped without close() must not leave links attached.
         if getattr(self, "_obj", None):
             self.close()
+
+
+# Detaching a program from a perf event (classic tracepoints, and CPU sampling) waits in the kernel
+# for an RCU tasks-trace grace period (perf_event_detach_bpf_prog -> synchronize_rcu_tasks_trace):
+# 30-130 ms each on a quiet VM, more on a busy one; fsprof's 63 tracepoint links one after another
+# took 4.7 s. Waits that overlap share grace periods, so the links are destroyed side by side: the
+# whole detach then costs about one grace period (0.07 s for 88 links on a quiet VM).
+_MAX_DETACH_THREADS = 128
+
+
+def destroy_links(links):
+    """bpf_link__destroy every link, concurrently; returns when all are detached."""
+    lib = libbpf()
+    links = list(links)
+    if len(links) < 2:
+        for link in links:
+            lib.bpf_link__destroy(link)
+        return
+    done = 0
+    try:
+        with ThreadPoolExecutor(max_workers=min(len(links), _MAX_DETACH_THREADS),
+                                thread_name_prefix="fsprof-detach") as pool:
+            for link in links:
+                pool.submit(lib.bpf_link__destroy, link)
+                done += 1
+    except RuntimeError:  # no thread could be started (interpreter shutdown): one at a time
+        for link in links[done:]:
+            lib.bpf_link__destroy(link)
+
+
+def close_all(objects):
+    """Detach every link of these objects together, then free the objects in the order given.
+    A signal cannot cut it in half (the detach threads inherit the blocked signals)."""
+    objects = list(objects)
+    with signals.deferred():
+        links = []
+        for obj in objects:
+            links.extend(obj.links)
+            obj.links = []
+        destroy_links(links)
+        for obj in objects:
+            obj._free()

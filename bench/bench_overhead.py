@@ -1,0 +1,268 @@
+#!/usr/bin/env python3
+"""Benchmark: what tracing costs the workload. Each workload runs untraced, traced by fsprof (the
+Collector `fsprof record --pid` and `fsprof run` load: syscalls, off-CPU stacks with wakers, on-CPU
+sampling at 999 Hz, ext4/XFS/btrfs/block/writeback probes), traced by bench/peer.bt in bpftrace
+(syscall latency and off-CPU stacks of the same threads), and traced by libbpf-tools' syscount -L,
+offcputime and biolatency together; the four interleaved, the order rotated each round, on one
+scratch filesystem per workload. Throughput is the workload's own: requests/s of the fsync-heavy
+engine's run phase, entries/s of untar's extraction and sync. Overhead = 1 - traced / untraced
+throughput of the same round. Lost events: fsprof's drop counters plus BPF recursion misses.
+
+Then, once per workload and tracer, a run with kernel.bpf_stats_enabled=1 (restored after) gives
+each BPF program's run count and run time (what `bpftool prog show` prints): where the cost goes.
+
+    .venv/bin/python bench/bench_overhead.py [--rounds 7] [--time 5] [--workloads fsync-b0,fsync-b1,untar]
+    BENCH_QUICK=1 ...   # 2 rounds of 2 s, untar of 20,000 entries: checks the script, not for quoting
+"""
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common  # noqa: E402
+from common import (QUICK, Bpftrace, BpfStats, Fsprof, Gated, LibbpfTools, NoTracer, fmt, interleaved,  # noqa: E402
+                    sh, spread)
+from profiler.scratch import Changes  # noqa: E402
+from profiler.signals import install_handlers  # noqa: E402
+
+FSYNC_ARGS = ["--file-test-mode", "rndwr", "--file-fsync-all", "on", "--file-num", "16",
+              "--file-total-size", "64M"]
+WORKLOADS = {
+    "fsync-b0": {"title": "fsync-heavy rndwr, fsync after every write, ext4 barrier=0", "kind": "fsync",
+                 "mount": "barrier=0", "gib": 1},
+    "fsync-b1": {"title": "fsync-heavy rndwr, fsync after every write, ext4 barriers on", "kind": "fsync",
+                 "mount": "", "gib": 1},
+    "untar": {"title": "untar: Linux 6.1 source tree, extract then syncfs, ext4", "kind": "untar",
+              "mount": "", "gib": 4},
+}
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=2 if QUICK else 7, help="interleaved rounds (default 7)")
+    ap.add_argument("--time", type=float, default=2 if QUICK else 5, help="fsync-heavy run seconds (default 5)")
+    ap.add_argument("--untar-entries", type=int, default=20000 if QUICK else 0,
+                    help="entries to extract; 0: the whole tree (default)")
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--tracers", default="untraced,fsprof,bpftrace,libbpf-tools")
+    ap.add_argument("--no-stats", action="store_true", help="skip the bpf_stats runs")
+    return ap.parse_args()
+
+
+class FsyncHeavy:
+    def __init__(self, changes, sfs, seconds):
+        from workloads import fsync_heavy
+        self.changes, self.sfs = changes, sfs
+        wl = fsync_heavy.parser().parse_args(FSYNC_ARGS + ["--time", str(seconds)])
+        fsync_heavy.check(wl)
+        self.argv = fsync_heavy.engine_argv(fsync_heavy.params(wl))
+        self.n = 0
+
+    def run(self, tracer):
+        self.n += 1
+        workdir = os.path.join(self.sfs.mountpoint, f"w{self.n}")
+        os.mkdir(workdir)
+        sh("sync", "-f", self.sfs.mountpoint)
+        status, out, wall, traced = run_traced(self.changes, self.argv, workdir, tracer)
+        os.rmdir(workdir)  # the engine's cleanup phase removed its files
+        if status != 0:
+            raise SystemExit(f"fsync-heavy engine failed ({status}): {out[-300:]}")
+        run = json.loads(out)["run"]
+        return {"rate": run["events"] / (run["elapsed_ns"] / 1e9), "elapsed": run["elapsed_ns"] / 1e9,
+                "events": run["events"], "wall": wall,
+                "cpu_us": (run["cpu_user_ns"] + run["cpu_sys_ns"]) / 1e3 / run["events"], **traced}
+
+
+class Untar:
+    def __init__(self, changes, sfs, entries):
+        from workloads import untar
+        self.changes, self.sfs = changes, sfs
+        wl = untar.parser().parse_args([])
+        untar.check(wl)
+        tar_path, meta, total, _ = untar.prepare_tree(wl)
+        self.entries = min(entries or total, total)
+        self.argv = [untar.engine_path("untar"), "--tar", tar_path, "--entries", str(self.entries),
+                     "--record-size", str(untar.GNU_TAR_RECORD)]
+        with open(tar_path, "rb") as f:  # into the page cache once, for every run alike
+            while f.read(1 << 24):
+                pass
+        self.n = 0
+
+    def run(self, tracer):
+        self.n += 1
+        workdir = os.path.join(self.sfs.mountpoint, f"t{self.n}")
+        os.mkdir(workdir)
+        sh("sync", "-f", self.sfs.mountpoint)
+        status, out, wall, traced = run_traced(self.changes, self.argv, workdir, tracer)
+        shutil.rmtree(workdir)
+        sh("sync", "-f", self.sfs.mountpoint)  # the deletion committed before the next run
+        lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+        res = json.loads(lines[-1]) if lines else {"error": out[-300:]}
+        if status != 0 or "error" in res:
+            raise SystemExit(f"untar engine failed ({status}): {res.get('error')}")
+        secs = (res["extract_ns"] + res["sync_ns"]) / 1e9
+        return {"rate": res["entries"] / secs, "elapsed": secs, "extract_s": res["extract_ns"] / 1e9,
+                "events": res["entries"], "wall": wall, "cpu_us": res["extract_cpu_ns"] / 1e3 / res["entries"],
+                **traced}
+
+
+def run_traced(changes, argv, workdir, tracer):
+    """The workload gated until the tracer is attached; (status, stdout, wall s, tracer's figures)."""
+    proc = Gated(changes, argv, workdir)
+    try:
+        tracer.start(proc.pid)
+        try:
+            proc.release()
+            status, out, wall = proc.wait()
+        finally:
+            traced = tracer.stop()
+    except BaseException:
+        proc.kill()
+        raise
+    return status, out, wall, traced
+
+
+def make_tracers(names, sfs):
+    every = {"untraced": NoTracer(), "fsprof": Fsprof([common.target_of(sfs)]), "bpftrace": Bpftrace(),
+             "libbpf-tools": LibbpfTools()}
+    return [every[n] for n in names]
+
+
+def bench_workload(key, args):
+    spec = WORKLOADS[key]
+    print(f"{key}: {spec['title']}", flush=True)
+    with Changes() as changes:
+        sfs = common.provision(changes, "ext4", f"bench-overhead-{key}", spec["gib"], spec["mount"])
+        wl = (FsyncHeavy(changes, sfs, args.time) if spec["kind"] == "fsync"
+              else Untar(changes, sfs, args.untar_entries))
+        tracers = make_tracers(args.tracers.split(","), sfs)
+        wl.run(NoTracer())  # warm-up: the image's first writes allocate host blocks
+        runs = interleaved([(t.name, lambda t=t: wl.run(t)) for t in tracers], args.rounds)
+        stats = {} if args.no_stats else prog_costs(wl, [t for t in tracers if t.name != "untraced"])
+    return {"title": spec["title"], "runs": runs, "stats": stats,
+            "summary": summarize(runs), "entries": getattr(wl, "entries", None)}
+
+
+def prog_costs(wl, tracers):
+    """One run per tracer with kernel.bpf_stats_enabled=1: each program's runs and run time."""
+    out = {}
+    with BpfStats():
+        for tracer in tracers:
+            r = wl.run(tracer)
+            # Per second of the workload process's whole life (the counters run from attach to detach).
+            out[tracer.name] = {"elapsed": r["wall"], "rate": r["rate"], "events": r["events"],
+                                "progs": sorted(r.get("progs", []), key=lambda p: -p["run_time_ns"])}
+            total = sum(p["run_time_ns"] for p in out[tracer.name]["progs"])
+            print(f"  bpf_stats {tracer.name}: {total / 1e6:.1f} ms of BPF in {r['wall']:.2f} s", flush=True)
+    return out
+
+
+def summarize(runs):
+    """Per tracer: throughput spread, overhead spread (same-round ratio to untraced), lost events."""
+    base = runs.get("untraced")
+    out = {}
+    for name, rs in runs.items():
+        s = {"rate": spread([r["rate"] for r in rs]), "cpu_us": spread([r["cpu_us"] for r in rs])}
+        if base and name != "untraced":
+            s["overhead"] = spread([1 - r["rate"] / b["rate"] for r, b in zip(rs, base)])
+            s["cpu_overhead"] = spread([r["cpu_us"] / b["cpu_us"] - 1 for r, b in zip(rs, base)])
+        lost = [r.get("lost") for r in rs]
+        s["lost"] = None if name == "untraced" or any(v is None for v in lost) else sum(lost)
+        s["drops"] = {}
+        for r in rs:
+            for k, v in r.get("drops", {}).items():
+                s["drops"][k] = s["drops"].get(k, 0) + v
+        out[name] = s
+    return out
+
+
+# ---- markdown ---------------------------------------------------------------------------------------
+
+def render(results, args):
+    lines = ["| workload | tracer | throughput: median (min – max) | overhead vs untraced, same round | "
+             "workload's CPU per request | its increase, same round | lost events (all rounds) |",
+             "|---|---|---|---|---|---|---|"]
+    for key, res in results.items():
+        unit = "req/s" if WORKLOADS[key]["kind"] == "fsync" else "entries/s"
+        for name, s in res["summary"].items():
+            lost = "—" if name == "untraced" else ("not reported" if s["lost"] is None else f"{s['lost']:,}")
+            if s["drops"]:
+                lost += " (" + ", ".join(f"{k} {v:,}" for k, v in s["drops"].items()) + ")"
+            over = fmt(s.get("overhead"), 1, pct=True) if name != "untraced" else "—"
+            cpu_over = fmt(s.get("cpu_overhead"), 1, pct=True) if name != "untraced" else "—"
+            lines.append(f"| {key} | {name} | {fmt(s['rate'], 0)} {unit} | {over} | {fmt(s['cpu_us'], 1, ' µs')} | "
+                         f"{cpu_over} | {lost} |")
+    lines += ["", "Workloads (" + f"{args.rounds} rounds" + "):", ""]
+    for key, res in results.items():
+        extra = f" ({res['entries']:,} entries)" if res.get("entries") else ""
+        lines.append(f"- **{key}**: {res['title']}{extra}.")
+    stats = [(key, res["stats"]) for key, res in results.items() if res["stats"]]
+    if stats:
+        lines += ["", "### Where the time goes: BPF run time per program",
+                  "", "One run per workload and tracer with `kernel.bpf_stats_enabled=1` (restored after; "
+                  "its own timing adds some cost to that run only). runs/s and CPU are per second of the "
+                  "workload process's life (gate to exit); CPU is the program's run time as a share of one "
+                  "core. Programs run for every event of the machine and filter inside, so runs/s counts "
+                  "other processes' events too; programs that did not run are left out.", "",
+                  "| workload | tracer | program | runs/s | ns/run | CPU (% of a core) |", "|---|---|---|---|---|---|"]
+        for key, st in stats:
+            for tracer, s in st.items():
+                lines += prog_rows(key, tracer, s)
+    return "\n".join(lines)
+
+
+TOP_PROGRAMS = 10
+
+
+def prog_rows(key, tracer, s):
+    """The programs with the most run time, the rest summed, and the total."""
+    progs = [p for p in s["progs"] if p["run_cnt"]]
+    secs = s["elapsed"]
+    rows = [f"| {key} | {tracer} | {p['name']} | {p['run_cnt'] / secs:,.0f} | {p['run_time_ns'] / p['run_cnt']:,.0f} | "
+            f"{p['run_time_ns'] / secs / 1e7:.2f} |" for p in progs[:TOP_PROGRAMS]]
+    rest = progs[TOP_PROGRAMS:]
+    if rest:
+        rows.append(f"| {key} | {tracer} | {len(rest)} others | | | {sum(p['run_time_ns'] for p in rest) / secs / 1e7:.2f} |")
+    total = sum(p["run_time_ns"] for p in progs)
+    rows.append(f"| {key} | {tracer} | **all {len(progs)}** | | | **{total / secs / 1e7:.2f}** |")
+    return rows
+
+
+HOW = """How: `make bench` (or `.venv/bin/python bench/bench_overhead.py`). One fresh loop-backed ext4
+per workload (1 GiB; 4 GiB for untar), one untraced warm-up run, then rounds of the four variants
+in rotated order. fsync-heavy is the C engine (`build/workloads/fsync_heavy`, options
+`--file-test-mode rndwr --file-fsync-all on --file-num 16 --file-total-size 64M --time T`: a random
+16 KiB write then an fsync of that file, as one request); its throughput is requests/s of its run
+phase. untar is the C engine on Debian's linux-source-6.1 tarball (in the page cache); its
+throughput is entries / (extraction + syncfs). The workload's CPU per request is its own user +
+system time (getrusage in the engine: fsync-heavy's run phase, untar's extraction) per request or
+entry: fsprof's programs that run in the workload's thread (syscalls, its switch-outs) land in its
+system time, and this figure is far less disturbed by a busy machine's I/O than throughput. Each workload waits at a gate until the tracer is
+attached (fsprof's Collector constructed; bpftrace's BEGIN printed; each libbpf tool holding as
+many BPF links as programs), so every request is traced. bpftrace runs `bench/peer.bt`;
+libbpf-tools are `syscount -L -p PID`, `offcputime -p PID` and `biolatency` at once (the
+libbpf-tools that run on this kernel: no kprobes, no fentry). fsprof's lost events are its drop
+counters (`result.json` `drops`) plus the kernel's BPF recursion misses of its programs; the peers
+do not count theirs."""
+
+
+def main():
+    args = parse_args()
+    install_handlers()
+    results = {key: bench_workload(key, args) for key in args.workloads.split(",")}
+    md = render(results, args)
+    print("\n" + md)
+    common.save("overhead", {"results": results, "markdown": md, "how": HOW,
+                             "args": vars(args)})
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except KeyboardInterrupt:
+        raise SystemExit("bench_overhead: interrupted; the scratch filesystems are undone")
