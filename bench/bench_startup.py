@@ -118,9 +118,9 @@ def equivalent_script(path):
 def in_process_phases():
     """The Collector's load+attach and close inside a fresh Python (imports excluded)."""
     code = ("import time, json; t0 = time.perf_counter(); from profiler.collect import Collector; "
-            "t1 = time.perf_counter(); c = Collector(); t2 = time.perf_counter(); c.close(); "
+            "t1 = time.perf_counter(); c = Collector(); t2 = time.perf_counter(); n = len(c.objects); c.close(); "
             "t3 = time.perf_counter(); print(json.dumps({'import_s': t1 - t0, 'load_attach_s': t2 - t1, "
-            "'close_s': t3 - t2}))")
+            "'close_s': t3 - t2, 'objects': n}))")
     out = subprocess.run([PY, "-c", code], capture_output=True, text=True, cwd=REPO, check=True).stdout
     return json.loads(out)
 
@@ -173,7 +173,7 @@ def render(summary, phases, cli, args):
     lines += ["", "Inside one Python process (profiler.collect.Collector):", "",
               "| step | time |", "|---|---|",
               f"| import profiler.collect | {fmt(phases['import_s'], **ms)} |",
-              f"| Collector(): load 6 objects, attach every program, perf events on each CPU | "
+              f"| Collector(): load {phases['objects']['median']:.0f} objects, attach every program, perf events on each CPU | "
               f"{fmt(phases['load_attach_s'], **ms)} |",
               f"| Collector.close(): detach and free | {fmt(phases['close_s'], **ms)} |",
               "", "Python and the command line:", "", "| command | wall time |", "|---|---|"]

@@ -2,6 +2,7 @@
 errors a user can meet (verifier rejection, missing tracepoint)."""
 
 import ctypes as c
+import json
 import os
 import subprocess
 import time
@@ -139,3 +140,47 @@ def test_close_detaches_every_link():
     assert tracing_progs() == before + 1
     obj.close()
     assert tracing_progs() == before
+
+
+def own_programs():
+    """{prog_id: prog_tag} of the BPF programs this process holds (/proc/self/fdinfo). The tag is
+    the kernel's hash of the program as loaded, map references left out."""
+    progs = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") != "anon_inode:bpf-prog":
+                continue
+            info = dict(line.split(":", 1) for line in Path(f"/proc/self/fdinfo/{fd}").read_text().splitlines())
+        except OSError:
+            continue
+        progs[int(info["prog_id"])] = info["prog_tag"].strip()
+    return progs
+
+
+def test_minimised_kernel_btf_relocates_as_the_kernel_btf(tmp_path):
+    """Objects in build/ relocate against `bpftool gen min_core_btf`'s cut of the kernel BTF
+    (bpf.core_btf); a copy elsewhere relocates against the kernel's own. Same programs, same tags."""
+    from profiler.bpf import core_btf
+    assert core_btf(BUILD_DIR / "syscalls.bpf.o") is not None
+    copy = tmp_path / "syscalls.bpf.o"
+    copy.write_bytes((BUILD_DIR / "syscalls.bpf.o").read_bytes())
+    before = set(own_programs())
+    with BpfObject("syscalls") as minimised:
+        with_min = {i: t for i, t in own_programs().items() if i not in before}
+        with BpfObject("syscalls", path=copy) as full:
+            with_full = {i: t for i, t in own_programs().items() if i not in before and i not in with_min}
+            assert len(minimised.programs) == len(full.programs) == len(with_min) > 5
+    assert sorted(with_min.values()) == sorted(with_full.values())
+
+
+def test_collector_loads_side_by_side_and_leaves_no_program_behind():
+    from profiler.collect import Collector
+    before = set(own_programs())
+    with Collector() as collector:
+        loaded = set(own_programs()) - before
+        assert len(loaded) == sum(len(o.programs) for o in collector.objects)
+        names = [o.name for o in collector.objects]
+        assert names[0] == "syscalls" and len(set(names)) == len(names)
+    shown = {p["id"] for p in json.loads(subprocess.run(["bpftool", "prog", "show", "-j"], capture_output=True,
+                                                         text=True, check=True).stdout)}
+    assert not loaded & shown
