@@ -27,7 +27,7 @@ variants are compared (untraced / fsprof / bpftrace / libbpf-tools, or the tools
 are interleaved, the order rotated each round (A B C D, B C D A, ...), so that a machine drifting
 slower or faster falls on every variant alike, and each ratio is taken within one round.
 
-Reproduce: `make bench` (about 25 minutes; needs root, loop devices, bpftrace, libbpf-tools, which
+Reproduce: `make bench` (about 17 minutes; needs root, loop devices, bpftrace, libbpf-tools, which
 the rule installs). `make bench BENCH_LONG=1` makes the capacity bench's long run 10 minutes;
 `BENCH_QUICK=1` runs everything with few, short repeats (to check the scripts: not figures to
 quote); `BENCH_WORKLOADS=0` skips the bundled workloads' benches against their reference tools.
@@ -95,7 +95,7 @@ def closing_note(overhead, startup, capacity):
                        f"{r['ctxt_per_s']:,.0f} context switches/s, {r['blk_requests_per_s']:,.0f} block requests/s "
                        f"with {r['lost']:,} lost events; fsprof's own CPU {r['cpu_pct']:.2f}% of a core, RSS "
                        f"{r['rss_last_kib'] / 1024:.0f} MiB, BPF maps {r['maps_mib']:.0f} MiB (preallocated).")
-    if missed:
+    if missed or startup:
         out += ["", *WHY_NOTE]
     return out + [""]
 
@@ -141,20 +141,39 @@ def overhead_note(overhead):
 
 
 # The analysis behind the figures, from the programs themselves (bpf/syscalls.bpf.c, bpf/block.bpf.c,
-# bpf/ext4.bpf.c): true of the code as it is, whatever the machine's figures.
-WHY_NOTE = ["Why a fast fsync workload costs what it does: every request (a 16 KiB write, then an fsync "
-            "that waits for its data write and the journal) runs about ten of fsprof's programs: "
-            "sys_enter/sys_exit twice, a switch-out that takes the kernel stack it leaves at "
-            "(`on_switch`), the wakeup that takes the waker's stack and name (`on_waking`), a block "
-            "request's start, issue, completion and end, and ext4's delayed-allocation and jbd2 probes. "
-            "The two stack walks (the ORC unwinder, 20 to 45 frames) are the largest part: they are what "
-            "off-CPU attribution and the waker join are made of, and the bpftrace script pays the first "
-            "one too. Programs that only filter (sched_switch of untraced tasks, sys_enter of other "
-            "processes) cost tens of ns a run. With barriers on, a request waits milliseconds for the "
-            "cache flush and the same BPF work disappears in it. What would bring the barrier=0 case under "
-            "3%: fewer stack walks (take 1 in N blocked intervals' stacks and scale, or the waker's stack "
-            "only for waits longer than a threshold). That changes what is reported, so it would be an "
-            "option (e.g. `--stacks sampled`), not a silent change to the default."]
+# bpf/ext4.bpf.c) and from hand experiments whose figures are quoted with their date and command.
+WHY_NOTE = [
+    "Why a fast fsync workload costs what it does: every request (a 16 KiB write, then an fsync that "
+    "waits for its data write and the journal) makes about nine context switches and six wakeups on "
+    "this 2-core machine, each of which runs fsprof's `on_switch` / `on_waking` (and the bpftrace "
+    "script's `sched_switch`), plus sys_enter/sys_exit twice, four programs per block request "
+    "(start, issue, completion, end), and ext4's delayed-allocation and jbd2 probes. Programs that "
+    "only filter cost about 100 ns a run here; the expensive ones walk the kernel stack (the ORC "
+    "unwinder; about 11 frames at the median, up to 40): the traced thread's stack at each switch-out (off-CPU attribution; "
+    "the bpftrace script walks it too), the waker's at each wakeup of a traced thread (who ended the "
+    "wait), and the journal thread's at its switch-outs inside a commit (its own time by cause).",
+    "",
+    "A hand experiment (2026-11-22, `/tmp`-built variants of bpf/syscalls.bpf.c run by the bench's "
+    "own classes, fsync-b0, 5 interleaved rounds): fsprof +25.0%, without the waker's stack +24.1%, "
+    "without any switch-out or waker stack +13.9%, the bpftrace script +19.9%. So the stack walks are "
+    "about half of fsprof's cost on this workload, and even without them the per-event floor of "
+    "tracing every context switch exceeds 3% at 10,000 fsyncs/s; the peers that trace context "
+    "switches (bpftrace, libbpf-tools offcputime) pay the same floor. What would bring the barrier=0 "
+    "case near 3%: sampled off-CPU stacks (walk the stack for 1 in N blocked intervals of the same "
+    "op and scale), with the cost of every switch of untraced tasks cut further by task-local "
+    "storage instead of hash lookups. Sampling changes what is reported, so it would be an option "
+    "(e.g. `--stacks sampled`), not a silent change to the default. untar is syscall-bound (6.5 "
+    "syscalls per entry): there fsprof's sys_enter (fd to filesystem resolution, about 200 ns) and "
+    "the ext4 delayed-allocation probes (about 100 ns a run, about ten runs per entry: per page "
+    "written) are the cost.",
+    "",
+    "Stop: `Collector.close()` takes about 2.4 s (see Start-up). Each of the 63 classic tracepoint "
+    "programs waits at detach for the kernel's tracepoint_synchronize_unregister, under the global "
+    "event_mutex, when the tracepoint's last perf user goes; fsprof destroys links side by side, "
+    "which halves the serial 4.7 s, and the rest queues on that mutex (0.06 s when another tracer "
+    "holds the same tracepoints). raw_tp and tp_btf links detach in under 1 ms: moving those "
+    "programs to tp_btf would remove it.",
+]
 
 
 def per_request(res):

@@ -570,11 +570,13 @@ class BpfObject:
             self.close()
 
 
-# Detaching a program from a perf event (classic tracepoints, and CPU sampling) waits in the kernel
-# for an RCU tasks-trace grace period (perf_event_detach_bpf_prog -> synchronize_rcu_tasks_trace):
-# 30-130 ms each on a quiet VM, more on a busy one; fsprof's 63 tracepoint links one after another
-# took 4.7 s. Waits that overlap share grace periods, so the links are destroyed side by side: the
-# whole detach then costs about one grace period (0.07 s for 88 links on a quiet VM).
+# Detaching a classic tracepoint program waits in the kernel twice: for an RCU tasks-trace grace
+# period (perf_event_detach_bpf_prog), and, when the tracepoint's last perf user goes, in
+# perf_trace_event_unreg -> tracepoint_synchronize_unregister, which holds the global event_mutex.
+# One after another, fsprof's 63 tracepoint links took 4.7 s here. Destroyed side by side, the
+# first waits overlap and the second ones queue on the mutex: 2.4 s (0.06 s when another process
+# still traces the same tracepoints). raw_tp and tp_btf links detach without waiting (under 1 ms),
+# so moving the classic tracepoint programs to tp_btf is what would remove the rest.
 _MAX_DETACH_THREADS = 128
 
 

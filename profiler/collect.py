@@ -164,7 +164,8 @@ class Collector:
                 "drops": dict(zip(maps.DROP_REASONS, drops))}
 
     def close(self):
-        """Detach everything at once (detaches wait on the kernel; together they wait once)."""
+        """Detach everything at once: each classic tracepoint detach waits in the kernel, and side by side
+        the waits overlap in part (bpf.py, above destroy_links)."""
         close_all(reversed(self.objects))
         self.objects = []
 
