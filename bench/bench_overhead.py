@@ -65,11 +65,7 @@ class FsyncHeavy:
 
     def run(self, tracer):
         self.n += 1
-        workdir = os.path.join(self.sfs.mountpoint, f"w{self.n}")
-        os.mkdir(workdir)
-        sh("sync", "-f", self.sfs.mountpoint)
-        status, out, wall, traced = run_traced(self.changes, self.argv, workdir, tracer)
-        os.rmdir(workdir)  # the engine's cleanup phase removed its files
+        status, out, wall, traced = run_in_fresh_dir(self.changes, self.sfs, f"w{self.n}", self.argv, tracer)
         if status != 0:
             raise SystemExit(f"fsync-heavy engine failed ({status}): {out[-300:]}")
         run = json.loads(out)["run"]
@@ -95,12 +91,7 @@ class Untar:
 
     def run(self, tracer):
         self.n += 1
-        workdir = os.path.join(self.sfs.mountpoint, f"t{self.n}")
-        os.mkdir(workdir)
-        sh("sync", "-f", self.sfs.mountpoint)
-        status, out, wall, traced = run_traced(self.changes, self.argv, workdir, tracer)
-        shutil.rmtree(workdir)
-        sh("sync", "-f", self.sfs.mountpoint)  # the deletion committed before the next run
+        status, out, wall, traced = run_in_fresh_dir(self.changes, self.sfs, f"t{self.n}", self.argv, tracer)
         lines = [ln for ln in out.splitlines() if ln.startswith("{")]
         res = json.loads(lines[-1]) if lines else {"error": out[-300:]}
         if status != 0 or "error" in res:
@@ -109,6 +100,19 @@ class Untar:
         return {"rate": res["entries"] / secs, "elapsed": secs, "extract_s": res["extract_ns"] / 1e9,
                 "events": res["entries"], "wall": wall, "cpu_us": res["extract_cpu_ns"] / 1e3 / res["entries"],
                 **traced}
+
+
+def run_in_fresh_dir(changes, sfs, name, argv, tracer):
+    """run_traced in a new directory of the scratch filesystem, removed afterwards; the filesystem
+    is synced before the run and after the removal, so that no run pays for another's writes."""
+    workdir = os.path.join(sfs.mountpoint, name)
+    os.mkdir(workdir)
+    sh("sync", "-f", sfs.mountpoint)
+    try:
+        return run_traced(changes, argv, workdir, tracer)
+    finally:
+        shutil.rmtree(workdir)
+        sh("sync", "-f", sfs.mountpoint)
 
 
 def run_traced(changes, argv, workdir, tracer):
