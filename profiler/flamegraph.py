@@ -543,7 +543,21 @@ def _diff_command(args, labels, phase):
         phase_index(side.fs, phase)
     svg = _output(args, _svg_name(run.fs["label"], f"{args.kind}-diff", phase,
                                   f"vs-{Path(args.diff).resolve().name}-{base.fs['label']}"))
-    return diff_graph(run, base, args.kind, phase, svg)
+    written = diff_graph(run, base, args.kind, phase, svg)
+    if written:
+        _say_top_frames(written[2], run.fs["fs"])
+    return written
+
+
+def _say_top_frames(diff_path, fs_name):
+    """The reddest frames of a differential, on stderr (stdout lists the files written), so
+    that the answer is readable without opening the SVG."""
+    tops = top_frames(read_folded(diff_path, diff=True), fs_name)
+    print("top frames where the run costs more (ns per op):" if tops else
+          "no frame costs more in the run than in the baseline", file=sys.stderr)
+    for path, delta in tops:
+        under = " ".join(f for f in path[1:-1] if f.startswith("["))  # the [op] and [cause] frames
+        print(f"  +{delta:>12,}  {path[-1]}  under {under}", file=sys.stderr)
 
 
 def _graph_command(args, labels, phase):

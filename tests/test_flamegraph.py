@@ -147,6 +147,8 @@ def test_barriers_make_the_journal_commit_the_main_red_region(runs, tmp_path):
         # The fsync's own frames: a write may meet a global dirty limit another test on the machine set.
         tops[kind] = fg.top_frames({s: v for s, v in diff.items() if s.split(";")[1] == "[fsync]"}, "ext4")
         print(kind, [(";".join(p[2:3] + p[-3:]), d) for p, d in tops[kind]])
+        if kind == "off-cpu":  # the command says the top frames too, on stderr
+            assert "jbd2_log_wait_commit  under [fsync] [journal commit wait]" in proc.stderr, proc.stderr
     path, delta = tops["off-cpu"][0]
     assert path[2] == "[journal commit wait]" and path[-1] == "jbd2_log_wait_commit"
     assert delta >= 0.5 * (commit[0] - commit[1]), (delta, commit)  # ns per fsync
