@@ -486,7 +486,8 @@ def top_frames(diff, fs_name, n=5):
 # The default set (fsprof run, fsprof report) and the command
 
 
-def _svg_name(*parts):
+def svg_name(*parts):
+    """The file name of a graph in the default set (used by the HTML report to find it)."""
     return ".".join(_stem_part(p) for p in parts) + ".svg"
 
 
@@ -501,11 +502,11 @@ def write_default_set(run_dir, result):
     for fs in result["filesystems"]:
         for kind in KINDS:
             for phase in [ALL_PHASES, *fs["phases"]]:
-                written += graph(result, [fs], kind, phase, out_dir / _svg_name(fs["label"], kind, phase))
+                written += graph(result, [fs], kind, phase, out_dir / svg_name(fs["label"], kind, phase))
     if len(result["filesystems"]) > 1:
         base = Side(result, run_dir, result["filesystems"][0])
         for fs in result["filesystems"][1:]:
-            svg = out_dir / _svg_name(f"{fs['label']}-vs-{base.fs['label']}", "off-cpu-diff", ALL_PHASES)
+            svg = out_dir / svg_name(f"{fs['label']}-vs-{base.fs['label']}", "off-cpu-diff", ALL_PHASES)
             written += diff_graph(Side(result, run_dir, fs), base, "off-cpu", ALL_PHASES, svg)
     return written
 
@@ -541,7 +542,7 @@ def _diff_command(args, labels, phase):
     base = _side(base_result, args.diff, args.diff_fs or (run.fs["label"] if same else None), "--diff-fs")
     for side in (run, base):
         phase_index(side.fs, phase)
-    svg = _output(args, _svg_name(run.fs["label"], f"{args.kind}-diff", phase,
+    svg = _output(args, svg_name(run.fs["label"], f"{args.kind}-diff", phase,
                                   f"vs-{Path(args.diff).resolve().name}-{base.fs['label']}"))
     written = diff_graph(run, base, args.kind, phase, svg)
     if written:
@@ -567,7 +568,7 @@ def _graph_command(args, labels, phase):
     for fs in chosen:
         phase_index(fs, phase)
     return graph(result, chosen, args.kind, phase,
-                 _output(args, _svg_name("+".join(fs["label"] for fs in chosen), args.kind, phase)))
+                 _output(args, svg_name("+".join(fs["label"] for fs in chosen), args.kind, phase)))
 
 
 def _output(args, default_name):

@@ -85,11 +85,11 @@ def _graph_names(result):
     for fs in result["filesystems"]:
         for kind in fg.KINDS:
             for phase in [fg.ALL_PHASES, *fs["phases"]]:
-                out.append((fs["label"], kind, phase, fg._svg_name(fs["label"], kind, phase)))
+                out.append((fs["label"], kind, phase, fg.svg_name(fs["label"], kind, phase)))
     base = result["filesystems"][0]["label"] if result["filesystems"] else ""
     for fs in result["filesystems"][1:]:
         label = f"{fs['label']}-vs-{base}"
-        out.append((label, "off-cpu-diff", fg.ALL_PHASES, fg._svg_name(label, "off-cpu-diff", fg.ALL_PHASES)))
+        out.append((label, "off-cpu-diff", fg.ALL_PHASES, fg.svg_name(label, "off-cpu-diff", fg.ALL_PHASES)))
     return out
 
 

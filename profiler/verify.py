@@ -130,6 +130,14 @@ def usage(sentence):
     return FsprofError(sentence, exit_code=2)
 
 
+class NotApplicable(FsprofError):
+    """An expectation of a setting the filesystem does not have: a usage error (exit 2), which a
+    spec's verify must not record as one configuration's failure."""
+
+    def __init__(self, sentence):
+        super().__init__(sentence, exit_code=2)
+
+
 def parse_expectation(text, source="--expect"):
     """KEY=VALUE -> Expectation, or a usage error (exit 2) in one sentence."""
     key, eq, value = text.partition("=")
@@ -283,8 +291,8 @@ def _wanted(target, expectations):
         for e in expectations:
             spec = KEYS[e.key]
             if target.fs not in spec.filesystems:
-                raise usage(f"{e.key}= does not apply to {target.fs} ({target.mountpoint}): {spec.what} is a "
-                            f"setting of {', '.join(spec.filesystems)}")
+                raise NotApplicable(f"{e.key}= does not apply to {target.fs} ({target.mountpoint}): {spec.what} "
+                                    f"is a setting of {', '.join(spec.filesystems)}")
             out = [(k, v) for k, v in out if k != e.key] + [(e.key, e.value)]
         return out
     keys = [k for k in OBSERVED_KEYS if target.fs in KEYS[k].filesystems]
@@ -489,9 +497,9 @@ def verify_spec(spec_path, scratch_root, patience=DEFAULT_PATIENCE_S, progress=N
                         for name, _ in sfs.block_devs:
                             scratch.set_scheduler(changes, name, cfg.scheduler)
                     results.append((cfg.name, verify_mount(sfs.mountpoint, expectations or None, patience, say)))
+            except NotApplicable:
+                raise
             except FsprofError as e:
-                if e.exit_code == 2 and "does not apply" in str(e):
-                    raise
                 results.append((cfg.name, str(e)))
     return results
 

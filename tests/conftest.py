@@ -22,8 +22,11 @@ def run_fsprof(*args, cwd=REPO, timeout=600):
     env = {**os.environ, "PYTHONPATH": REPO}  # the package, whatever the cwd
     proc = subprocess.run([*FSPROF, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout)
     if proc.returncode == 0 and "-o" in args and "--" not in args[:args.index("-o")]:
-        result_file = Path(cwd, args[args.index("-o") + 1], "result.json")
-        if result_file.exists():
+        out = Path(cwd, args[args.index("-o") + 1])
+        results = sorted(out.rglob("result.json")) if out.is_dir() else []  # a spec: one per run
+        if args[0] in ("run", "record"):
+            assert results, f"fsprof {args[0]} exited 0 and wrote no result.json under {out}"
+        for result_file in results:
             assert_invariants(json.loads(result_file.read_text()))
     return proc
 

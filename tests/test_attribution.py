@@ -14,7 +14,7 @@ import pytest
 
 from conftest import REPO, assert_invariants, run_fsprof
 from profiler import scratch
-from profiler.attribution import rules_for
+from profiler.attribution import DELAYED_ALLOC, rules_for
 
 pytestmark = pytest.mark.slow
 COUNT = 200
@@ -254,3 +254,25 @@ def test_record_pid_io_wait_agrees_with_taskstats(tmp_path):
     assert m["blocked"] - slack <= m["theirs"] <= m["blocked"] + m["after_wake"] + slack, m
     rules = rules_for("ext4")
     assert rules.classify_off(["jbd2_log_wait_commit"], False)[0] == "journal commit wait"
+
+
+SCATTER = """
+import os
+fd = os.open("sparse", os.O_CREAT | os.O_WRONLY, 0o644)
+for i in range(20000):
+    os.pwrite(fd, b"x" * 4096, i * 8192)  # every other block: each needs an extent of its own
+os.fsync(fd)
+"""
+
+
+def test_fsync_allocates_the_delayed_blocks_only_under_delalloc(tmp_path):
+    """20,000 scattered 4 KiB writes, then fsync. With ext4's delayed allocation the blocks are
+    allocated when the fsync writes them back, on the fsync's CPU time; with nodelalloc each
+    write allocates its own and the fsync has none to do."""
+    runs = {name: fsprof_result(tmp_path, "--fs", "ext4", *opts, "--", sys.executable, "-c", SCATTER, name=name)
+            for name, opts in (("delalloc", ()), ("nodelalloc", ("--mount-options", "nodelalloc")))}
+    da, nd = (breakdown(runs[name]["filesystems"][0], "fsync") for name in ("delalloc", "nodelalloc"))
+    print({name: breakdown(r["filesystems"][0], "fsync")["causes"] for name, r in runs.items()})
+    assert da["count"] == nd["count"] == 1
+    assert da["causes"].get(DELAYED_ALLOC, 0) > 0.2 * (da["wall_ns"] - da["offcpu_ns"]), da["causes"]
+    assert nd["causes"].get(DELAYED_ALLOC, 0) < 0.05 * da["causes"][DELAYED_ALLOC], nd["causes"]

@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from conftest import run_fsprof, bpftrace_output, bpftrace_start
+from conftest import assert_invariants, run_fsprof, bpftrace_output, bpftrace_start
 from profiler import behind, scratch
 from profiler.assemble import assemble
 from profiler.behind import btrfs
@@ -77,9 +77,12 @@ def traced_run(collector, sfs, script, *args):
 
 
 def assembled(collector, target, start_ns):
+    """The filesystem entry of the traced run, checked against the attribution invariants."""
     raw = collector.snapshot()
     raw["phase_start_ns"][0] = start_ns
-    return assemble(raw, target, ["run"], time.monotonic_ns())
+    entry = assemble(raw, target, ["run"], time.monotonic_ns())
+    assert_invariants({"filesystems": [entry]})
+    return entry
 
 
 def test_commits_and_commit_time_match_commit_stats(tmp_path):

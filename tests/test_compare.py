@@ -5,6 +5,7 @@ import json
 import pytest
 
 from conftest import run_fsprof
+from profiler.compare import MIN_SHARE, MIN_US
 
 pytestmark = pytest.mark.slow
 COUNT = 300
@@ -91,3 +92,46 @@ def test_a_spec_with_two_workloads_is_compared_per_workload(tmp_path):
         assert c["significant"] and "cache flush" in c["causes"][0]["cause"], c["causes"][:2]
     text = compare(tmp_path / "out")
     assert text.index("== workload short") < text.index("== workload long"), text
+
+
+SAME_TWICE = """
+repeats = 3
+[[config]]
+name = "a"
+fs = "ext4"
+[[config]]
+name = "b"
+fs = "ext4"
+[[workload]]
+name = "loop"
+workload = "fsync-loop"
+args = ["--count", "100"]
+"""
+
+
+def test_repeats_measure_the_noise_that_decides_significance(tmp_path):
+    """Two identical configurations, three runs each: compare's noise is the wider spread of
+    µs per fsync over each configuration's runs (from the runs' own results), and a difference
+    only counts when it exceeds that noise (and 5% of the op's time)."""
+    spec_file = tmp_path / "same.toml"
+    spec_file.write_text(SAME_TWICE)
+    out = tmp_path / "out"
+    proc = run_fsprof("run", "--spec", str(spec_file), "-o", str(out), "--scratch-dir", str(tmp_path / "scratch"))
+    assert proc.returncode == 0, proc.stderr
+    per_op = {"a": [], "b": []}
+    for entry in json.loads((out / "index.json").read_text())["runs"]:
+        fsync = json.loads((out / entry["dir"] / "result.json").read_text())["filesystems"][0]["attribution"]["fsync"]
+        per_op[entry["config"]].append(fsync["wall_ns"] / fsync["count"] / 1e3)
+    assert [len(v) for v in per_op.values()] == [3, 3]
+    (cmp,) = json.loads(compare(out, "--json"))
+    assert cmp["repeats"] == 3
+    noise = max(max(v) - min(v) for v in per_op.values())
+    assert cmp["noise_us"] == pytest.approx(noise)
+    a, b = (sum(v) / 3 for v in per_op.values())
+    assert cmp["us_per_op"] == pytest.approx([a, b])
+    assert cmp["significant"] == (abs(b - a) > max(noise, MIN_SHARE * max(a, b), MIN_US))
+    text = compare(out)
+    print(text)
+    assert "(one run each" not in text
+    if not cmp["significant"]:
+        assert "within the run-to-run spread of" in text and "over 3 repeats" in text, text

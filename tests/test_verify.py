@@ -184,7 +184,9 @@ def ext4(tmp_path_factory):
     with scratch.Changes() as changes:
         fs = {"a": provision(changes, root, "a", "ext4", EXT4_A),
               "b": provision(changes, root, "b", "ext4", EXT4_B),
-              "fc": provision(changes, root, "fc", "ext4", mkfs=("-O", "fast_commit"))}
+              "fc": provision(changes, root, "fc", "ext4", mkfs=("-O", "fast_commit")),
+              # nodelalloc alone: "b"'s data=journal turns delayed allocation off by itself.
+              "nd": provision(changes, root, "nd", "ext4", "nodelalloc")}
         scratch.set_scheduler(changes, disk(fs["a"]), "mq-deadline")
         scratch.set_scheduler(changes, disk(fs["b"]), "none")
         oracle = Oracle(fs.values())
@@ -207,8 +209,17 @@ def ext4(tmp_path_factory):
             scratch.set_sysctl(sysctls, "vm.dirty_ratio", "20")  # which makes vm.dirty_bytes 0: the default
             runs["dirty_default"] = verify(fs["b"], "vm.dirty_bytes=100000", "vm.dirty_ratio=20")
             kernel["threshold_default"] = vmstat("nr_dirty_threshold")
+        # The background threshold: taken as set under a larger limit; replaced by half the limit
+        # when set at or above it (the shipped untar spec's published settings).
+        for run, limit, background in (("bg_set", 400000, 200000), ("bg_halved", 100000, 900000000)):
+            with scratch.Changes() as sysctls:
+                scratch.set_sysctl(sysctls, "vm.dirty_bytes", limit)
+                scratch.set_sysctl(sysctls, "vm.dirty_background_bytes", background)
+                runs[run] = verify(fs["a"], f"vm.dirty_background_bytes={background}")
+                kernel[run] = vmstat("nr_dirty_background_threshold")
         runs["fc_on"] = verify(fs["fc"], "fast_commit=on")
         runs["fc_off"] = verify(fs["a"], "fast_commit=on")
+        runs["nodelalloc"] = verify(fs["nd"], "delalloc=on")
         with scratch.Changes() as cache:
             scratch.set_write_cache(cache, disk(fs["a"]), "write through")
             runs["through"] = verify(fs["a"], "barrier=on")
@@ -299,13 +310,17 @@ def test_ext4_commit_interval(ext4):
 
 
 def test_ext4_delayed_allocation(ext4):
-    on, off = check(ext4["runs"]["a"], "delalloc"), check(ext4["runs"]["b"], "delalloc")
+    # "nd" is data=ordered with nodelalloc only; "b" has data=journal, which also turns it off.
+    on = check(ext4["runs"]["a"], "delalloc")
+    offs = {"nd": check(ext4["runs"]["nodelalloc"], "delalloc"), "b": check(ext4["runs"]["b"], "delalloc")}
     assert (on.state, on.verdict) == ("on", "took effect")
-    assert (off.state, off.verdict) == ("off", "not in effect")
-    for name, c in (("a", on), ("b", off)):
-        window = ext4["runs"][name].phases["fsync"]
-        assert c.evidence["da_write_begin"] == len(on_dev(ext4["oracle"].events("da", window), ext4["fs"][name]))
-        assert c.evidence["write_begin"] == len(on_dev(ext4["oracle"].events("nda", window), ext4["fs"][name]))
+    for off in offs.values():
+        assert (off.state, off.verdict) == ("off", "not in effect")
+    for name, run, c in (("a", "a", on), ("nd", "nodelalloc", offs["nd"]), ("b", "b", offs["b"])):
+        window, sfs = ext4["runs"][run].phases["fsync"], ext4["fs"][name]
+        assert c.evidence["da_write_begin"] == len(on_dev(ext4["oracle"].events("da", window), sfs))
+        assert c.evidence["write_begin"] == len(on_dev(ext4["oracle"].events("nda", window), sfs))
+    assert on.evidence["da_write_begin"] > 0 and offs["nd"].evidence["write_begin"] > 0
 
 
 def test_ext4_fast_commit(ext4):
@@ -408,6 +423,19 @@ def test_dirty_limit_set_and_default(ext4):
     assert off.verdict == "not in effect" and ratio.verdict == "took effect"
     assert ratio.evidence["pages_max"] == pytest.approx(ext4["kernel"]["threshold_default"], rel=0.02)
     assert ratio.evidence["pages_max"] == pytest.approx(0.20 * ratio.evidence["dirtyable_pages"], rel=0.10)
+
+
+def test_dirty_background_threshold_set_and_halved(ext4):
+    ok, halved = (check(ext4["runs"][r], "vm.dirty_background_bytes") for r in ("bg_set", "bg_halved"))
+    assert ok.verdict == "took effect"
+    assert ok.evidence["pages_min"] == ok.evidence["pages_max"] == -(-200000 // 4096) == ext4["kernel"]["bg_set"]
+    assert halved.verdict == "not in effect" and "half the dirty limit" in halved.why, halved.why
+    assert halved.evidence["pages_max"] == -(-100000 // 4096) // 2 == ext4["kernel"]["bg_halved"]
+    for run, c in (("bg_set", ok), ("bg_halved", halved)):
+        events = ext4["oracle"].events("gds", ext4["runs"][run].phases["dirty"])  # ns, limit, background
+        assert c.evidence["events"] == len(events) > 0
+        assert (c.evidence["pages_min"], c.evidence["pages_max"]) == (min(int(e[2]) for e in events),
+                                                                      max(int(e[2]) for e in events))
 
 
 def test_cli_barrier_off_exits_1_naming_zero_flushes(ext4):

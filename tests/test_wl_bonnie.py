@@ -4,6 +4,7 @@ real bonnie++ run on a loop mount of the test's own is the oracle, and bon_csv2t
 each bad parameter is one sentence."""
 
 import json
+import re
 import subprocess
 
 import pytest
@@ -185,5 +186,19 @@ def test_a_file_larger_than_the_filesystem_is_one_sentence(tmp_path):
                       "-o", str(tmp_path / "run"), "--scratch-dir", str(tmp_path / "scratch"))
     assert proc.returncode != 0
     assert "bonnie: the test needs 4096 MiB but this filesystem has" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not mounts_under(tmp_path) and not loops_under(tmp_path)
+
+
+@pytest.mark.slow
+def test_more_files_than_inodes_is_one_sentence_with_df_i_figures(tmp_path):
+    proc = run_fsprof("run", "--fs", "ext4", "--mkfs-options", "ext4=-N 2048", "--workload", "bonnie",
+                      "-s", "0", "-n", "3", "-o", str(tmp_path / "run"), "--scratch-dir", str(tmp_path / "scratch"))
+    assert proc.returncode != 0
+    found = re.search(r"bonnie: 3,072 files in 1 directory need 3,074 inodes but this filesystem has ([\d,]+) free "
+                      r"\(df -i: ([\d,]+) of ([\d,]+) used\); use a smaller -n", proc.stderr)
+    assert found, proc.stderr
+    free, used, total = (int(g.replace(",", "")) for g in found.groups())
+    assert free < 3074 and used + free <= total <= 2048 + 64  # mke2fs rounds -N up to whole groups
     assert "Traceback" not in proc.stderr
     assert not mounts_under(tmp_path) and not loops_under(tmp_path)

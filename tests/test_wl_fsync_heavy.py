@@ -3,13 +3,18 @@
 Oracles: sysbench 1.0.20's request rule (below, as a plain simulation) gives the exact number of
 pread64/pwrite64/fsync calls the tracer must count in phase "run"; sysbench itself, run under
 `fsprof run -- CMD` with the same parameters, must make the same calls as our engine; the files'
-size gives the prepare phase's write() calls."""
+size gives the prepare phase's write() calls; bpftrace on the syscall tracepoints counts one
+run's fsync and pwrite64 calls."""
 
 import json
+import os
+import pty
+import re
+import subprocess
 
 import pytest
 
-from conftest import loops_under, mounts_under, run_fsprof
+from conftest import FSPROF, REPO, bpftrace_output, bpftrace_start, loops_under, mounts_under, run_fsprof
 
 FILES = 4
 TOTAL = 8 << 20          # 4 files of 2 MiB: small and quick
@@ -95,9 +100,21 @@ def test_each_mode_issues_what_its_parameters_say(tmp_path, mode, events, freq):
 @pytest.mark.slow
 def test_fsync_freq_1_against_100(tmp_path):
     """rndwr, 300 events, 4 files: every write then a round of 4 fsyncs, against rounds after
-    every 100 writes; plus the 4 end fsyncs each time."""
-    one, hundred = (fsprof_run(tmp_path / str(f), *SMALL, "--file-test-mode", "rndwr", "--events", "300",
-                               "--file-fsync-freq", str(f)) for f in (1, 100))
+    every 100 writes; plus the 4 end fsyncs each time. bpftrace counts the engine's fsync and
+    pwrite64 calls of the first run too, on the syscall tracepoints fsprof does not use."""
+    oracle = bpftrace_start(
+        'BEGIN { printf("ready\\n"); } '
+        'tracepoint:syscalls:sys_enter_fsync /comm == "fsync_heavy"/ { @calls["fsync"] = count(); } '
+        'tracepoint:syscalls:sys_enter_pwrite64 /comm == "fsync_heavy"/ { @calls["pwrite64"] = count(); }')
+    try:
+        one = fsprof_run(tmp_path / "1", *SMALL, "--file-test-mode", "rndwr", "--events", "300", "--file-fsync-freq", "1")
+    finally:
+        theirs = dict(re.findall(r'@calls\[(\w+)\]: (\d+)', bpftrace_output(oracle)))
+    for call in ("fsync", "pwrite64"):
+        ours = sum(counts(one, phase).get(call, 0) for phase in one["phases"])
+        assert ours == int(theirs[call]), (call, ours, theirs)
+    hundred = fsprof_run(tmp_path / "100", *SMALL, "--file-test-mode", "rndwr", "--events", "300",
+                         "--file-fsync-freq", "100")
     assert counts(one, "run")["fsync"] == 300 // (1 + FILES) * FILES + FILES
     assert counts(one, "run")["pwrite64"] == 300 // (1 + FILES)
     assert counts(hundred, "run")["fsync"] == 300 // (100 + FILES) * FILES + FILES
@@ -177,7 +194,8 @@ def test_same_calls_as_sysbench_itself(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("options,sentence", [
     (["--file-total-size", "4G"], "MiB free; lower --file-total-size."),
-    (["--file-num", "70000", "--file-total-size", "800M", "--file-block-size", "4K"], "free; lower --file-num."),
+    (["--file-num", "70000", "--file-total-size", "800M", "--file-block-size", "4K"],
+     "70,000 files need as many inodes but the filesystem has 65,5"),  # and "... free (df -i: ...)"
 ])
 def test_files_beyond_the_filesystem_fail_in_one_sentence(tmp_path, options, sentence):
     """The default 1 GiB scratch ext4 has about 906 MiB and 65 536 inodes free."""
@@ -185,6 +203,8 @@ def test_files_beyond_the_filesystem_fail_in_one_sentence(tmp_path, options, sen
                       "-o", str(tmp_path / "run"), "--scratch-dir", str(tmp_path / "scratch"), timeout=300)
     assert proc.returncode != 0
     assert sentence in proc.stderr
+    if "inodes" in sentence:
+        assert re.search(r"free \(df -i: [\d,]+ of 65,536 used\); lower --file-num\.", proc.stderr), proc.stderr
     assert "Traceback" not in proc.stderr
     assert not mounts_under(tmp_path) and not loops_under(tmp_path)
 
@@ -218,3 +238,32 @@ def test_bad_input_is_one_sentence(tmp_path, options, sentence):
     assert sentence in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
     assert not (tmp_path / "scratch").exists() or not any((tmp_path / "scratch").iterdir())
+
+
+@pytest.mark.slow
+def test_progress_line_on_a_terminal_only(tmp_path):
+    """A 4 s run with stderr on a pseudo-terminal shows the progress line (after 2 s, redrawn in
+    place) and clears it; the captured runs of the other tests never show one."""
+    master, slave = pty.openpty()
+    argv = [*FSPROF, "run", "--fs", "ext4", "-o", str(tmp_path / "run"), "--scratch-dir", str(tmp_path / "scratch"),
+            "--workload", "fsync-heavy", *SMALL, "--file-test-mode", "rndwr", "--time", "4"]
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave, cwd=REPO,
+                            env={**os.environ, "PYTHONPATH": REPO})
+    os.close(slave)
+    shown = b""
+    while True:
+        try:
+            data = os.read(master, 4096)
+        except OSError:  # EIO: every holder of the terminal has exited
+            break
+        if not data:
+            break
+        shown += data
+    os.close(master)
+    stdout, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, shown.decode(errors="replace")
+    assert re.search(rb"\r\x1b\[Kfsync-heavy: [234] s \(run limit 4 s\)", shown), shown
+    assert b"\x1b[K" not in stdout
+    captured = run_fsprof("run", "--fs", "ext4", "-o", str(tmp_path / "captured"), "--scratch-dir",
+                          str(tmp_path / "scratch"), "--workload", "fsync-heavy", *SMALL, "--time", "3")
+    assert captured.returncode == 0 and "\x1b[K" not in captured.stderr + captured.stdout

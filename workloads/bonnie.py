@@ -237,6 +237,12 @@ def _check_space(plan):
     if need > free:
         raise WorkloadError(f"{NAME}: the test needs {need / MIB:.0f} MiB but this filesystem has "
                             f"{free / MIB:.0f} MiB free; use a smaller -s or -n")
+    inodes = plan.files + plan.dirs + 1  # each file, its directories, the test's own directory
+    if st.f_files and inodes > st.f_favail:  # f_files 0: the filesystem has no inode limit
+        dirs = f"{plan.dirs} director{'y' if plan.dirs == 1 else 'ies'}"
+        raise WorkloadError(f"{NAME}: {plan.files:,} files in {dirs} need {inodes:,} inodes but this "
+                            f"filesystem has {st.f_favail:,} free (df -i: {st.f_files - st.f_ffree:,} of "
+                            f"{st.f_files:,} used); use a smaller -n")
 
 
 def _run_engine(plan):

@@ -212,8 +212,9 @@ def check_space(p):
         raise WorkloadError(f"{NAME}: the files need {needed / MIB:.0f} MiB but the filesystem has "
                             f"{free / MIB:.0f} MiB free; lower --file-total-size.")
     if st.f_files and p["file_num"] > st.f_favail:  # f_files 0: the filesystem has no inode limit
-        raise WorkloadError(f"{NAME}: {p['file_num']} files need as many inodes but the filesystem has "
-                            f"{st.f_favail} free; lower --file-num.")
+        raise WorkloadError(f"{NAME}: {p['file_num']:,} files need as many inodes but the filesystem has "
+                            f"{st.f_favail:,} free (df -i: {st.f_files - st.f_ffree:,} of {st.f_files:,} "
+                            f"used); lower --file-num.")
 
 
 def run_engine(argv, time_limit):
