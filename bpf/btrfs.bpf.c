@@ -239,7 +239,7 @@ int on_transaction_commit(struct trace_event_raw_btrfs_transaction_commit *ctx)
 	__u32 dev = target_dev(ctx->fsid);
 
 	if (dev)
-		count_event(dev, BT_COMMIT, 0, bpf_get_stackid(ctx, &stacks, 0), 0, 0);
+		count_event(dev, BT_COMMIT, 0, get_stack(ctx), 0, 0);
 	return 0;
 }
 
@@ -305,7 +305,7 @@ int on_bio_queue(struct trace_event_raw_block_bio *ctx)
 	bpf_probe_read_kernel(rwbs, sizeof(rwbs), ctx->rwbs);
 	if (rwbs[0] != 'W' && !(rwbs[0] == 'F' && rwbs[1] == 'W'))
 		return 0;
-	count_event(dev, BT_SUPER_WRITE, mirror, bpf_get_stackid(ctx, &stacks, 0),
+	count_event(dev, BT_SUPER_WRITE, mirror, get_stack(ctx),
 		    (__u64)ctx->nr_sector << 9, 0);
 	return 0;
 }

@@ -21,13 +21,40 @@ struct {
 	__type(value, __u64);
 } drops SEC(".maps");
 
-/* Kernel stacks of every object, so that one stack id means one stack in the whole trace. */
+/* Kernel stacks of every object, so that one stack id means one stack in the whole trace. A
+ * stack map keeps one stack per hash bucket: a new stack whose bucket holds another gets -EEXIST
+ * (overwriting would change what earlier ids mean). Such a stack goes to the spill map, which
+ * only the few colliding stacks use, and its id carries SPILL_STACK_BIT (get_stack below). */
 struct {
 	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
-	__uint(max_entries, 65536);   /* ids collide (-EEXIST) as distinct stacks grow: counted in drops */
+	__uint(max_entries, 65536);
 	__uint(key_size, sizeof(__u32));
 	__uint(value_size, MAX_STACK_DEPTH * sizeof(__u64));
 } stacks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 8192);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, MAX_STACK_DEPTH * sizeof(__u64));
+} stacks_spill SEC(".maps");
+
+#define SPILL_STACK_BIT (1 << 30)
+#define ERR_EEXIST 17   /* errno.h is not in vmlinux.h */
+
+/* The kernel stack id of ctx's context: from the main map, else (a collision there) from the
+ * spill map with SPILL_STACK_BIT set; negative when neither could keep it (counted by callers). */
+static __always_inline __s64 get_stack(void *ctx)
+{
+	__s64 id = bpf_get_stackid(ctx, &stacks, 0);
+
+	if (id == -ERR_EEXIST) {
+		id = bpf_get_stackid(ctx, &stacks_spill, 0);
+		if (id >= 0)
+			id |= SPILL_STACK_BIT;
+	}
+	return id;
+}
 
 /* tid -> the worker window it is in (see struct worker_window). LRU: a window whose end event
  * was missed must not hold its slot for ever. */

@@ -373,7 +373,7 @@ int BPF_PROG(on_waking, struct task_struct *p)
 	if (!op || !op->out_ns || op->woken_ns)
 		return 0;
 	if (!op->out_runnable) {
-		op->waker.stack = bpf_get_stackid(ctx, &stacks, 0);
+		op->waker.stack = get_stack(ctx);
 		if (op->waker.stack < 0)
 			count_drop(DROP_WAKER_STACK);
 		bpf_get_current_comm(op->waker.comm, COMM_LEN);
@@ -394,7 +394,7 @@ static __always_inline void worker_switch_out(__u32 tid, void *ctx, bool runnabl
 		return;
 	w->out_ns = now;
 	w->out_runnable = runnable;
-	w->out_stack = bpf_get_stackid(ctx, &stacks, 0);
+	w->out_stack = get_stack(ctx);
 	if (w->out_stack < 0)
 		count_drop(DROP_OFFCPU_STACK);
 }
@@ -442,7 +442,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 		op->waker.stack = -1;
 		op->waker.comm[0] = 0;
 		op->out_runnable = preempt || prev_state == 0 /* TASK_RUNNING */;
-		op->out_stack = bpf_get_stackid(ctx, &stacks, 0);
+		op->out_stack = get_stack(ctx);
 		if (op->out_stack < 0)
 			count_drop(DROP_OFFCPU_STACK);
 	}
@@ -466,7 +466,7 @@ int on_sample(struct bpf_perf_event_data *ctx)
 	if (!op)
 		return 0;
 	key.op = op->op;
-	key.stackid = bpf_get_stackid(ctx, &stacks, 0);
+	key.stackid = get_stack(ctx);
 	if (key.stackid < 0)
 		count_drop(DROP_SAMPLE_STACK);
 	n = bpf_map_lookup_elem(&samples, &key);

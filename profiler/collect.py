@@ -16,7 +16,8 @@ DEFAULT_SAMPLE_HZ = 999
 # Maps of bpf/shared_maps.h: made once from syscalls.bpf.o's definitions (bpf.create_maps) and
 # given to every object, which then all read and write the same maps.
 SHARED_MAPS = (("phase_state", c.c_uint32, maps.PhaseState), ("drops", c.c_uint32, c.c_uint64),
-               ("stacks", c.c_uint32, maps.Stack), ("worker_windows", c.c_uint32, maps.WorkerWindow),
+               ("stacks", c.c_uint32, maps.Stack), ("stacks_spill", c.c_uint32, maps.Stack),
+               ("worker_windows", c.c_uint32, maps.WorkerWindow),
                ("worker_offcpu", maps.WorkerKey, maps.OffVal))
 
 
@@ -31,7 +32,7 @@ class Collector:
             self.tgids = m("traced_tgids", c.c_uint32, c.c_uint8)
             self.phase = shared["phase_state"]
             self.drops = shared["drops"]
-            self.stacks = shared["stacks"]
+            self.stacks, self.stacks_spill = shared["stacks"], shared["stacks_spill"]
             self.worker_windows = shared["worker_windows"]
             self.worker_offcpu = shared["worker_offcpu"]
             self.op_hist = m("op_hist", maps.OpKey, maps.Hist)
@@ -113,14 +114,20 @@ class Collector:
             probe.set_targets(targets)
 
     def reset(self):
-        for m in (self.op_hist, self.offcpu, self.samples, self.stacks, self.tgids, self.worker_offcpu,
-                  self.worker_windows):
+        for m in (self.op_hist, self.offcpu, self.samples, self.stacks, self.stacks_spill, self.tgids,
+                  self.worker_offcpu, self.worker_windows):
             m.clear()
         for probe in self.probes.values():
             probe.reset()
         self.phase.update(c.c_uint32(0), maps.PhaseState())
         # Per-CPU arrays cannot be cleared; drops are reported as the change since reset.
         self._drops_at_reset = self._read_drops()
+
+    def _stack(self, sid):
+        """The addresses of a stack id: the main map's, or the spill map's (bpf/shared_maps.h)."""
+        if sid & maps.SPILL_STACK_BIT:
+            return self.stacks_spill.lookup(c.c_uint32(sid & ~maps.SPILL_STACK_BIT))
+        return self.stacks.lookup(c.c_uint32(sid))
 
     def _read_drops(self):
         return [sum(self.drops.lookup(c.c_uint32(i)) or [0]) for i in range(len(maps.DROP_REASONS))]
@@ -152,7 +159,7 @@ class Collector:
         wanted |= set(behind.stack_ids(behind_raw))
         stacks = {}
         for sid in wanted:
-            addrs = self.stacks.lookup(c.c_uint32(sid)) if sid >= 0 else None
+            addrs = self._stack(sid) if sid >= 0 else None
             if addrs is not None:
                 stacks[sid] = [a for a in addrs if a]
         ps = self.phase.lookup(c.c_uint32(0))

@@ -82,6 +82,7 @@ class BlkVal(c.Structure):
 
 
 Stack = c.c_uint64 * MAX_STACK_DEPTH
+SPILL_STACK_BIT = 1 << 30  # a stack id of the spill map (bpf/shared_maps.h get_stack)
 
 
 def sum_hists(per_cpu):
