@@ -28,6 +28,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
+#include "compat.h"
 #include <bpf/bpf_tracing.h>
 #include "fsprof.h"
 #include "shared_maps.h"
@@ -426,7 +427,7 @@ int BPF_PROG(on_rq_complete, struct request *rq, blk_status_t error, unsigned in
 {
 	__u64 ptr = (__u64)rq, now = bpf_ktime_get_ns();
 	struct rq_info *info = bpf_map_lookup_elem(&rqs, &ptr);
-	__u32 flush_seq = 1U << bpf_core_enum_value(enum rqf_flags, __RQF_FLUSH_SEQ);
+	__u32 flush_seq = rqf_flush_seq();
 	struct blk_val *v;
 
 	if (!info || info->ended)

@@ -20,6 +20,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
+#include "compat.h"
 #include <bpf/bpf_tracing.h>
 #include "fsprof.h"
 #include "shared_maps.h"
@@ -697,7 +698,7 @@ int on_write_begin(struct trace_event_raw_ext4__write_begin *ctx)
 SEC("tracepoint/ext4/ext4_da_reserve_space")
 int on_da_reserve_space(struct trace_event_raw_ext4_da_reserve_space *ctx)
 {
-	return da_count(ctx->dev, DA_RESERVE, ctx->reserve_blocks);
+	return da_count(ctx->dev, DA_RESERVE, da_reserve_blocks(ctx));
 }
 
 SEC("tracepoint/ext4/ext4_da_release_space")

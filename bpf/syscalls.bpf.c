@@ -57,6 +57,11 @@ struct waker {
 	char comm[COMM_LEN];
 };
 
+/* Intervals whose waker was not seen (or that were runnable). Never NULL: 6.1's verifier lost
+ * track of a NULL-or-pointer waker once the compiler turned `if (waker)` into a test of the flag
+ * it was chosen by. */
+const struct waker no_waker = { .stack = -1 };
+
 struct off_slot {
 	__s32 stackid;
 	__u32 runnable;
@@ -226,13 +231,10 @@ int on_sys_enter(struct trace_event_raw_sys_enter *ctx)
 static __always_inline void add_offcpu(struct op_key *opk, __s32 stackid, __u32 runnable,
 				       const struct waker *waker, __u64 count, __u64 ns)
 {
-	struct off_key key = { .op = *opk, .stackid = stackid, .runnable = runnable, .waker_stack = -1 };
+	struct off_key key = { .op = *opk, .stackid = stackid, .runnable = runnable, .waker_stack = waker->stack };
 	struct off_val *v, zero = {};
 
-	if (waker) {
-		key.waker_stack = waker->stack;
-		__builtin_memcpy(key.waker_comm, waker->comm, COMM_LEN);
-	}
+	__builtin_memcpy(key.waker_comm, waker->comm, COMM_LEN);
 
 	v = bpf_map_lookup_elem(&offcpu, &key);
 	if (!v) {
@@ -321,7 +323,7 @@ static __always_inline void add_interval(struct inflight *op, __u32 runnable, co
 	#pragma unroll
 	for (int i = 0; i < OFF_SLOTS; i++) {
 		if (op->slots[i].count && op->slots[i].stackid == stack &&
-		    op->slots[i].runnable == runnable && op->slots[i].waker.stack == (waker ? waker->stack : -1)) {
+		    op->slots[i].runnable == runnable && op->slots[i].waker.stack == waker->stack) {
 			op->slots[i].count++;
 			op->slots[i].total_ns += ns;
 			return;
@@ -332,11 +334,8 @@ static __always_inline void add_interval(struct inflight *op, __u32 runnable, co
 	if (free >= 0 && free < OFF_SLOTS) {
 		op->slots[free].stackid = stack;
 		op->slots[free].runnable = runnable;
-		op->slots[free].waker.stack = -1;
-		if (waker) {
-			op->slots[free].waker.stack = waker->stack;
-			__builtin_memcpy(op->slots[free].waker.comm, waker->comm, COMM_LEN);
-		}
+		op->slots[free].waker.stack = waker->stack;
+		__builtin_memcpy(op->slots[free].waker.comm, waker->comm, COMM_LEN);
 		op->slots[free].count = 1;
 		op->slots[free].total_ns = ns;
 		return;
@@ -352,12 +351,12 @@ static __always_inline void add_interval(struct inflight *op, __u32 runnable, co
 static __always_inline void off_interval_end(struct inflight *op, __u64 now)
 {
 	if (op->woken_ns && op->woken_ns >= op->out_ns && op->woken_ns <= now) {
-		add_interval(op, op->out_runnable, op->out_runnable ? NULL : &op->waker,
+		add_interval(op, op->out_runnable, op->out_runnable ? &no_waker : &op->waker,
 			     op->woken_ns - op->out_ns);
 		if (now > op->woken_ns)
-			add_interval(op, 1, NULL, now - op->woken_ns);
+			add_interval(op, 1, &no_waker, now - op->woken_ns);
 	} else {
-		add_interval(op, op->out_runnable, NULL, now - op->out_ns);
+		add_interval(op, op->out_runnable, &no_waker, now - op->out_ns);
 	}
 	op->out_ns = 0;
 	op->woken_ns = 0;

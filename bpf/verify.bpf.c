@@ -10,6 +10,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
+#include "compat.h"
 #include <bpf/bpf_tracing.h>
 
 char LICENSE[] SEC("license") = "GPL";
@@ -368,7 +369,7 @@ int BPF_PROG(on_rq_issue, struct request *rq)
 	if (!has_data(rq, op))
 		return 0;
 	count(VC_RQ_DATA, 1);
-	if (BPF_CORE_READ(rq, rq_flags) & (1U << bpf_core_enum_value(enum rqf_flags, __RQF_USE_SCHED))) {
+	if (BPF_CORE_READ(rq, rq_flags) & rqf_use_sched()) {
 		count(VC_RQ_SCHED, 1);
 		note_elevator(rq);
 	}
@@ -455,14 +456,13 @@ int BPF_PROG(on_inode_writeback, struct inode *inode, struct writeback_control *
 SEC("tp_btf/writeback_mark_inode_dirty")
 int BPF_PROG(on_mark_inode_dirty, struct inode *inode, int flags)
 {
-	__u32 sync = bpf_core_enum_value(enum inode_state_flags_t, I_DIRTY_SYNC) |
-		     bpf_core_enum_value(enum inode_state_flags_t, I_DIRTY_DATASYNC);
+	__u32 sync = i_dirty_sync_or_datasync();
 
 	if (!is_sb(BPF_CORE_READ(inode, i_sb, s_dev)) || ino_role(BPF_CORE_READ(inode, i_ino)) != ROLE_ATIME)
 		return 0;
 	if (flags & sync)
 		count(VC_ATIME_DIRTY_SYNC, 1);
-	if (flags & bpf_core_enum_value(enum inode_state_flags_t, I_DIRTY_TIME))
+	if (flags & i_dirty_time())
 		count(VC_ATIME_DIRTY_TIME, 1);
 	return 0;
 }
@@ -611,7 +611,7 @@ int BPF_PROG(on_iclog_sync, struct xlog_in_core *iclog, unsigned long caller_ip)
 	__u64 ptr = (__u64)iclog, one = 1, *n;
 	__u32 offset, hsize, roundoff, bytes;
 
-	if (!is_sb(BPF_CORE_READ(iclog, ic_log, l_mp, m_super, s_dev)))
+	if (!iclog || !is_sb(BPF_CORE_READ(iclog, ic_log, l_mp, m_super, s_dev)))   /* see xfs.bpf.c iclog_dev */
 		return 0;
 	offset = BPF_CORE_READ(iclog, ic_offset);
 	hsize = BPF_CORE_READ(iclog, ic_log, l_iclog_hsize);

@@ -16,6 +16,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
+#include "compat.h"
 #include <bpf/bpf_tracing.h>
 #include "fsprof.h"
 #include "shared_maps.h"
@@ -356,8 +357,8 @@ int on_balance_dirty_pages(struct trace_event_raw_balance_dirty_pages *ctx)
 	v->setpoint_last = ctx->setpoint;
 	v->dirty_last = ctx->dirty;
 	v->dirty_sum += ctx->dirty;
-	v->wb_dirty_last = ctx->wb_dirty;
-	v->wb_setpoint_last = ctx->wb_setpoint;
+	v->wb_dirty_last = bdp_wb_dirty(ctx);
+	v->wb_setpoint_last = bdp_wb_setpoint(ctx);
 	v->task_ratelimit_last = ctx->task_ratelimit;
 	v->dirty_ratelimit_last = ctx->dirty_ratelimit;
 	keep_min_max(&v->limit_min, &v->limit_max, ctx->limit, first);

@@ -261,8 +261,12 @@ static __always_inline __u16 current_syscall(__u8 kthread)
 	return nr >= 0 && nr < MAX_SYSCALL_NR ? nr : NO_SYSCALL;
 }
 
+/* 6.12's verifier takes a tp_btf argument as possibly NULL and refuses arithmetic on it (a CO-RE
+ * read's field address) before a check: a NULL iclog has dev 0, which no run traces. */
 static __always_inline __u32 iclog_dev(struct xlog_in_core *iclog)
 {
+	if (!iclog)
+		return 0;
 	return BPF_CORE_READ(iclog, ic_log, l_mp, m_super, s_dev);
 }
 

@@ -48,10 +48,20 @@ def _log_lines():
     return _log.lines
 
 
+# va_list is 24 bytes on x86_64 and 32 on arm64, passed by pointer; copying it is what va_copy does.
+_VA_LIST_SIZE = 32
+
+
 @_PRINT_FN
 def _collect_print(level, fmt, args):
+    # A verifier log arrives as one message of up to megabytes: format it whole (its last line is
+    # the reason), from a copy of the va_list when the first try is too short.
+    saved = _c.create_string_buffer(_c.string_at(args, _VA_LIST_SIZE), _VA_LIST_SIZE)
     buf = _c.create_string_buffer(4096)
-    _libc.vsnprintf(buf, len(buf), fmt, args)
+    need = _libc.vsnprintf(buf, len(buf), fmt, args)
+    if need >= len(buf):
+        buf = _c.create_string_buffer(need + 1)
+        _libc.vsnprintf(buf, len(buf), fmt, _c.cast(saved, _vp))
     _log_lines().append(buf.value.decode(errors="replace"))
     return 0
 
@@ -372,6 +382,16 @@ _core_btf = {}
 _core_btf_lock = threading.Lock()
 
 
+def module_btf():
+    """Names of the kernel modules with BTF of their own (/sys/kernel/btf/<module>). Where there
+    are any (distribution kernels build ext4, jbd2, xfs and btrfs as modules), objects relocate
+    against the kernel's BTF: given a custom BTF, libbpf consults no module's."""
+    try:
+        return sorted(n for n in os.listdir(VMLINUX_BTF.parent) if n != "vmlinux")
+    except OSError:
+        return []
+
+
 def _core_btf_key(objects):
     with open("/proc/sys/kernel/random/boot_id") as f:
         parts = [f.read().strip(), platform.release(), platform.version()]
@@ -384,7 +404,7 @@ def _core_btf_key(objects):
 def core_btf(path):
     """The minimised kernel BTF for an object of BUILD_DIR (made on first use), or None."""
     path = Path(path)
-    if path.parent != BUILD_DIR:
+    if path.parent != BUILD_DIR or module_btf():
         return None
     with _core_btf_lock:  # objects load side by side: one makes it, the others wait for it
         objects = sorted(BUILD_DIR.glob("*.bpf.o"))
@@ -421,57 +441,127 @@ def _make_core_btf(key, objects):
     return out
 
 
+# libbpf names the program it could not load (verifier, CO-RE relocation, attach target) in a
+# line "libbpf: prog 'NAME': ...". The verifier's own reason is the log's last line before its
+# statistics; libbpf 1.1 rewrites a failed CO-RE relocation there as "failed to resolve CO-RE
+# relocation <type.field>".
+_PROG_LINE = re.compile(r"prog '(?P<prog>[^']+)': (?P<what>.*)")
+_VERIFIER_STATS = re.compile(r"^(processed \d+ insns|verification time|stack depth|-- END PROG LOAD LOG)")
+# How many programs of one object may fail before its load is given up as hopeless.
+_MAX_LEFT_OUT = 64
+
+
+def failed_program(lines):
+    """(program, reason) of the program libbpf's messages say failed to load, or (None, None)."""
+    prog, reason, in_log, log = None, None, False, []
+    for line in lines:
+        m = _PROG_LINE.search(line)
+        if "-- BEGIN PROG LOAD LOG --" in line:
+            in_log, log = True, []
+            prog = m["prog"] if m else prog
+            line = line.split("-- BEGIN PROG LOAD LOG --", 1)[1]
+        if in_log:
+            for part in line.splitlines():
+                if "-- END PROG LOAD LOG --" in part:
+                    in_log = False
+                    break
+                if part.strip() and not _VERIFIER_STATS.match(part.strip()):
+                    log.append(part.strip())
+            if not in_log and log:
+                core = [x for x in log if x.startswith("failed to resolve CO-RE relocation")]
+                reason = "verifier: " + (core[-1] if core else log[-1])
+            continue
+        if m and prog is None and ("failed" in m["what"] or "missing" in m["what"] or "no matching" in m["what"]):
+            prog, reason = m["prog"], m["what"].strip()
+    return prog, reason
+
+
 class BpfObject:
     """One loaded bpf/*.bpf.o: its programs, maps and links; close() detaches everything.
 
-    Programs whose tracepoint this kernel lacks are not loaded; `skipped` says which and why.
+    Programs whose tracepoint this kernel lacks are not loaded. A program the kernel or libbpf
+    refuses (an older verifier, a type or field this kernel does not have) is left out and the
+    object loaded again without it, unless it is one of `required`. `skipped` says which program
+    was left out and why; the full libbpf log of each refusal is kept in LOG_DIR.
     """
 
-    def __init__(self, name, only=None, path=None, share=None):
+    def __init__(self, name, only=None, path=None, share=None, required=None):
         """Open and load build/<name>.bpf.o (or `path`). `only`, if given, names the programs to load;
-        `share` ({map name: Map of another object, or SharedMap}) makes those maps the same map."""
+        `share` ({map name: Map of another object, or SharedMap}) makes those maps the same map;
+        `required` names programs without which the object is useless (their failure is an error,
+        as is the failure of every program)."""
         check_privileges()
         tracefs.ensure_mounted()
-        lib = libbpf()
         self.name = name
         self.path = Path(path) if path else BUILD_DIR / f"{name}.bpf.o"
         if not self.path.exists():
             raise FsprofError(f"{self.path} is not built; run `make build`")
-        if not Path("/sys/kernel/btf/vmlinux").exists():
+        if not VMLINUX_BTF.exists():
             raise FsprofError("this kernel has no BTF (/sys/kernel/btf/vmlinux); fsprof's CO-RE programs need CONFIG_DEBUG_INFO_BTF=y")
-        self.links, self.skipped = [], {}
-        self._maps = {}
+        self.links, self.skipped, self.logs = [], {}, {}
+        self._maps, self._obj = {}, None
+        required = set(required or ())
+        refused = {}
+        while True:
+            err = self._open_and_load(only, share, refused)
+            if not err:
+                break
+            lines = list(_log_lines())
+            log_file = self._save_log(lines)
+            prog, reason = failed_program(lines)
+            if abs(err) == errno.EPERM and not prog:
+                # We are root (checked above), so EPERM is policy: lockdown, or a locked-down program type.
+                raise FsprofError(f"the kernel refused to load {self.name}.bpf.o although fsprof runs as root "
+                                  f"({_errno_text(err)}): kernel lockdown or policy forbids this program type; "
+                                  f"libbpf's log is in {log_file}")
+            if prog is None or prog in refused or len(refused) >= _MAX_LEFT_OUT:
+                raise FsprofError(f"libbpf could not load {self.name}.bpf.o ({_errno_text(err)}); the log is in {log_file}")
+            refused[prog] = reason or _errno_text(err)
+            self.logs[prog] = log_file
+            if prog in required or not set(self.programs) - set(refused):
+                who = "the BPF verifier rejected" if reason and reason.startswith("verifier") else "libbpf could not load"
+                policy = (" (we are root, so kernel lockdown or policy forbids this program type)"
+                          if abs(err) == errno.EPERM else "")
+                raise FsprofError(f"{who} program {prog} of {self.name}.bpf.o ({_errno_text(err)}){policy}: "
+                                  f"{refused[prog]}; the log is in {log_file}")
+        for prog, reason in refused.items():
+            self.skipped[prog] = f"left out: {reason}"
+
+    def _open_and_load(self, only, share, refused):
+        """Opens the object with `refused` programs (and those this kernel lacks) not loaded, then
+        loads it: 0, or libbpf's error (the object is then closed again)."""
+        lib = libbpf()
         _log_lines().clear()
         custom = core_btf(self.path)
         self._open_opts = _OpenOpts(sz=_c.sizeof(_OpenOpts), btf_custom_path=str(custom).encode() if custom else None)
         self._obj = lib.bpf_object__open_file(str(self.path).encode(), _c.byref(self._open_opts))
         if not self._obj:
             raise FsprofError(f"libbpf could not open {self.path} ({_errno_text(_c.get_errno())})")
-        self.programs = {}
+        self.programs, self.skipped = {}, {}
         prog = lib.bpf_object__next_program(self._obj, None)
         while prog:
             pname = lib.bpf_program__name(prog).decode()
             section = lib.bpf_program__section_name(prog).decode()
-            reason = None
             if only is not None and pname not in only:
                 reason = "not requested"
             else:
                 reason = self._missing_reason(section)
-            if reason:
+            if reason or pname in refused:
                 lib.bpf_program__set_autoload(prog, False)
-                self.skipped[pname] = reason
+                if reason:
+                    self.skipped[pname] = reason
             else:
                 self.programs[pname] = (prog, section)
             prog = lib.bpf_object__next_program(self._obj, prog)
         for map_name, other in (share or {}).items():
             err = lib.bpf_map__reuse_fd(self._map_handle(map_name), other.fd)
             if err:
-                lib.bpf_object__close(self._obj)
-                self._obj = None
+                self._free()
                 raise FsprofError(f"could not share map {map_name} with {self.name}.bpf.o ({_errno_text(err)})")
         err = lib.bpf_object__load(self._obj)
         if err:
-            self._fail_load(err)
+            self._free()
+        return err
 
     @staticmethod
     def _missing_reason(section):
@@ -484,22 +574,12 @@ class BpfObject:
             return f"tracepoint {where} does not exist on this kernel"
         return None
 
-    def _fail_load(self, err):
-        lines = _log_lines()
-        log = "\n".join(lines)
+    def _save_log(self, lines):
         LOG_DIR.mkdir(parents=True, exist_ok=True)
-        log_file = LOG_DIR / f"{self.name}-load-{int(time.time())}.log"
-        log_file.write_text(log)
-        libbpf().bpf_object__close(self._obj)
-        self._obj = None
-        if abs(err) == errno.EPERM:
-            # We are root (checked at open), so EPERM is policy: lockdown, or a locked-down program type.
-            raise FsprofError(f"the kernel refused to load {self.name}.bpf.o although fsprof runs as root "
-                              f"({_errno_text(err)}): kernel lockdown or policy forbids this program type; "
-                              f"libbpf's log is in {log_file}")
-        verifier = any("BEGIN PROG LOAD LOG" in line for line in lines)
-        what = "the BPF verifier rejected a program in" if verifier else "libbpf could not load"
-        raise FsprofError(f"{what} {self.name}.bpf.o ({_errno_text(err)}); the log is in {log_file}")
+        log_file = LOG_DIR / f"{self.name}-load-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+        with open(log_file, "a") as f:
+            f.write("\n".join(lines) + "\n")
+        return log_file
 
     def _map_handle(self, name):
         handle = libbpf().bpf_object__find_map_by_name(self._obj, name.encode())

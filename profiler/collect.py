@@ -6,7 +6,7 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from . import behind, maps, signals, syscalls
+from . import behind, filesystems, maps, signals, syscalls
 from .bpf import BpfObject, close_all, create_maps
 from .errors import FsprofError
 
@@ -21,11 +21,24 @@ SHARED_MAPS = (("phase_state", c.c_uint32, maps.PhaseState), ("drops", c.c_uint3
                ("worker_offcpu", maps.WorkerKey, maps.OffVal))
 
 
+# Without these syscalls.bpf.o measures nothing: a run is refused when one cannot load. Any other
+# program that this kernel refuses is left out, and the run says which figures it loses.
+CORE_PROGRAMS = ("on_sys_enter", "on_sys_exit", "on_switch", "on_fork", "on_exit")
+# What each optional program of syscalls.bpf.o feeds (behind modules have their own FIGURES).
+FIGURES = {
+    "on_waking": "who ended each wait (waker stacks), and the wait/run-queue split of off-CPU time",
+    "on_sample": "on-CPU time by cause (delayed allocation vs filesystem CPU); on-CPU flame graphs",
+}
+
+
 class Collector:
-    def __init__(self, sample_hz=DEFAULT_SAMPLE_HZ):
+    def __init__(self, sample_hz=DEFAULT_SAMPLE_HZ, fs=filesystems.NAMES):
+        """Loads syscalls.bpf.o and the behind-the-wait objects filesystems `fs` need (after
+        loading their kernel modules: their tracepoints and types exist only then)."""
         self.objects, self.probes = [], {}
         try:
-            self._load_all()
+            filesystems.load_modules(fs)
+            self._load_all(fs)
             m = self.sys.map
             shared = {name: m(name, k, v) for name, k, v in SHARED_MAPS}
             self.filter = m("filter_cfg", c.c_uint32, maps.Filter)
@@ -41,29 +54,33 @@ class Collector:
             src = m("syscall_dev_source", c.c_uint32, c.c_uint8)
             for nr, source in syscalls.table().values():
                 src.update(c.c_uint32(nr), c.c_uint8(source))
-            self.sample_hz = sample_hz
+            # No on-CPU sampler (left out on this kernel): on-CPU time stays one unsplit "CPU".
+            self.sample_hz = sample_hz if "on_sample" in self.sys.programs else 0
             for obj in self.objects:
                 obj.attach_all()
-            if sample_hz:
-                self.sys.attach_perf_sampling("on_sample", freq_hz=sample_hz)
+            if self.sample_hz:
+                self.sys.attach_perf_sampling("on_sample", freq_hz=self.sample_hz)
         except BaseException:
             self.close()
             raise
 
-    def _load_all(self):
+    def _load_all(self, fs):
         """syscalls.bpf.o and every behind-the-wait object with its Probe, loaded side by side. The
         maps they share are made first, so that no object waits for another; a load is mostly the
         kernel creating maps and verifying programs and libbpf relocating against the kernel's BTF,
         all outside the GIL, so two cores load in about half the time of one. Objects keep the
         order syscalls, then behind.MODULES; the first failure in that order is raised once every
         load has finished, and whatever loaded is closed with the rest by __init__."""
-        modules = [m for m in behind.MODULES if m.OBJECT]
+        fs_objects = {f.behind for f in filesystems.TABLE.values()}
+        wanted = set(filesystems.behind_objects(fs))
+        modules = [m for m in behind.MODULES if m.OBJECT and (m.OBJECT not in fs_objects or m.OBJECT in wanted)]
         names = ["syscalls"] + [m.OBJECT for m in modules]
         shared = create_maps("syscalls", [name for name, _, _ in SHARED_MAPS])
         loaded = {}
 
         def load(name):
-            loaded[name] = obj = BpfObject(name, share=shared)
+            loaded[name] = obj = BpfObject(name, share=shared,
+                                           required=CORE_PROGRAMS if name == "syscalls" else None)
             return obj
 
         try:
@@ -82,6 +99,21 @@ class Collector:
     @property
     def skipped(self):
         return {f"{o.name}:{p}": why for o in self.objects for p, why in o.skipped.items()}
+
+    @property
+    def unavailable(self):
+        """[{figures, probe, why}]: what this kernel cannot give, one entry per program left out
+        (its tracepoint absent, or refused by the kernel), in result.json and the report."""
+        tables = {m.OBJECT: getattr(m, "FIGURES", {}) for m in behind.MODULES}
+        tables["syscalls"] = FIGURES
+        out = []
+        for o in self.objects:
+            for prog, why in o.skipped.items():
+                if why == "not requested":
+                    continue
+                figures = tables.get(o.name, {}).get(prog, f"{o.name} figures fed by {prog}")
+                out.append({"figures": figures, "probe": f"{o.name}:{prog}", "why": why})
+        return out
 
     # Who is traced.
     def _set_filter(self, mode, dev=0):

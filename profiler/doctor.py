@@ -10,7 +10,7 @@ import shutil
 import time
 from pathlib import Path
 
-from . import blockdev, tracefs
+from . import blockdev, filesystems, tracefs
 from .bpf import BpfObject, perf_event_open_sampling
 from .errors import FsprofError
 
@@ -89,12 +89,35 @@ def attach_check(prog, what):
     return check
 
 
+_capabilities = []
+
+
 def check_fsprof_programs():
     """The programs a run loads, loaded for real: this is where a verifier would refuse them."""
     from .collect import Collector
     with Collector() as collector:
-        skipped = collector.skipped
-    return True, "syscalls and block programs load" + (f"; skipped: {skipped}" if skipped else "")
+        for obj in collector.objects:
+            left_out = {p: why for p, why in obj.skipped.items() if why != "not requested"}
+            _capabilities.append((obj.name, len(obj.programs), len(obj.programs) + len(left_out)))
+        _capabilities.extend(collector.unavailable)
+    loaded = sum(n for _, n, _ in _capabilities[:len(collector.objects)])
+    total = sum(t for _, _, t in _capabilities[:len(collector.objects)])
+    return True, f"{loaded} of {total} programs load" + (f"; {total - loaded} left out (below)" if loaded < total else "")
+
+
+def capability_lines():
+    """What fsprof gives on this kernel: programs per object, then each figure left out and why."""
+    if not _capabilities:
+        return []
+    objects = [c for c in _capabilities if isinstance(c, tuple)]
+    lines = ["fsprof on this kernel:"]
+    lines += [f"    {name:<10} {loaded:>3} of {total:<3} programs" + ("" if loaded == total else "   (some figures left out)")
+              for name, loaded, total in objects]
+    for u in (c for c in _capabilities if isinstance(c, dict)):
+        lines.append(f"    left out  {u['figures']} ({u['probe']}: {u['why']})")
+    if len(lines) == 1 + len(objects):
+        lines.append("    every figure is available")
+    return lines
 
 
 def optional_program_check(prog):
@@ -118,6 +141,10 @@ def check_perf_sampling():
 
 
 def check_loop():
+    try:
+        filesystems.load_modules([], loop=True)  # a module on distribution kernels
+    except FsprofError:
+        pass
     ok = Path("/dev/loop-control").exists() and shutil.which("losetup") is not None
     return ok, "/dev/loop-control and losetup present" if ok else "no loop devices: fsprof needs them for scratch filesystems"
 
@@ -186,6 +213,8 @@ def doctor():
         print(f"{mark:<8} {name:<22} {detail}")
         if needed and not ok:
             missing.append(name)
+    for line in capability_lines():
+        print(line)
     print("devices:")
     for line in device_lines():
         print(line)

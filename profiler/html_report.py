@@ -69,8 +69,8 @@ CONDITIONS = (
     ("cache state", lambda c: "page cache dropped before the workload" if c.fs.get("caches_dropped")
      else "not dropped (warm)"),
     ("run time", lambda c: f"{c.fs.get('elapsed_s', 0):.2f} s"),
-    ("probes unavailable", lambda c: "; ".join(f"{p}: {why}" for p, why in c.result.get("probes_skipped", {}).items())
-     or "none"),
+    ("figures unavailable on this kernel", lambda c: "; ".join(
+        f"{u['figures']} ({u['probe']}: {u['why']})" for u in c.result.get("unavailable", [])) or "none"),
     ("lost events", lambda c: ", ".join(f"{k} {v}" for k, v in c.fs.get("drops", {}).items() if v) or "none"),
     ("off-CPU time no rule explained", lambda c: f"{100 * c.fs.get('other_wait_share', 0):.1f}%"),
 )

@@ -12,7 +12,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import __version__, behind, blockdev, maps
+from . import __version__, behind, blockdev, filesystems, maps
 from .assemble import assemble
 from .collect import Collector
 from .conditions import sysctls_in_force
@@ -22,7 +22,7 @@ from .mounts import mount_of, mounts
 from .report import RESULT_FILE, SCHEMA
 from .run import make_out_dir
 
-TRACED_FS = ("ext2", "ext3", "ext4", "xfs", "btrfs")
+TRACED_FS = filesystems.NAMES
 
 
 def parse_duration(text):
@@ -155,7 +155,8 @@ def record(args):
     duration = parse_duration(args.duration) if args.duration else float("inf")
     kind, value, scope = check_target(args)
     out_dir = make_out_dir(args)
-    with Collector(sample_hz=args.sample_hz) as collector:
+    # Only the filesystems mounted in scope: recording loads no module the machine does not use.
+    with Collector(sample_hz=args.sample_hz, fs=sorted({m["fstype"] for m in scope})) as collector:
         collector.reset()
         what = apply_target(collector, kind, value)
         targets = [_target(m) for m in scope]
@@ -171,7 +172,7 @@ def record(args):
         raw = collector.snapshot()
         after = {name: blockdev.read_stat(name) for name in block_devs.values()}
         raw["phase_start_ns"][0] = start_ns
-        skipped = collector.skipped
+        skipped, unavailable = collector.skipped, collector.unavailable
     seen = {r["dev"] for r in raw["ops"] if r["dev"]}
     entries = []
     for m in scope:
@@ -203,6 +204,7 @@ def record(args):
         "workload": {"name": "record", "target": what, "ended_by": ended_by,
                      "duration_s": (end_ns - start_ns) / 1e9},
         "sysctls": {}, "sysctls_in_force": in_force, "filesystems": entries, "probes_skipped": skipped,
+        "unavailable": unavailable,
     }
     (out_dir / RESULT_FILE).write_text(json.dumps(result, indent=1))
     write_default_set(out_dir, result)

@@ -132,6 +132,15 @@ def render_fs(fs):
     return lines
 
 
+def unavailable_lines(result):
+    """One line per figure this kernel could not give (result.json "unavailable"; older results
+    name only the probes)."""
+    if "unavailable" in result:
+        return [f"   unavailable on this kernel: {u['figures']} ({u['probe']}: {u['why']})"
+                for u in result["unavailable"]]
+    return [f"   probe {prog} skipped: {why}" for prog, why in result.get("probes_skipped", {}).items()]
+
+
 def render(result):
     w = result["workload"]
     if w["name"] == "record":
@@ -142,9 +151,7 @@ def render(result):
         what = " ".join([w["name"], *w.get("args", [])])
     lines = [f"WARNING: {w}" for w in result.get("warnings", [])]
     lines.append(f"fsprof {result['fsprof_version']} on Linux {result['kernel']}: workload {what}")
-    if result.get("probes_skipped"):
-        for prog, why in result["probes_skipped"].items():
-            lines.append(f"   probe {prog} skipped: {why}")
+    lines.extend(unavailable_lines(result))
     for fs in result["filesystems"]:
         lines.append("")
         lines.extend(render_fs(fs))

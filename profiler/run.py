@@ -204,8 +204,10 @@ def run(args):
         for name, value in sysctls:
             scratch.set_sysctl(run_changes, name, value)
         result["sysctls_in_force"] = sysctls_in_force()
-        with Collector(sample_hz=args.sample_hz) as collector:
+        names = sorted({config.fs for config in configs})
+        with Collector(sample_hz=args.sample_hz, fs=names) as collector:
             result["probes_skipped"] = collector.skipped
+            result["unavailable"] = collector.unavailable
             for i, config in enumerate(configs):
                 with scratch.Changes() as changes:
                     sfs = provision_one(changes, config, args, scratch_dir, first=i == 0)
@@ -246,7 +248,7 @@ def run_spec_one(collector, spec, workload, cfg, run_dir, scratch_dir, erased, g
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "workload": workload.spec.describe(), "sysctls": dict(cfg.sysctls),
         "spec": {"file": str(spec.path), "config": cfg.name, "workload": workload.name},
-        "probes_skipped": collector.skipped, "filesystems": [],
+        "probes_skipped": collector.skipped, "unavailable": collector.unavailable, "filesystems": [],
     }
     run_dir.mkdir(parents=True, exist_ok=True)
     with scratch.Changes() as changes:
@@ -281,7 +283,8 @@ def run_spec(spec, args, progress=print):
     with scratch.Changes() as run_changes:
         scratch_dir = scratch.make_scratch_dir(run_changes, Path(args.scratch_dir) / out_dir.name)
         erased = set()
-        with Collector(sample_hz=sample_hz) as collector:
+        names = sorted({cfg.fs for _, _, cfg in plan})
+        with Collector(sample_hz=sample_hz, fs=names) as collector:
             for i, (rep, workload, cfg) in enumerate(plan, 1):
                 rel = Path(workload.name) / cfg.name
                 if spec.repeats > 1:

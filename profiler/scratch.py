@@ -26,13 +26,14 @@ import tempfile
 import time
 
 from profiler.blockdev import kdev, kdev_of_block, scheduler, whole_disk
+from profiler import filesystems
 from profiler.errors import FsprofError
 from profiler.mounts import mounts
 from profiler.signals import deferred
 
 STATE_DIR = "/var/tmp/fsprof/state"
 SCRATCH_DIR = "/var/tmp/fsprof/scratch"
-FILESYSTEMS = ("ext2", "ext3", "ext4", "xfs", "btrfs")
+FILESYSTEMS = filesystems.NAMES
 GIB = 1 << 30
 
 log = logging.getLogger("fsprof")
@@ -575,6 +576,7 @@ def kernel_devt(devnum):
 
 def provision(changes, config, scratch_dir=SCRATCH_DIR):
     """Make loop-backed image(s), mkfs them and mount at <scratch_dir>/<label>/mnt, recording each step."""
+    filesystems.load_modules([config.fs], loop=True)  # modules on distribution kernels
     base = _make_label_dir(changes, scratch_dir, config.label)
     images = [_create_image(changes, scratch_dir, base, i, config.size_bytes) for i in range(config.devices)]
     devices = [_attach_loop(changes, image) for image in images]

@@ -18,12 +18,13 @@ import sys
 import time
 from pathlib import Path
 
+from . import filesystems
 from .errors import FsprofError
 
 SCHEMA = "fsprof.verify/1"
 DEFAULT_PATIENCE_S = 12.0
 EXT, JOURNALLED = ("ext2", "ext3", "ext4"), ("ext3", "ext4")
-ALL_FS = ("ext2", "ext3", "ext4", "xfs", "btrfs")
+ALL_FS = filesystems.NAMES
 SYSCTL_KEYS = ("vm.dirty_bytes", "vm.dirty_ratio", "vm.dirty_background_bytes", "vm.dirty_background_ratio",
                "vm.dirty_writeback_centisecs", "vm.dirty_expire_centisecs")
 ON, OFF = ("on", "1", "yes", "true"), ("off", "0", "no", "false")

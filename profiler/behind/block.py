@@ -12,6 +12,17 @@ from .. import blockdev, hist, maps, mounts
 
 NAME = "block"
 OBJECT = "block"
+# What each program feeds (see behind/ext4.py FIGURES). Without block_io_start (before 6.5) a
+# request is known from its insert or issue, with the flags left after the flush machinery.
+FIGURES = {
+    "on_io_start": "block requests submitted (FUA, PREFLUSH, meta) and the flushes they asked for",
+    "on_rq_insert": "block queue times",
+    "on_rq_issue": "block requests issued",
+    "on_rq_requeue": "block requests requeued",
+    "on_rq_merge": "block requests merged",
+    "on_rq_complete": "block request completions and device times",
+    "on_io_done": "block request life times (the /sys/block stat ticks)",
+}
 
 SUBMITTER_LEN = 32
 DEV_TRACED, DEV_FUA = 1, 2   # traced_devs value bits (bpf/block.bpf.c)
@@ -159,7 +170,8 @@ class Probe:
         counts = {name: {phase: {cls: {"count": s["count"], "bytes": s["bytes"]} for cls, s in classes.items()}
                          for phase, classes in dev["phases"].items()}
                   for name, dev in devices.items()}
-        return {"counts": counts, "devices": devices, "backing": backing}
+        left_out = sorted(p for p, why in self.obj.skipped.items() if why != "not requested")
+        return {"counts": counts, "devices": devices, "backing": backing, "left_out": left_out}
 
 
 # Summary: plain data in, plain data out.
@@ -299,7 +311,28 @@ def summarize(raw, ctx):
     for name, dev in raw.get("backing", {}).items():
         if mine & set(dev.get("for", [])):
             backing[name] = {k: dev[k] for k in ("for", "files", "direct_io")} | _device(dev, ctx, False)
+    for d in [*devices.values(), *backing.values()]:
+        _unknown_without(d, raw.get("left_out", ()))
     return {"devices": devices, "backing": backing} if devices or backing else {}
+
+
+# Figures only a program this kernel may lack counts: unknown (None), never a wrong 0, without it.
+# block_io_start (6.5) sees a request's flags before the flush machinery strips PREFLUSH and FUA;
+# block_io_done (6.5) ends its life as /sys/block/<dev>/stat's ticks do.
+NEEDS = {
+    "on_io_start": ("explain", ("fua_writes", "fua_writes_per_fsync", "flushes_asked", "requests_per_flush")),
+    "on_io_done": ("as_sys_block_stat", ("read_ticks_ms", "write_ticks_ms", "discard_ticks_ms", "flush_ticks_ms")),
+}
+
+
+def _unknown_without(device, left_out):
+    for prog in left_out:
+        if prog in NEEDS:
+            part, keys = NEEDS[prog]
+            for section in [device, *device.get("phases", {}).values()]:
+                for key in keys:
+                    if key in section.get(part, {}):
+                        section[part][key] = None
 
 
 # Terminal view.

@@ -15,6 +15,21 @@ from .. import hist, maps
 
 NAME = "btrfs"
 OBJECT = "btrfs"
+# What each program feeds (see behind/ext4.py FIGURES).
+FIGURES = {
+    "on_sync_file": "btrfs fsyncs by path (tree-log or full commit)",
+    "on_transaction_commit": "btrfs transaction commits",
+    "on_transaction_commit_timed": "btrfs transaction commit times",
+    "on_bio_queue": "btrfs superblock and log writes",
+    "on_oe_add": "btrfs ordered extents added",
+    "on_oe_start": "btrfs ordered extents waited for",
+    "on_oe_finish": "btrfs ordered-extent I/O completions",
+    "on_oe_remove": "btrfs ordered extents finished (life time)",
+    "on_reserve_ticket": "btrfs space-reservation tickets",
+    "on_flush_space": "btrfs space flushing",
+    "on_trigger_flush": "btrfs space flushing triggers",
+    "on_space_reservation": "btrfs space reservations",
+}
 
 # enum btrfs_event of bpf/btrfs.bpf.c, in order.
 EVENTS = ("sync_file", "commit", "oe_add", "oe_start", "oe_finish", "oe_remove", "ticket", "flush_space",

@@ -12,6 +12,32 @@ from .. import hist, maps, syscalls
 
 NAME = "ext4"
 OBJECT = "ext4"
+# What each program feeds: the figures a kernel that refuses the program (or lacks its tracepoint)
+# goes without (said in result.json "unavailable" and the report).
+FIGURES = {
+    "on_jbd2_start_commit": "jbd2 commits (count, phases, the commit thread's own time)",
+    "on_jbd2_commit_locking": "jbd2 commit phase times (locking)",
+    "on_jbd2_commit_flushing": "jbd2 commit phase times (flushing data)",
+    "on_jbd2_commit_logging": "jbd2 commit phase times (logging)",
+    "on_bio_queue": "jbd2 journal writes by commit",
+    "on_switch": "jbd2 commit thread's off-CPU time by cause",
+    "on_jbd2_write_superblock": "jbd2 journal superblock writes",
+    "on_jbd2_run_stats": "jbd2 blocks logged and handles per commit",
+    "on_jbd2_end_commit": "jbd2 commits (count, commit time)",
+    "on_jbd2_checkpoint": "jbd2 checkpoints",
+    "on_jbd2_checkpoint_stats": "jbd2 checkpoint figures",
+    "on_fc_commit_start": "ext4 fast commits",
+    "on_fc_commit_stop": "ext4 fast commit outcomes",
+    "on_da_write_begin": "ext4 delayed-allocation writes",
+    "on_write_begin": "ext4 writes without delayed allocation",
+    "on_da_reserve_space": "ext4 delayed-allocation reservations",
+    "on_da_release_space": "ext4 delayed-allocation releases",
+    "on_da_update_reserve_space": "ext4 delayed-allocation allocations at writeback",
+    "on_da_write_pages_extent": "ext4 delayed-allocation extents written",
+    "on_request_blocks": "ext4 block allocation requests",
+    "on_allocate_blocks": "ext4 blocks allocated",
+    "on_mballoc_alloc": "ext4 multiblock allocator figures",
+}
 
 # enum commit_phase of bpf/ext4.bpf.c, in order.
 COMMIT_PHASES = ("start", "locking", "flushing", "logging", "end")

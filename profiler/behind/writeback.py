@@ -12,6 +12,22 @@ from .. import blockdev, hist, maps, syscalls, tracefs
 
 NAME = "writeback"
 OBJECT = "writeback"
+# What each program feeds (see behind/ext4.py FIGURES).
+FIGURES = {
+    "on_balance_dirty_pages": "dirty throttling (pauses, thresholds)",
+    "wb_sched_switch": "the flusher's off-CPU time",
+    "on_global_dirty_state": "the kernel's dirty thresholds",
+    "on_writeback_queue": "writeback work queued, by reason",
+    "on_writeback_exec": "writeback work run, by reason",
+    "on_writeback_start": "writeback passes",
+    "on_writeback_written": "writeback passes' pages",
+    "on_writeback_wait": "writeback waits",
+    "on_writeback_pages_written": "pages written by the flusher",
+    "on_writeback_wake_background": "background writeback wakeups",
+    "on_sb_mark_inode_writeback": "inodes under writeback",
+    "on_writeback_single_inode": "inodes written back",
+    "on_folio_wait_writeback": "waits for pages under writeback",
+}
 
 BDI_NAME_LEN = 32
 # enum wb_who and enum inode_event of bpf/writeback.bpf.c, in order.

@@ -11,6 +11,35 @@ from .. import hist, maps, symbols, syscalls
 
 NAME = "xfs"
 OBJECT = "xfs"
+# What each program feeds (see behind/ext4.py FIGURES).
+FIGURES = {
+    "on_log_force": "XFS log forces",
+    "on_iclog_force": "XFS log forces by iclog",
+    "on_iclog_force_lsn": "XFS log forces by LSN",
+    "on_iclog_switch": "XFS iclog switches",
+    "on_iclog_release": "XFS iclog releases",
+    "on_iclog_syncing": "XFS iclog sync times",
+    "on_iclog_sync": "XFS iclog writes (count, size)",
+    "on_iclog_write": "XFS iclog write times",
+    "on_iclog_sync_done": "XFS iclog write completion times",
+    "on_iclog_wait_on": "XFS waits on iclogs",
+    "on_iclog_clean": "XFS iclog recycling",
+    "on_iclog_activate": "XFS iclog activation",
+    "on_log_reserve": "XFS log space reservations",
+    "on_log_regrant": "XFS log space regrants",
+    "on_log_reserve_exit": "XFS log space reservation times",
+    "on_log_regrant_exit": "XFS log space regrant times",
+    "on_grant_sleep": "XFS log space waits",
+    "on_grant_wake": "XFS log space wakeups",
+    "on_grant_wake_up": "XFS log space wakeups",
+    "on_cil_wait": "XFS CIL throttling waits",
+    "on_work_start": "XFS CIL push and log worker time",
+    "on_work_end": "XFS CIL push and log worker time",
+    "on_iomap_alloc": "XFS delayed allocations",
+    "on_map_blocks_alloc": "XFS delayed-allocation conversions at writeback",
+    "on_map_blocks_found": "XFS writeback mappings found",
+    "on_delalloc_enospc": "XFS delayed-allocation ENOSPC retries",
+}
 
 CIL_PUSH_WORKER = maps.WORKER_KINDS[3]     # "xfs cil push": xlog_cil_push_work runs
 LOG_WORKER = maps.WORKER_KINDS[4]          # "xfs log worker": xfs_log_worker runs

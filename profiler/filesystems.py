@@ -1,0 +1,78 @@
+"""The filesystems fsprof profiles: one row each. Other lists of filesystems derive from this table.
+
+A row names the kernel module that provides the filesystem (built in on some kernels, a module on
+distribution kernels, where it must be loaded before its tracepoints and BTF types exist) and the
+behind-the-wait object that watches its journal or log.
+"""
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import FsprofError
+
+
+@dataclass(frozen=True)
+class Filesystem:
+    name: str
+    module: str          # `modprobe` name; ext4 also mounts ext2 and ext3
+    behind: str          # behind/<behind>.py and bpf/<behind>.bpf.c: its journal or log
+
+
+TABLE = {fs.name: fs for fs in (
+    Filesystem("ext2", "ext4", "ext4"),
+    Filesystem("ext3", "ext4", "ext4"),
+    Filesystem("ext4", "ext4", "ext4"),
+    Filesystem("xfs", "xfs", "xfs"),
+    Filesystem("btrfs", "btrfs", "btrfs"),
+)}
+NAMES = tuple(TABLE)
+
+# Scratch filesystems sit on loop devices; /dev/loop-control exists only once loop is loaded.
+LOOP_MODULE = "loop"
+
+
+def in_kernel(name):
+    """Whether the running kernel can mount filesystem type `name` now (/proc/filesystems)."""
+    try:
+        lines = Path("/proc/filesystems").read_text().splitlines()
+    except OSError:
+        return False
+    return any(line.split()[-1] == name for line in lines if line.split())
+
+
+def module_loaded(module):
+    return Path("/sys/module", module).exists()
+
+
+def modprobe(module, why):
+    """Loads a kernel module unless it is loaded or built in; one sentence if that fails."""
+    if module_loaded(module):
+        return
+    try:
+        proc = subprocess.run(["modprobe", module], capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        raise FsprofError(f"{why} needs the kernel module {module}, and modprobe is not installed (package kmod)")
+    except subprocess.TimeoutExpired:
+        raise FsprofError(f"`modprobe {module}` did not finish in 60 s")
+    if proc.returncode != 0 and not module_loaded(module):
+        detail = (proc.stderr.strip().splitlines() or ["no reason given"])[-1]
+        raise FsprofError(f"{why} needs the kernel module {module}, which could not be loaded: {detail}")
+
+
+def load_modules(names, loop=False):
+    """Makes filesystems `names` (and, with loop, loop devices) available before fsprof loads the
+    BPF objects that use their tracepoints and types."""
+    for name in names:
+        if name not in TABLE:
+            raise FsprofError(f"unknown filesystem '{name}'; fsprof supports {', '.join(NAMES)}")
+        if not in_kernel(name):
+            modprobe(TABLE[name].module, f"filesystem {name}")
+    if loop and not Path("/dev/loop-control").exists():
+        modprobe(LOOP_MODULE, "a scratch filesystem (loop device)")
+
+
+def behind_objects(names):
+    """The behind-the-wait objects filesystems `names` need, in table order."""
+    wanted = {TABLE[n].behind for n in names if n in TABLE}
+    return [b for b in dict.fromkeys(fs.behind for fs in TABLE.values()) if b in wanted]
