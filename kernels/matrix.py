@@ -1,0 +1,427 @@
+"""`make test-kernels`: fsprof's checks on each kernel, as a matrix kernel x check.
+
+    python -m kernels.matrix                         # 6.1, 6.12 (Debian's, in VMs) and the host
+    python -m kernels.matrix --kernels 6.1 --checks doctor,fsync-loop
+    python -m kernels.matrix --kernel /path/to/bzImage --kernels host
+
+Each VM row boots once (kernels/vm.py) and runs `python -m kernels.matrix --inside DIR` in the
+guest, which runs the checks one by one, each under its time limit, writing a log per check and a
+line of results per check into DIR (shared read-write with the host). The host row runs the same
+checks here, without a VM. Logs are kept under /var/tmp/fsprof-kernels/<time>/<row>/ (--logs).
+Exit status: 0 all PASS; 1 a FAIL; 2 bad input; 77 nothing failed but a VM row was skipped
+because this machine cannot run a VM. The last run's matrix is written into docs/kernels.md."""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from kernels import vm
+
+REPO = vm.REPO
+PY = str(REPO / ".venv" / "bin" / "python")
+FSPROF = [PY, "-m", "profiler"]
+DOC = REPO / "docs" / "kernels.md"
+
+# The suite's tests that hold fsprof's counts against the kernel's own counters, chosen short:
+# jbd2 commits (/proc/fs/jbd2/<dev>/info), block requests (/sys/block/<dev>/stat, one
+# three-filesystem run), XFS log forces and iclog writes (the mount's xfs stats).
+ORACLE_TESTS = [
+    "tests/test_behind_ext4.py::test_commits_and_run_stats_match_jbd2_info",
+    "tests/test_behind_block.py::test_requests_and_their_times_match_sys_block_stat",
+    "tests/test_behind_xfs.py::test_fsync_loop_log_forces_and_iclog_writes_match_the_mounts_counters",
+]
+
+# A process that appends and fsyncs in its cwd until killed (the target of `record --pid`).
+FSYNCER = """
+import os, time
+fd = os.open("appended", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+while True:
+    os.write(fd, b"r" * 4096)
+    os.fsync(fd)
+    time.sleep(0.005)
+"""
+
+
+class CheckFailed(Exception):
+    pass
+
+
+class Ctx:
+    """What a check needs: its work dir (writable, removed after), its log, its deadline."""
+    def __init__(self, work, log, deadline):
+        self.work, self.log, self.deadline = work, log, deadline
+
+    def say(self, text):
+        self.log.write(text.rstrip("\n") + "\n")
+        self.log.flush()
+
+    def run(self, argv, cwd=None, expect=(0,)):
+        """argv with its output in the log; killed (its whole process group) at the deadline.
+        Returns (exit status, output)."""
+        self.say(f"$ {' '.join(argv)}")
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise CheckFailed("time limit reached")
+        proc = subprocess.Popen(argv, cwd=cwd or self.work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True)
+        try:
+            out, _ = proc.communicate(timeout=left)
+        except subprocess.TimeoutExpired:
+            kill_group(proc)
+            out = proc.communicate()[0]
+            self.say(out)
+            raise CheckFailed(f"time limit reached in: {' '.join(argv[:6])}")
+        finally:
+            kill_group(proc)
+        self.say(out)
+        self.say(f"[exit status {proc.returncode}]")
+        if expect is not None and proc.returncode not in expect:
+            raise CheckFailed(f"{' '.join(argv[1:5] if argv[0] == PY else argv[:4])} ... exited {proc.returncode}: "
+                              f"{last_line(out)}")
+        return proc.returncode, out
+
+
+def kill_group(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.poll()
+
+
+def last_line(text):
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "(no output)"
+
+
+class ScratchExt4:
+    """A loop-backed ext4 of the check's own in its work dir: mounted with `options`, undone after."""
+    def __init__(self, ctx, name, options=None):
+        self.ctx, self.image, self.mnt, self.options = ctx, ctx.work / f"{name}.img", ctx.work / f"{name}-mnt", options
+        self.dev = None
+
+    def __enter__(self):
+        with open(self.image, "wb") as f:
+            f.truncate(512 << 20)
+        self.dev = self.ctx.run(["losetup", "--find", "--show", str(self.image)])[1].strip().splitlines()[-1]
+        self.ctx.run(["mkfs.ext4", "-q", "-F", self.dev])
+        self.mnt.mkdir()
+        self.ctx.run(["mount", *(["-o", self.options] if self.options else []), self.dev, str(self.mnt)])
+        return self
+
+    def __exit__(self, *exc):
+        subprocess.run(["umount", str(self.mnt)], capture_output=True)
+        if self.dev:
+            subprocess.run(["losetup", "-d", self.dev], capture_output=True)
+
+
+def fsprof_run(workload, *args):
+    """A short three-filesystem run of a bundled workload; PASS when it exits 0 with a result of
+    all three filesystems."""
+    def check(ctx):
+        out = ctx.work / "run"
+        ctx.run([*FSPROF, "run", "--fs", "ext4,xfs,btrfs", "--scratch-dir", str(ctx.work / "scratch"),
+                 "-o", str(out), "--workload", workload, *args])
+        result = json.loads((out / "result.json").read_text())
+        have = sorted(fs["fs"] for fs in result["filesystems"])
+        if have != ["btrfs", "ext4", "xfs"]:
+            raise CheckFailed(f"result.json has filesystems {have}, not ext4, xfs and btrfs")
+        return "; ".join(f"{w}" for w in result.get("warnings", []))[:200]
+    return check
+
+
+def check_doctor(ctx):
+    ctx.run([*FSPROF, "doctor"])
+
+
+def check_record(ctx):
+    """record --pid of a process doing fsyncs on an ext4 of our own: its fsyncs must be seen."""
+    with ScratchExt4(ctx, "record") as fs:
+        ctx.say(f"$ (fsyncer in {fs.mnt})")
+        proc = subprocess.Popen([PY, "-c", FSYNCER], cwd=fs.mnt, start_new_session=True)
+        try:
+            out = ctx.work / "record"
+            ctx.run([*FSPROF, "record", "--pid", str(proc.pid), "--duration", "10s", "-o", str(out)])
+            result = json.loads((out / "result.json").read_text())
+            fsyncs = sum(f.get("syscalls", {}).get("fsync", {}).get("count", 0) for f in result["filesystems"])
+            if fsyncs <= 0:
+                raise CheckFailed("record --pid saw no fsync of the fsyncing process")
+            return f"{fsyncs} fsyncs"
+        finally:
+            kill_group(proc)
+            proc.wait()
+
+
+def check_verify(ctx):
+    """verify --expect barrier=on on a barrier=0 ext4 must find the mismatch (its exit 1)."""
+    with ScratchExt4(ctx, "verify", options="barrier=0") as fs:
+        rc, out = ctx.run([*FSPROF, "verify", "--mount", str(fs.mnt), "--expect", "barrier=on"], expect=None)
+        if rc != 1 or "NOT IN EFFECT" not in out:
+            raise CheckFailed(f"verify exited {rc} (1 and NOT IN EFFECT expected): {last_line(out)}")
+
+
+def check_oracles(ctx):
+    rc, out = ctx.run([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--basetemp", str(ctx.work / "pytest"),
+                       "--show-capture=no", "-rfE", *ORACLE_TESTS], cwd=REPO, expect=None)
+    if rc != 0:
+        failed = [line for line in out.splitlines() if line.startswith(("FAILED", "ERROR"))]
+        raise CheckFailed((failed[0] if failed else last_line(out))[:300])
+    return last_line(out)
+
+
+# name, time limit under TCG (s), check. A host row gets the same limits (it needs a tenth).
+CHECKS = [
+    ("doctor", 600, check_doctor),
+    ("fsync-loop", 1200, fsprof_run("fsync-loop", "--count", "200")),
+    ("fsync-heavy", 1200, fsprof_run("fsync-heavy", "--file-num", "4", "--file-total-size", "16M", "--time", "3")),
+    ("bonnie", 1200, fsprof_run("bonnie", "-s", "16", "-n", "1", "-f")),
+    ("untar", 1200, fsprof_run("untar", "--files", "2000", "--synthetic", "--image-size", "1G")),
+    ("record-pid", 600, check_record),
+    ("verify", 600, check_verify),
+    ("oracles", 2400, check_oracles),
+]
+CHECK_NAMES = [name for name, _, _ in CHECKS]
+
+
+# ---- one row, on this machine (the host, or inside a guest) ----
+
+def run_checks(outdir, names):
+    """Runs the named checks here; a log per check and one JSON line per check in outdir."""
+    outdir.mkdir(parents=True, exist_ok=True)
+    (outdir / "release").write_text(os.uname().release + "\n")
+    for name, limit, check in CHECKS:
+        if name not in names:
+            continue
+        work = Path(tempfile.mkdtemp(prefix=f"fsprof-check-{name}-"))
+        start = time.monotonic()
+        with open(outdir / f"{name}.log", "w") as log:
+            ctx = Ctx(work, log, start + limit)
+            try:
+                note, ok = check(ctx) or "", True
+            except CheckFailed as e:
+                note, ok = str(e), False
+            except Exception as e:  # a check's own error is that check's FAIL, not the run's end
+                note, ok = f"{type(e).__name__}: {e}", False
+            seconds = time.monotonic() - start
+            if not ok:  # undo whatever a failed or killed fsprof left (mounts, loops, sysctls)
+                subprocess.run([*FSPROF, "cleanup"], stdout=log, stderr=subprocess.STDOUT, timeout=300)
+            log.write(f"\n{'PASS' if ok else 'FAIL'} in {seconds:.0f} s: {note}\n")
+        shutil.rmtree(work, ignore_errors=True)
+        with open(outdir / "results.jsonl", "a") as f:
+            f.write(json.dumps({"check": name, "ok": ok, "seconds": round(seconds, 1), "note": note}) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def read_results(outdir):
+    try:
+        lines = (outdir / "results.jsonl").read_text().splitlines()
+    except OSError:
+        return {}
+    return {r["check"]: r for r in map(json.loads, lines)}
+
+
+def doctor_left_out(log):
+    """What doctor says is missing or left out on this kernel, shortly (for the docs table)."""
+    try:
+        text = log.read_text()
+    except OSError:
+        return ""
+    items = []
+    for line in text.splitlines():
+        m = re.match(r"^(\S+)\s+(.+?)\s{2,}(.*)$", line)
+        if m and m.group(1) not in ("ok", "$") and not line.startswith(("PASS", "FAIL", "[")):
+            items.append(f"{m.group(2).strip()}: {m.group(3).strip()}")
+        skipped = re.search(r"skipped: (\{.*\})", line)
+        if skipped:
+            items.append("left out: " + ", ".join(re.findall(r"'([^']+)':", skipped.group(1))))
+    return "; ".join(items)[:600]
+
+
+# ---- the matrix ----
+
+class Row:
+    def __init__(self, label, kernel):
+        self.label, self.kernel = label, kernel  # kernel: None for the host
+        self.release, self.how, self.results, self.seconds, self.boot_s, self.skipped = label, "", {}, 0.0, None, ""
+
+
+def run_host_row(row, names, logdir, say):
+    row.release, row.how = os.uname().release, "on the host, no VM"
+    say(f"== host ({row.release}): {', '.join(names)}")
+    start = time.monotonic()
+    run_checks(logdir, names)
+    row.results, row.seconds = read_results(logdir), time.monotonic() - start
+
+
+def run_vm_row(row, names, logdir, accel, say):
+    say(f"== {row.label} ({row.kernel}): {', '.join(names)}")
+    start = time.monotonic()
+    try:
+        how, why = vm.choose_accel(row.kernel, accel, "/dev/kvm", say)
+    except vm.VMError as e:
+        row.skipped, row.seconds = str(e), time.monotonic() - start
+        return
+    row.how = why
+    say(f"   {why}")
+    shared = Path(tempfile.mkdtemp(prefix="fsprof-kernels-"))
+    limit = sum(lim for n, lim, _ in CHECKS if n in names) + 120
+    try:
+        with open(logdir / "console.log", "wb") as console:
+            out = vm.boot_and_run(row.kernel, [PY, "-m", "kernels.matrix", "--inside", str(shared),
+                                               "--checks", ",".join(names)],
+                                  accel=how, cwd=REPO, timeout=limit, boot_timeout=900, rwdirs=[shared],
+                                  output=console, verbose=True)
+        for f in shared.iterdir():
+            if f.is_file():
+                shutil.copy(f, logdir / f.name)
+        row.results = read_results(shared)
+    except vm.VMError as e:
+        row.skipped = str(e)
+        return
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+        row.seconds = time.monotonic() - start
+    row.boot_s = out.boot_s
+    release = logdir / "release"
+    row.release = release.read_text().strip() if release.exists() else row.kernel.name.replace("vmlinuz-", "")
+    for name in names:  # a check the guest never finished is a FAIL, with the VM's reason
+        if name not in row.results:
+            why = out.message or f"the guest ended (exit {out.rc}) before this check"
+            row.results[name] = {"check": name, "ok": False, "seconds": 0, "note": f"not run: {why}"}
+
+
+def cell(row, name):
+    if row.skipped:
+        return "SKIP"
+    r = row.results.get(name)
+    if r is None:
+        return "-"
+    return f"{'PASS' if r['ok'] else 'FAIL'} {r['seconds']:.0f}s"
+
+
+def render(rows, names, total_s):
+    head = ["kernel", "boot", *names, "row time"]
+    table = [head] + [[r.release, f"{r.boot_s:.0f}s" if r.boot_s is not None else "-",
+                       *[cell(r, n) for n in names], f"{r.seconds / 60:.1f} min"] for r in rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(head))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths)) for line in table]
+    return "\n".join(lines + [f"total wall time {total_s / 60:.1f} min"])
+
+
+def write_doc(rows, names, total_s, logroot):
+    """Replaces the generated section of docs/kernels.md (between its markers) with this run's."""
+    begin, end = "<!-- matrix: generated by make test-kernels -->", "<!-- matrix: end -->"
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    out = [begin, "", f"Last run: {when}, total wall time {total_s / 60:.1f} min.", "",
+           "| kernel | how | " + " | ".join(names) + " | row time |",
+           "|---|---|" + "---|" * len(names) + "---|"]
+    for r in rows:
+        out.append(f"| {r.release} | {r.skipped or r.how} | " + " | ".join(cell(r, n) for n in names)
+                   + f" | {r.seconds / 60:.1f} min |")
+    out += ["", "| kernel | left out or missing, by `fsprof doctor` | failures (first line) |", "|---|---|---|"]
+    for r in rows:
+        fails = "; ".join(f"{n}: {r.results[n]['note']}" for n in names
+                          if n in r.results and not r.results[n]["ok"])
+        out.append(f"| {r.release} | {md(doctor_left_out(logroot / r.label / 'doctor.log')) or '-'} | "
+                   f"{md(fails) or '-'} |")
+    out += ["", end]
+    text = DOC.read_text() if DOC.exists() else "# Supported kernels\n\n" + begin + "\n" + end + "\n"
+    if begin in text and end in text:
+        text = text[:text.index(begin)] + "\n".join(out) + text[text.index(end) + len(end):]
+    else:
+        text = text.rstrip("\n") + "\n\n" + "\n".join(out) + "\n"
+    DOC.write_text(text)
+
+
+def md(text):
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m kernels.matrix", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kernels", default="6.1,6.12,host",
+                        help="rows: versions installed in /boot and/or 'host' (default 6.1,6.12,host)")
+    parser.add_argument("--kernel", action="append", default=[], metavar="PATH", help="also a row for this image")
+    parser.add_argument("--checks", default=",".join(CHECK_NAMES), help=f"default all: {','.join(CHECK_NAMES)}")
+    parser.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto")
+    parser.add_argument("--logs", help="where to keep the logs (default /var/tmp/fsprof-kernels/<time>)")
+    parser.add_argument("--no-doc", action="store_true", help="do not write the table into docs/kernels.md")
+    parser.add_argument("--inside", metavar="DIR", help=argparse.SUPPRESS)  # the guest's side of a VM row
+    args = parser.parse_args(argv)
+    say = lambda text: print(text, flush=True)
+    names = [n.strip() for n in args.checks.split(",") if n.strip()]
+    unknown = [n for n in names if n not in CHECK_NAMES]
+    if unknown or not names:
+        say(f"unknown check {', '.join(unknown) or '(none given)'}: choose from {', '.join(CHECK_NAMES)}")
+        return vm.USAGE
+    if args.inside:
+        run_checks(Path(args.inside), names)
+        return 0
+    vm.raise_on_signals()
+    rows = []
+    try:
+        for spec in [k.strip() for k in args.kernels.split(",") if k.strip()] + args.kernel:
+            rows.append(Row("host", None) if spec == "host" else Row(spec, vm.resolve_kernel(spec)))
+    except vm.VMError as e:
+        say(str(e))
+        return vm.USAGE
+    if not rows:
+        say("no kernel to test: give --kernels and/or --kernel")
+        return vm.USAGE
+    seen = set()
+    for i, r in enumerate(rows):  # each row's logs in a directory of its own name
+        if r.kernel is not None and "/" in r.label:
+            r.label = r.kernel.name.replace("vmlinuz-", "")
+        if r.label in seen:
+            r.label += f"-{i}"
+        seen.add(r.label)
+    logroot = Path(args.logs or vm.LOG_ROOT / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+    say(f"logs: {logroot}")
+    start = time.monotonic()
+    try:
+        for r in rows:
+            (logroot / r.label).mkdir(parents=True, exist_ok=True)
+            if r.kernel is None:
+                run_host_row(r, names, logroot / r.label, say)
+            else:
+                run_vm_row(r, names, logroot / r.label, args.accel, say)
+            if r.skipped:
+                say(f"   skipped: {r.skipped}")
+            for n in names:
+                res = r.results.get(n)
+                if res:
+                    say(f"   {'PASS' if res['ok'] else 'FAIL'} {n} ({res['seconds']:.0f} s)"
+                        + (f": {res['note']}" if res["note"] else ""))
+    except KeyboardInterrupt:
+        say("interrupted: the VM (if any) was stopped and its images removed")
+        return 130
+    total = time.monotonic() - start
+    say("")
+    say(render(rows, names, total))
+    failed = [(r, n) for r in rows for n in names if n in r.results and not r.results[n]["ok"]]
+    for r, n in failed:
+        say(f"FAIL {r.release} {n}: {r.results[n]['note']}\n     log: {logroot / r.label / (n + '.log')}")
+    if not args.no_doc:
+        write_doc(rows, names, total, logroot)
+        say(f"written: {DOC}")
+    if failed:
+        return 1
+    if any(r.skipped for r in rows):
+        for r in rows:
+            if r.skipped:
+                say(f"SKIPPED {r.label}: {r.skipped}")
+        return vm.CANNOT_RUN
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
