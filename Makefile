@@ -125,25 +125,3 @@ vm-deps:
 
 test-kernels: setup vm-deps
 	$(PY) -m kernels.matrix --kernels $(KERNELS) $(if $(KERNEL_CHECKS),--checks $(KERNEL_CHECKS))
-
-# `make test-kernels` (issue 16): fsprof's checks on Debian's 6.1 and 6.12 kernels, each booted in a
-# qemu VM by virtme-ng with this tree shared, and on the host; prints the matrix kernel x check and
-# writes it into docs/kernels.md (kernels/matrix.py). KERNELS picks rows (versions in /boot, `host`),
-# KERNEL_CHECKS a subset of checks. virtme-ng comes from PyPI into its own venv, .venv-vm.
-VM_PKGS := linux-image-amd64 linux-image-6.12-amd64 qemu-system-x86 busybox-static
-VM_VENV := .venv-vm
-VNG_VERSION := 1.42
-KERNELS ?= 6.1,6.12,host
-KERNEL_CHECKS ?=
-.PHONY: vm-deps test-kernels
-vm-deps:
-	@missing=$$(for p in $(VM_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
-	if [ -n "$$missing" ]; then \
-	  echo "installing: $$missing"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
-	fi
-	@[ -x $(VM_VENV)/bin/vng ] || { $(PY_SYS) -m venv $(VM_VENV) && \
-	  $(VM_VENV)/bin/pip install -q virtme-ng==$(VNG_VERSION); }
-
-test-kernels: setup vm-deps
-	$(PY) -m kernels.matrix --kernels $(KERNELS) $(if $(KERNEL_CHECKS),--checks $(KERNEL_CHECKS))
