@@ -166,7 +166,7 @@ def choose_accel(kernel, accel, kvm_dev, say):
         tmp.replace(cache)
     if verdicts[key] == "kvm":
         return "kvm", "running under KVM (a probe boot with KVM succeeded)"
-    return "tcg", (f"running under TCG: /dev/kvm opens, but a probe boot of this kernel with KVM "
+    return "tcg", (f"running under TCG: /dev/kvm opens, but a probe boot of this kernel with KVM failed: "
                    f"{verdicts[key]} (nested KVM cannot run stock kernels here)")
 
 
@@ -292,10 +292,10 @@ def boot_and_run(kernel, argv, *, accel="tcg", cwd=None, timeout=3600, boot_time
                 booted_at = now
             if booted_at is None and now - start > boot_timeout:
                 return Outcome("no-boot", NO_BOOT, 0, now - start,
-                               f"the VM did not boot within {boot_timeout} s (kernel {kernel.name})")
+                               f"the VM did not boot within {boot_timeout:g} s (kernel {kernel.name})")
             if booted_at is not None and now - booted_at > timeout:
                 return Outcome("timeout", TIMED_OUT, booted_at - start, now - start,
-                               f"the command did not end within {timeout} s: the VM was stopped")
+                               f"the command did not end within {timeout:g} s: the VM was stopped")
         copier.join(timeout=10)
         now = time.monotonic()
         if booted_at is None and (tmp / "booted").exists():
@@ -364,7 +364,8 @@ def main(argv=None):
         return 130
     if out.message:
         say(f"vm: {out.message}")
-    say(f"vm: boot {out.boot_s:.0f} s, total {out.seconds:.0f} s, exit status {out.rc}")
+    if out.status != "no-boot":
+        say(f"vm: boot {out.boot_s:.0f} s, total {out.seconds:.0f} s, exit status {out.rc}")
     return out.rc
 
 
