@@ -19,7 +19,8 @@ from pathlib import Path
 from .errors import FsprofError
 from . import signals, tracefs
 
-BUILD_DIR = Path(__file__).resolve().parent.parent / "build"
+# The BPF objects: `make build`'s, or FSPROF_BPF_DIR (another build of them, e.g. one a test altered).
+BUILD_DIR = Path(os.environ.get("FSPROF_BPF_DIR") or Path(__file__).resolve().parent.parent / "build")
 LOG_DIR = Path(os.environ.get("FSPROF_LOG_DIR", "/var/tmp/fsprof/logs"))
 CORE_BTF_DIR = Path(os.environ.get("FSPROF_CORE_BTF_DIR", "/var/tmp/fsprof/cache/core-btf"))
 VMLINUX_BTF = Path("/sys/kernel/btf/vmlinux")

@@ -100,6 +100,11 @@ class Collector:
     def skipped(self):
         return {f"{o.name}:{p}": why for o in self.objects for p, why in o.skipped.items()}
 
+    def left_out(self, object_name):
+        """Programs of an object this kernel lacks or refused."""
+        return sorted(p for o in self.objects if o.name == object_name
+                      for p, why in o.skipped.items() if why != "not requested")
+
     @property
     def unavailable(self):
         """[{figures, probe, why}]: what this kernel cannot give, one entry per program left out
@@ -187,6 +192,9 @@ class Collector:
                     "count": sum(x.count for x in v), "total_ns": sum(x.total_ns for x in v)}
                    for k, v in self.worker_offcpu.items()]
         behind_raw = {name: probe.snapshot() for name, probe in self.probes.items()}
+        for module in behind.MODULES:  # a summary tells unknown figures from zeros by these
+            if module.NAME in behind_raw:
+                behind_raw[module.NAME]["left_out"] = self.left_out(module.OBJECT)
         wanted = {r["stack"] for r in offcpu + samples + workers} | {r["waker_stack"] for r in offcpu}
         wanted |= set(behind.stack_ids(behind_raw))
         stacks = {}

@@ -170,8 +170,7 @@ class Probe:
         counts = {name: {phase: {cls: {"count": s["count"], "bytes": s["bytes"]} for cls, s in classes.items()}
                          for phase, classes in dev["phases"].items()}
                   for name, dev in devices.items()}
-        left_out = sorted(p for p, why in self.obj.skipped.items() if why != "not requested")
-        return {"counts": counts, "devices": devices, "backing": backing, "left_out": left_out}
+        return {"counts": counts, "devices": devices, "backing": backing}
 
 
 # Summary: plain data in, plain data out.

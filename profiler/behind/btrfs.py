@@ -265,8 +265,10 @@ def _per(a, b):
 class Figures:
     """The btrfs figures of one phase (or of the whole run), from that phase's records."""
 
-    def __init__(self, events, hists, resv, frames):
+    def __init__(self, events, hists, resv, frames, left_out=()):
         self.events, self.hists, self.resv, self.frames = events, hists, resv, frames
+        # btrfs_finish_ordered_extent (6.5) unseen: completions unknown, not 0.
+        self.finish_unseen = "on_oe_finish" in left_out
 
     def of(self, event):
         return [e for e in self.events if e["event"] == event]
@@ -313,8 +315,8 @@ class Figures:
         return {"added": n, "bytes": nbytes, "avg_bytes": _per(nbytes, n), "by_type": by_type,
                 "started_and_waited": self.count("oe_start"),
                 # bio completions over ordered extents' ranges: a large extent completes in several.
-                "io_completions": sum(e["count"] for e in finished),
-                "io_failed": sum(e["count"] for e in finished if not e["arg"]),
+                "io_completions": None if self.finish_unseen else sum(e["count"] for e in finished),
+                "io_failed": None if self.finish_unseen else sum(e["count"] for e in finished if not e["arg"]),
                 "removed": self.count("oe_remove"),
                 # added -> removed: data I/O plus the completion work (file extent item, csums).
                 "life": self.hist("oe_life")}
@@ -409,8 +411,8 @@ def many_to_one(fig, fsync_attr, elapsed_s):
     }
 
 
-def figures(events, hists, resv, frames, fsync_attr, elapsed_s):
-    f = Figures(events, hists, resv, frames)
+def figures(events, hists, resv, frames, fsync_attr, elapsed_s, left_out=()):
+    f = Figures(events, hists, resv, frames, left_out)
     out = {"fsyncs": f.fsyncs(), "commits": f.commits(), "superblock_writes": f.super_writes(),
            "ordered_extents": f.ordered_extents(), "reservations": f.reservations()}
     out["many_to_one"] = many_to_one(out, fsync_attr, elapsed_s)
@@ -431,7 +433,8 @@ def summarize(raw, ctx):
         phase = ctx.phases.get(name, {})
         pick = lambda recs: [r for r in recs if r["phase"] == index]  # noqa: E731
         phases[name] = figures(pick(events), pick(hists), pick(resv), frames,
-                               fsync_breakdown(phase.get("attribution", {})), phase.get("elapsed_s"))
+                               fsync_breakdown(phase.get("attribution", {})), phase.get("elapsed_s"),
+                               raw.get("left_out", ()))
     all_attr = [fsync_breakdown(p.get("attribution", {})) for p in ctx.phases.values()]
     total_attr = {"count": sum(a["count"] for a in all_attr), "wall_ns": sum(a["wall_ns"] for a in all_attr),
                   "causes": {}, "wakers": {}}
@@ -443,7 +446,7 @@ def summarize(raw, ctx):
                 _add(total_attr["wakers"].setdefault(cause, {}), who, ns)
     return {
         "fsid": raw["fsids"][str(ctx.sb_dev)],
-        "all": figures(events, hists, resv, frames, total_attr, ctx.elapsed_s),
+        "all": figures(events, hists, resv, frames, total_attr, ctx.elapsed_s, raw.get("left_out", ())),
         "phases": phases,
         "last_commit_ns": raw.get("commit_last_ns", {}).get(str(ctx.sb_dev)),
         "commits_interleaved": raw.get("commit_interleaved", 0),
