@@ -19,8 +19,18 @@ from pathlib import Path
 from .errors import FsprofError
 from . import signals, tracefs
 
-# The BPF objects: `make build`'s, or FSPROF_BPF_DIR (another build of them, e.g. one a test altered).
-BUILD_DIR = Path(os.environ.get("FSPROF_BPF_DIR") or Path(__file__).resolve().parent.parent / "build")
+
+def _objects_dir():
+    """Where the BPF objects are: FSPROF_BPF_DIR (another build of them, e.g. one a test altered),
+    else those an installed wheel ships beside this module (setup.py copies them there), else the
+    source tree's build/ that `make build` fills."""
+    if os.environ.get("FSPROF_BPF_DIR"):
+        return Path(os.environ["FSPROF_BPF_DIR"])
+    shipped = Path(__file__).resolve().parent / "bpf_objects"
+    return shipped if shipped.is_dir() else Path(__file__).resolve().parent.parent / "build"
+
+
+BUILD_DIR = _objects_dir()
 LOG_DIR = Path(os.environ.get("FSPROF_LOG_DIR", "/var/tmp/fsprof/logs"))
 CORE_BTF_DIR = Path(os.environ.get("FSPROF_CORE_BTF_DIR", "/var/tmp/fsprof/cache/core-btf"))
 VMLINUX_BTF = Path("/sys/kernel/btf/vmlinux")

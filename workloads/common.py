@@ -155,8 +155,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def engine_path(name):
-    """The C engine `make build` compiles from workloads/<name>.c."""
-    path = os.path.join(REPO, "build", "workloads", name)
+    """The C engine `make build` compiles from workloads/<name>.c: shipped in workloads/engines/ by
+    an installed wheel (setup.py), else in the source tree's build/workloads/."""
+    shipped = os.path.join(os.path.dirname(os.path.abspath(__file__)), "engines", name)
+    path = shipped if os.path.exists(shipped) else os.path.join(REPO, "build", "workloads", name)
     if not os.access(path, os.X_OK):
         raise WorkloadError(f"the workload engine {path} is missing; run `make build`")
     return path

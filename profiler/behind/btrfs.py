@@ -11,7 +11,7 @@ import uuid
 from functools import lru_cache
 from pathlib import Path
 
-from .. import hist, maps
+from .. import bpf, hist, maps
 
 NAME = "btrfs"
 OBJECT = "btrfs"
@@ -218,8 +218,9 @@ class Probe:
 
 @lru_cache(maxsize=4)
 def kernel_enum(name):
-    """{value: name} of enum `name` as this kernel's BTF has it (build/vmlinux.h is its dump)."""
-    header = Path(__file__).resolve().parents[2] / "build" / "vmlinux.h"
+    """{value: name} of enum `name` as this kernel's BTF has it (vmlinux.h, its dump, lies beside
+    the BPF objects compiled against it)."""
+    header = bpf.BUILD_DIR / "vmlinux.h"
     try:
         text = header.read_text()
     except OSError:
