@@ -1,6 +1,6 @@
 """The wheel carries what fsprof needs at run time beside its Python code: `make build` compiles
 the BPF objects (with the vmlinux.h they were compiled against) and the workload engines, and
-they are copied into the packages as data, where profiler/bpf.py and workloads/common.py look
+they are copied into the packages as data, where profiler/trace/bpf.py and workloads/common.py look
 first. Metadata and the package list are in setup.cfg."""
 
 import shutil
@@ -21,7 +21,7 @@ class BuildPyWithObjects(build_py):
             return  # an editable install reads the tree's build/, which `make build` fills
         subprocess.run(["make", "--no-print-directory", "-C", str(HERE), "build"], check=True)
         build = HERE / "build"
-        _copy([*sorted(build.glob("*.bpf.o")), build / "vmlinux.h"], Path(self.build_lib, "profiler", "bpf_objects"))
+        _copy([*sorted(build.glob("*.bpf.o")), build / "vmlinux.h"], Path(self.build_lib, "profiler", "trace", "bpf_objects"))
         _copy(sorted(p for p in (build / "workloads").iterdir() if p.is_file()),
               Path(self.build_lib, "workloads", "engines"))
 

@@ -7,7 +7,7 @@ By default both sides drop the caches before each test, as our workload does by 
 is driven through its prompt mode (-y p) on a pty, and the caches are dropped at each prompt.
 --keep-caches runs both without dropping.
 
-The scratch filesystem is fsprof's (profiler.scratch): undone on exit, error, Ctrl-C and SIGTERM, and
+The scratch filesystem is fsprof's (profiler.machine.scratch): undone on exit, error, Ctrl-C and SIGTERM, and
 by any later `fsprof cleanup` if this is SIGKILLed.
 
     .venv/bin/python bench/bench_bonnie.py [--size 1024] [--repeats 5] [--keep-caches]
@@ -25,7 +25,7 @@ import tempfile
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from profiler.scratch import Changes, FsConfig, provision, record_process  # noqa: E402
+from profiler.machine.scratch import Changes, FsConfig, provision, record_process  # noqa: E402
 from profiler.signals import install_handlers  # noqa: E402
 
 TESTS = ("write", "rewrite", "read", "seeks")

@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
 from common import LONG, PY, QUICK, REPO, Gated, cpu_seconds, own_prog_stats, rss_kib, sh  # noqa: E402
-from profiler import blockdev  # noqa: E402
-from profiler.scratch import Changes  # noqa: E402
+from profiler.machine import blockdev  # noqa: E402
+from profiler.machine.scratch import Changes  # noqa: E402
 from profiler.signals import install_handlers  # noqa: E402
 
 IO_CALLS = ("pread64", "pwrite64", "fsync")  # what the engine's reads, writes and fsyncs are (sync mode)

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Benchmark: rendering a 50,000-line folded file into an SVG with inferno-flamegraph, as fsprof
-does it (profiler.flamegraph.render_svg: the same options, one process per graph).
+does it (profiler.views.flamegraph.render_svg: the same options, one process per graph).
 
 The folded file is made of real kernel function names (this machine's /proc/kallsyms text
 symbols), rooted at fsprof's synthetic [fs];[op];[cause] frames, 8 to 40 frames deep; each line
@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from profiler import flamegraph  # noqa: E402
+from profiler.views import flamegraph  # noqa: E402
 
 CAUSES = ["journal commit wait", "data writeback wait", "cpu contention", "lock contention", "cache flush",
           "read I/O wait", "filesystem CPU", "other wait"]

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from common import (QUICK, Bpftrace, BpfStats, Fsprof, Gated, LibbpfTools, NoTracer, fmt, interleaved,  # noqa: E402
                     sh, spread)
-from profiler.scratch import Changes  # noqa: E402
+from profiler.machine.scratch import Changes  # noqa: E402
 from profiler.signals import install_handlers  # noqa: E402
 
 FSYNC_ARGS = ["--file-test-mode", "rndwr", "--file-fsync-all", "on", "--file-num", "16",

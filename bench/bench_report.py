@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Benchmark: the cost of the report. Makes a three-filesystem run (ext4, XFS, btrfs scratch images)
 with `fsprof run`, then times, each in a fresh Python process, the full HTML report with its flame
-graphs (profiler.html_report.write_html(run_dir, out_file)) and the terminal report with the
+graphs (profiler.views.html.report.write_html(run_dir, out_file)) and the terminal report with the
 flame graph files (`fsprof report RUN`). Two runs: `make run`'s job (fsync-loop, 1000 fsyncs) and a
 heavier one (fsync-heavy rndwr, an fsync round after every write, 5 s), whose traces hold more
-stacks. If profiler.html_report is not in the tree, its rows say "not available".
+stacks. If profiler.views.html.report is not in the tree, its rows say "not available".
 
     .venv/bin/python bench/bench_report.py [--repeats 5]
     BENCH_QUICK=1 ...   # 2 repeats, the fsync-loop run only
@@ -28,7 +28,7 @@ RUNS = {
     "fsync-heavy": ["--workload", "fsync-heavy", "--file-test-mode", "rndwr", "--file-fsync-freq", "1",
                     "--file-total-size", "64M", "--time", "5"],
 }
-HTML = ("import json, sys, time; t = time.perf_counter(); from profiler.html_report import write_html; "
+HTML = ("import json, sys, time; t = time.perf_counter(); from profiler.views.html.report import write_html; "
         "write_html(sys.argv[1], sys.argv[2]); print(json.dumps({'inside_s': time.perf_counter() - t}))")
 
 
@@ -40,7 +40,7 @@ def parse_args():
 
 
 def html_available():
-    probe = "import profiler.html_report as h; assert callable(h.write_html)"
+    probe = "import profiler.views.html.report as h; assert callable(h.write_html)"
     return subprocess.run([PY, "-c", probe], cwd=REPO, capture_output=True).returncode == 0
 
 
@@ -89,7 +89,7 @@ def render(runs, html, args):
             h, inside, size = fmt(spread(r["html"]), **s), fmt(spread(r["html_inside"]), **s), \
                 f"{r['html_bytes'] / 1e6:.1f} MB"
         else:
-            h = inside = size = "not available (profiler.html_report is not in the tree)"
+            h = inside = size = "not available (profiler.views.html.report is not in the tree)"
         lines.append(f"| {name} (`{' '.join(RUNS[name])}`) | {r['stacks']:,} | {h} | {inside} | {size} | "
                      f"{fmt(spread(r['report']), **s)} |")
     lines += ["", f"Median (min – max) of {args.repeats} repeats, each in a fresh Python process."]
@@ -106,7 +106,7 @@ def main():
     args = parse_args()
     html = html_available()
     if not html:
-        print("profiler.html_report.write_html is not available: its rows say so", flush=True)
+        print("profiler.views.html.report.write_html is not available: its rows say so", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-report-", dir="/var/tmp") as tmp:
         runs = {name: bench_run(name, args, Path(tmp), html) for name in args.runs.split(",")}
     md = render(runs, html, args)

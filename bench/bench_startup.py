@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
 from common import PEER_BT, PY, QUICK, REPO, cpu_seconds, fmt, interleaved, spread, stop_process, wait_attached  # noqa: E402
-from profiler import tracefs  # noqa: E402
+from profiler.machine import tracefs  # noqa: E402
 
 FSPROF = [PY, "-m", "profiler"]
 
@@ -87,7 +87,7 @@ def libbpf_tool_attach(argv):
 
 def fsprof_attach_points():
     """(bpftrace probe, fsprof object:program) for every program the Collector attaches."""
-    from profiler.collect import Collector
+    from profiler.session.collect import Collector
     points = []
     with Collector() as collector:
         for obj in collector.objects:
@@ -117,7 +117,7 @@ def equivalent_script(path):
 
 def in_process_phases():
     """The Collector's load+attach and close inside a fresh Python (imports excluded)."""
-    code = ("import time, json; t0 = time.perf_counter(); from profiler.collect import Collector; "
+    code = ("import time, json; t0 = time.perf_counter(); from profiler.session.collect import Collector; "
             "t1 = time.perf_counter(); c = Collector(); t2 = time.perf_counter(); n = len(c.objects); c.close(); "
             "t3 = time.perf_counter(); print(json.dumps({'import_s': t1 - t0, 'load_attach_s': t2 - t1, "
             "'close_s': t3 - t2, 'objects': n}))")
@@ -150,8 +150,8 @@ def main():
             phases = [in_process_phases() for _ in range(args.rounds)]
             cli = {"python -c pass": [timed([PY, "-c", "pass"]) for _ in range(args.rounds)],
                    "python -m profiler --help": [timed([*FSPROF, "--help"]) for _ in range(args.rounds)],
-                   "import profiler.record (what record loads)":
-                       [timed([PY, "-c", "import profiler.record"]) for _ in range(args.rounds)]}
+                   "import profiler.session.record (what record loads)":
+                       [timed([PY, "-c", "import profiler.session.record"]) for _ in range(args.rounds)]}
     finally:
         pid_proc.kill()
         pid_proc.wait()
@@ -170,9 +170,9 @@ def render(summary, phases, cli, args):
     for name, s in summary.items():
         total = fmt(s["total_s"], **ms) if name == "fsprof record" else "—"
         lines.append(f"| {name} | {fmt(s['attached_s'], **ms)} | {fmt(s['cpu_s'], **ms)} | {total} |")
-    lines += ["", "Inside one Python process (profiler.collect.Collector):", "",
+    lines += ["", "Inside one Python process (profiler.session.collect.Collector):", "",
               "| step | time |", "|---|---|",
-              f"| import profiler.collect | {fmt(phases['import_s'], **ms)} |",
+              f"| import profiler.session.collect | {fmt(phases['import_s'], **ms)} |",
               f"| Collector(): load {phases['objects']['median']:.0f} objects, attach every program, perf events on each CPU | "
               f"{fmt(phases['load_attach_s'], **ms)} |",
               f"| Collector.close(): detach and free | {fmt(phases['close_s'], **ms)} |",

@@ -9,7 +9,7 @@ times, in the engine) against the wall time of the whole `tar -xf` process; then
 the same syncfs(2) of the filesystem, timed separately. Both run as root, so both restore owners,
 modes and mtimes. The tarball is read once beforehand so both sides find it in the page cache.
 
-The scratch filesystem is fsprof's (profiler.scratch): undone on exit, error, Ctrl-C and SIGTERM,
+The scratch filesystem is fsprof's (profiler.machine.scratch): undone on exit, error, Ctrl-C and SIGTERM,
 and by any later `fsprof cleanup` if this is SIGKILLed.
 
     .venv/bin/python bench/bench_untar.py [--repeats 5] [--files N|FRACTION] [--synthetic]
@@ -29,7 +29,7 @@ from collections import namedtuple
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from profiler.scratch import Changes, FsConfig, provision  # noqa: E402
+from profiler.machine.scratch import Changes, FsConfig, provision  # noqa: E402
 from profiler.signals import install_handlers  # noqa: E402
 from workloads import untar  # noqa: E402
 from workloads.common import UsageError, WorkloadError  # noqa: E402

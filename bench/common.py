@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from profiler import scratch  # noqa: E402
+from profiler.machine import scratch  # noqa: E402
 
 RESULTS = Path(os.environ.get("BENCH_RESULTS", REPO / "build" / "bench"))
 SCRATCH_DIR = "/var/tmp/fsprof/bench-scratch"
@@ -177,7 +177,7 @@ class NoTracer:
 
 
 class Fsprof:
-    """What `fsprof record --pid` and `fsprof run` load (profiler.collect.Collector: syscalls,
+    """What `fsprof record --pid` and `fsprof run` load (profiler.session.collect.Collector: syscalls,
     off-CPU stacks with wakers, on-CPU sampling, ext4/XFS/btrfs/block/writeback probes), pointed
     at the workload's pid and the filesystem under test, in this process (it idles while the
     workload runs, as `fsprof record` does)."""
@@ -187,7 +187,7 @@ class Fsprof:
         self.targets = targets
 
     def start(self, pid):
-        from profiler.collect import Collector
+        from profiler.session.collect import Collector
         self.collector = Collector()
         try:
             self.collector.set_targets(self.targets)

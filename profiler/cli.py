@@ -6,22 +6,14 @@ import os
 import sys
 from pathlib import Path
 
-from . import __version__
+from . import __version__, rundir, units
 from .errors import FsprofError
 
-SIZE_SUFFIXES = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-
-
 def size(text):
-    t = text.strip().lower().removesuffix("ib").removesuffix("b")
-    num, suffix = (t[:-1], t[-1]) if t and t[-1] in SIZE_SUFFIXES else (t, "")
     try:
-        value = int(float(num) * SIZE_SUFFIXES[suffix])
-    except (ValueError, OverflowError):
-        value = 0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a size (e.g. 1G, 512M)")
-    return value
+        return units.parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e))
 
 
 def sample_hz(text):
@@ -162,24 +154,24 @@ def parser():
 
 
 def _cleanup_stale():
-    from . import scratch
+    from .machine import scratch
     for sentence in scratch.cleanup_stale():
         print(f"fsprof: cleaned up after a dead run: {sentence}", file=sys.stderr)
 
 
 def dispatch(args):
-    from . import report
+    from .views import report
     if os.geteuid() == 0:
         _cleanup_stale()  # whatever the command: a dead run's mounts and sysctls go first
     if args.command == "report" and args.html:
         write_html_if_asked(args, args.run_dir)
         return 0
     if args.command == "report":
-        result = report.load(args.run_dir)
+        result = rundir.load(args.run_dir)
         if args.json:
             print(json.dumps(result, indent=1))
             return 0
-        from .flamegraph import write_default_set
+        from .views.flamegraph import write_default_set
         print(report.render(result))
         try:
             graphs = write_default_set(args.run_dir, result)
@@ -190,7 +182,7 @@ def dispatch(args):
             print(f"\nflame graphs: {Path(graphs[0]).parent}", file=sys.stderr)
         return 0
     if args.command == "compare":
-        from .compare import compare, render
+        from .views.compare import compare, render
         comparisons = compare(args.runs, args.op, args.phase)
         print(json.dumps(comparisons, indent=1) if args.json else render(comparisons))
         return 0
@@ -198,50 +190,50 @@ def dispatch(args):
         from .verify import command
         return command(args)
     if args.command == "flamegraph":
-        from .flamegraph import command
+        from .views.flamegraph import command
         return command(args)
     if args.command == "doctor":
-        from .doctor import doctor
+        from .commands.doctor import doctor
         return doctor()
 
-    from .bpf import check_privileges
+    from .trace.bpf import check_privileges
     check_privileges()
     if args.command == "cleanup":
         return 0
     from . import signals
     signals.install_handlers()
     if args.command == "record":
-        from .record import record
+        from .session.record import record
         result, out_dir = record(args)
     elif args.command == "run" and args.spec:
         return run_spec(args)
     else:
-        from .run import run
+        from .session.run import run
         result, out_dir = run(args)
     print(json.dumps(result, indent=1) if args.json else report.render(result))
-    print(f"\nresult: {out_dir / report.RESULT_FILE}", file=sys.stderr)
-    if (out_dir / "flamegraphs").is_dir():
-        print(f"flame graphs: {out_dir / 'flamegraphs'}", file=sys.stderr)
+    print(f"\nresult: {out_dir / rundir.RESULT_FILE}", file=sys.stderr)
+    if (out_dir / rundir.FLAMEGRAPH_DIR).is_dir():
+        print(f"flame graphs: {out_dir / rundir.FLAMEGRAPH_DIR}", file=sys.stderr)
     write_html_if_asked(args, out_dir)
     return 0
 
 
 def write_html_if_asked(args, out_dir):
     if getattr(args, "html", None):
-        from .html_report import write_html
+        from .views.html.report import write_html
         print(f"html report: {write_html(out_dir, args.html)}", file=sys.stderr)
 
 
 def run_spec(args):
-    from . import spec
-    from .run import INDEX_FILE, run_spec as run_matrix
+    from .machine import spec
+    from .session.run import run_spec as run_matrix
     matrix = spec.load(args.spec)  # every configuration and workload is checked before anything runs
     index, out_dir = run_matrix(matrix, args, progress=lambda line: print(line, file=sys.stderr, flush=True))
     print(f"{'workload':<20} {'config':<24} {'repeat':>6} {'time':>8}  result")
     for r in index["runs"]:
         status = f"failed: {r['error']}" if "error" in r else str(out_dir / r["dir"])
         print(f"{r['workload']:<20} {r['config']:<24} {r['repeat']:>6} {r['elapsed_s']:>7.1f}s  {status}")
-    print(f"\nindex: {out_dir / INDEX_FILE}", file=sys.stderr)
+    print(f"\nindex: {out_dir / rundir.INDEX_FILE}", file=sys.stderr)
     write_html_if_asked(args, out_dir)
     return 1 if any("error" in r for r in index["runs"]) else 0
 

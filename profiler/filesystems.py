@@ -17,16 +17,26 @@ class Filesystem:
     name: str
     module: str          # `modprobe` name; ext4 also mounts ext2 and ext3
     behind: str          # behind/<behind>.py and bpf/<behind>.bpf.c: its journal or log
+    mkfs_defaults: tuple = ()   # mkfs arguments fsprof adds before the user's
 
+
+# Scratch ext3/ext4 are made with inode tables and journal initialised up front: otherwise the
+# ext4lazyinit thread zeroes them after mount, with cache flushes of its own, during the workload.
+_EAGER_INIT = ("-E", "lazy_itable_init=0,lazy_journal_init=0")
 
 TABLE = {fs.name: fs for fs in (
     Filesystem("ext2", "ext4", "ext4"),
-    Filesystem("ext3", "ext4", "ext4"),
-    Filesystem("ext4", "ext4", "ext4"),
+    Filesystem("ext3", "ext4", "ext4", _EAGER_INIT),
+    Filesystem("ext4", "ext4", "ext4", _EAGER_INIT),
     Filesystem("xfs", "xfs", "xfs"),
     Filesystem("btrfs", "btrfs", "btrfs"),
 )}
 NAMES = tuple(TABLE)
+
+
+def mkfs_defaults(name):
+    """fsprof's own mkfs arguments for filesystem `name` (a list, for the user's to follow)."""
+    return list(TABLE[name].mkfs_defaults) if name in TABLE else []
 
 # Scratch filesystems sit on loop devices; /dev/loop-control exists only once loop is loaded.
 LOOP_MODULE = "loop"

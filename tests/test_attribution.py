@@ -13,8 +13,8 @@ import time
 import pytest
 
 from conftest import REPO, assert_invariants, run_fsprof
-from profiler import scratch
-from profiler.attribution import DELAYED_ALLOC, rules_for
+from profiler.machine import scratch
+from profiler.analysis.attribution import DELAYED_ALLOC, rules_for
 
 pytestmark = pytest.mark.slow
 COUNT = 200

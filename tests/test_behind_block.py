@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from conftest import run_fsprof, bpftrace_output, bpftrace_start
-from profiler import behind, blockdev, scratch
-from profiler.collect import Collector
-from profiler.maps import BLK_WRITE_CLASSES
-from profiler.workload import GatedProcess, workload_argv
+from profiler import behind
+from profiler.machine import blockdev, scratch
+from profiler.session.collect import Collector
+from profiler.trace.maps import BLK_WRITE_CLASSES
+from profiler.machine.workload import GatedProcess, workload_argv
 
 pytestmark = pytest.mark.slow
 COUNT = 300

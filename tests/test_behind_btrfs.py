@@ -14,11 +14,12 @@ import uuid
 import pytest
 
 from conftest import assert_invariants, run_fsprof, bpftrace_output, bpftrace_start
-from profiler import behind, scratch, tracefs
-from profiler.assemble import assemble
+from profiler import behind
+from profiler.machine import scratch, tracefs
+from profiler.analysis.assemble import assemble
 from profiler.behind import btrfs
-from profiler.collect import Collector
-from profiler.workload import GatedProcess
+from profiler.session.collect import Collector
+from profiler.machine.workload import GatedProcess
 
 pytestmark = pytest.mark.slow
 

@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 
 from conftest import assert_invariants, run_fsprof, bpftrace_output, bpftrace_start
-from profiler import scratch
+from profiler import filesystems
+from profiler.machine import scratch
 from profiler.behind import ext4
-from profiler.collect import Collector
-from profiler.run import DEFAULT_MKFS_OPTIONS, measure
-from profiler.workload import COMMAND, WorkloadSpec
+from profiler.session.collect import Collector
+from profiler.session.run import measure
+from profiler.machine.workload import COMMAND, WorkloadSpec
 
 pytestmark = pytest.mark.slow
 HZ = ext4.kernel_hz()
@@ -51,7 +52,7 @@ def measured(tmp_path, workload, mkfs=(), mount="", oracle=None):
     """The result entry of `workload` (a WorkloadSpec) on a fresh loop-backed ext4, with the
     kernel's counters read just before the probes are reset and just after the snapshot, and
     oracle(kdev) -> stop() run around it. Returns (entry, before, after, oracle's result)."""
-    config = scratch.FsConfig("ext4", mkfs_options=(*DEFAULT_MKFS_OPTIONS["ext4"], *mkfs), mount_options=mount)
+    config = scratch.FsConfig("ext4", mkfs_options=(*filesystems.mkfs_defaults("ext4"), *mkfs), mount_options=mount)
     with scratch.Changes() as changes, Collector() as collector:
         sfs = scratch.provision(changes, config, tmp_path / "scratch")
         name, kdev = sfs.block_devs[0]

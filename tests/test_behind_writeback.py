@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from conftest import assert_invariants, run_fsprof, bpftrace_output, bpftrace_start
-from profiler import scratch
+from profiler.machine import scratch
 from profiler.behind import Target, writeback
-from profiler.collect import Collector
-from profiler.run import measure
-from profiler.workload import COMMAND, WorkloadSpec
+from profiler.session.collect import Collector
+from profiler.session.run import measure
+from profiler.machine.workload import COMMAND, WorkloadSpec
 
 pytestmark = pytest.mark.slow
 

@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from conftest import assert_invariants, bpftrace_output, bpftrace_start
-from profiler import scratch
-from profiler.attribution import rules_for
+from profiler.machine import scratch
+from profiler.analysis.attribution import rules_for
 from profiler.behind import xfs
-from profiler.collect import Collector
-from profiler.run import measure
-from profiler.workload import COMMAND, WorkloadSpec
+from profiler.session.collect import Collector
+from profiler.session.run import measure
+from profiler.machine.workload import COMMAND, WorkloadSpec
 
 COUNT = 300
 pytestmark = pytest.mark.skipif(shutil.which("bpftrace") is None, reason="bpftrace (an oracle) is not installed")

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from conftest import run_fsprof
-from profiler.compare import MIN_SHARE, MIN_US
+from profiler.views.compare import MIN_SHARE, MIN_US
 
 pytestmark = pytest.mark.slow
 COUNT = 300

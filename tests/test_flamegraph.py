@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FSPROF, REPO, run_fsprof
-from profiler import flamegraph as fg
+from profiler.views import flamegraph as fg
 
 pytestmark = pytest.mark.slow
 COUNT = 200

@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 import pytest
 
 from conftest import FSPROF, REPO, loops_under, mounts_under, run_fsprof
-from profiler import compare, flamegraph
+from profiler.views import compare, flamegraph
 
 pytestmark = pytest.mark.slow
 COUNT = 100

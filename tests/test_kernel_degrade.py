@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from profiler.bpf import BUILD_DIR, BpfObject
+from profiler.trace.bpf import BUILD_DIR, BpfObject
 from profiler.errors import FsprofError
 
 from conftest import run_fsprof
@@ -55,7 +55,7 @@ def test_run_without_block_io_done_leaves_the_ticks_out_and_says_so(tmp_path, mo
 
 
 def test_a_refused_program_is_left_out_and_the_object_reloaded(tmp_path, monkeypatch):
-    monkeypatch.setattr("profiler.bpf.LOG_DIR", tmp_path / "logs")
+    monkeypatch.setattr("profiler.trace.bpf.LOG_DIR", tmp_path / "logs")
     obj = compile_bpf(tmp_path, "halfbad", """
 SEC("tracepoint/sched/sched_switch")
 int refused(void *ctx) { return *(volatile int *)0; }  /* a NULL dereference the verifier refuses */
@@ -71,7 +71,7 @@ int fine(void *ctx) { return 0; }
 
 
 def test_a_required_program_refused_is_one_sentence_naming_it(tmp_path, monkeypatch):
-    monkeypatch.setattr("profiler.bpf.LOG_DIR", tmp_path / "logs")
+    monkeypatch.setattr("profiler.trace.bpf.LOG_DIR", tmp_path / "logs")
     obj = compile_bpf(tmp_path, "core", """
 SEC("tracepoint/sched/sched_switch")
 int needed(void *ctx) { return *(volatile int *)0; }

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from profiler import maps, syscalls
-from profiler.bpf import BUILD_DIR, BpfObject
+from profiler.trace import maps, syscalls
+from profiler.trace.bpf import BUILD_DIR, BpfObject
 from profiler.errors import FsprofError
 
 HIT_PROGS = {"tp_switch": 0, "raw_tp_switch": 1, "tp_btf_switch": 2}
@@ -101,7 +101,7 @@ def compile_bpf(tmp_path, name, source):
 
 
 def test_verifier_rejection_is_one_sentence_with_the_log_saved(tmp_path, monkeypatch):
-    monkeypatch.setattr("profiler.bpf.LOG_DIR", tmp_path / "logs")
+    monkeypatch.setattr("profiler.trace.bpf.LOG_DIR", tmp_path / "logs")
     obj = compile_bpf(tmp_path, "bad", """
 SEC("tracepoint/sched/sched_switch")
 int bad(void *ctx) { return *(volatile int *)0; }  /* a NULL dereference the verifier refuses */
@@ -160,7 +160,7 @@ def own_programs():
 def test_minimised_kernel_btf_relocates_as_the_kernel_btf(tmp_path):
     """Objects in build/ relocate against `bpftool gen min_core_btf`'s cut of the kernel BTF
     (bpf.core_btf); a copy elsewhere relocates against the kernel's own. Same programs, same tags."""
-    from profiler.bpf import core_btf
+    from profiler.trace.bpf import core_btf
     assert core_btf(BUILD_DIR / "syscalls.bpf.o") is not None
     copy = tmp_path / "syscalls.bpf.o"
     copy.write_bytes((BUILD_DIR / "syscalls.bpf.o").read_bytes())
@@ -174,7 +174,7 @@ def test_minimised_kernel_btf_relocates_as_the_kernel_btf(tmp_path):
 
 
 def test_collector_loads_side_by_side_and_leaves_no_program_behind():
-    from profiler.collect import Collector
+    from profiler.session.collect import Collector
     before = set(own_programs())
     with Collector() as collector:
         loaded = set(own_programs()) - before

@@ -27,8 +27,8 @@ def installed(tmp_path_factory):
     run([sys.executable, "-m", "pip", "wheel", REPO, "--no-deps", "-q", "-w", str(tmp / "dist")])
     wheel, = (tmp / "dist").glob("fsprof-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    for shipped in ("profiler/behind/block.py", "profiler/rules/common.toml", "profiler/schema/result.schema.json",
-                    "profiler/bpf_objects/syscalls.bpf.o", "workloads/engines/fsync_heavy"):
+    for shipped in ("profiler/behind/block.py", "profiler/analysis/rules/common.toml", "profiler/schema/result.schema.json",
+                    "profiler/trace/bpf_objects/syscalls.bpf.o", "workloads/engines/fsync_heavy"):
         assert shipped in names, shipped
     run([sys.executable, "-m", "venv", str(tmp / "venv")], env=clean_env())
     run([str(tmp / "venv" / "bin" / "pip"), "install", "-q", "--no-index", str(wheel)], env=clean_env())
@@ -44,7 +44,7 @@ def clean_env():
 @pytest.mark.slow
 def test_installed_wheel_runs_doctor_and_a_traced_run(installed):
     bin_dir, tmp = installed
-    where = run([str(bin_dir / "python"), "-c", "import profiler.bpf as b, workloads.common as w; "
+    where = run([str(bin_dir / "python"), "-c", "import profiler.trace.bpf as b, workloads.common as w; "
                  "print(b.__file__, b.BUILD_DIR, w.engine_path('fsync_heavy'))"],
                 cwd=tmp, env=clean_env()).stdout.split()
     assert all(p.startswith(str(tmp / "venv")) for p in where), where

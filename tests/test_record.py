@@ -10,8 +10,8 @@ import uuid
 import pytest
 
 from conftest import REPO, assert_invariants, run_fsprof
-from profiler import scratch
-from profiler.record import cgroup2_root
+from profiler.machine import scratch
+from profiler.session.record import cgroup2_root
 
 FSYNCS = """
 import os, sys

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from conftest import loops_under, mounts_under, run_fsprof, bpftrace_output, bpftrace_start
-from profiler import behind, scratch
-from profiler.collect import Collector
-from profiler.run import measure
-from profiler.workload import GatedProcess, WorkloadSpec, workload_argv
+from profiler import behind
+from profiler.machine import scratch
+from profiler.session.collect import Collector
+from profiler.session.run import measure
+from profiler.machine.workload import GatedProcess, WorkloadSpec, workload_argv
 
 COUNT = 300
 

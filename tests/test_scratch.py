@@ -15,16 +15,7 @@ import pytest
 
 from conftest import loops_under, mounts_under
 from profiler.errors import FsprofError
-from profiler.scratch import (
-    Changes,
-    FsConfig,
-    cleanup_stale,
-    kernel_devt,
-    provision,
-    provision_device,
-    set_scheduler,
-    set_sysctl,
-)
+from profiler.machine.scratch import (Changes, FsConfig, cleanup_stale, kernel_devt, provision, provision_device, set_scheduler, set_sysctl)
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for loop devices and mounts")
 
@@ -186,7 +177,7 @@ def test_scheduler_set_and_restored(dirs, loopdev):
 
 CHILD = textwrap.dedent("""
     import sys, time
-    from profiler.scratch import Changes, FsConfig, provision, set_sysctl
+    from profiler.machine.scratch import Changes, FsConfig, provision, set_sysctl
     from profiler.signals import install_handlers
     state, scratch, value = sys.argv[1:]
     install_handlers()

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, assert_invariants, run_fsprof
-from profiler import spec
+from profiler.machine import spec
 
 SHIPPED = sorted((Path(REPO) / "workloads" / "specs").glob("*.toml"))
 

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, finish, loops_under, mounts_under, run_fsprof
-from profiler import blockdev, scratch
+from profiler.machine import blockdev, scratch
+from profiler import filesystems
 from profiler.errors import FsprofError
-from profiler.run import DEFAULT_MKFS_OPTIONS
 from profiler.verify import expectations_for, parse_expectation, render, verify_mount
-from profiler.verify_probe import FSYNC_CHUNK, FSYNC_WRITES, kernel_hz
+from profiler.verify.probe import FSYNC_CHUNK, FSYNC_WRITES, kernel_hz
 
 pytestmark = pytest.mark.slow
 IMAGE = 512 << 20
@@ -33,7 +33,7 @@ NR_FSYNC, NR_PWRITE64 = 74, 18
 # ---- set-up ----
 
 def provision(changes, root, label, fs, mount="", mkfs=()):
-    config = scratch.FsConfig(fs, mkfs_options=(*DEFAULT_MKFS_OPTIONS.get(fs, []), *mkfs), mount_options=mount,
+    config = scratch.FsConfig(fs, mkfs_options=(*filesystems.mkfs_defaults(fs), *mkfs), mount_options=mount,
                               size_bytes=IMAGE, label=label)
     return scratch.provision(changes, config, root)
 
@@ -130,12 +130,12 @@ class Oracle:
 
 
 def bdi_of(sfs):
-    from profiler.verify_probe import describe_mount
+    from profiler.verify.probe import describe_mount
     return describe_mount(sfs.mountpoint).bdi
 
 
 def fsid_bytes(sfs):
-    from profiler.verify_probe import describe_mount
+    from profiler.verify.probe import describe_mount
     fsid = describe_mount(sfs.mountpoint).fsid
     return str(fsid[0]), str(fsid[1])
 

@@ -14,7 +14,7 @@ import tarfile
 
 import pytest
 
-from profiler.maps import BLK_WRITE_CLASSES
+from profiler.trace.maps import BLK_WRITE_CLASSES
 
 from conftest import REPO, loops_under, mounts_under, run_fsprof
 from workloads import synthetic_tree, untar

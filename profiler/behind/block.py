@@ -8,7 +8,8 @@ import ctypes as c
 import os
 from pathlib import Path
 
-from .. import blockdev, hist, maps, mounts
+from ..machine import blockdev, mounts
+from ..trace import hist, maps
 
 NAME = "block"
 OBJECT = "block"

@@ -11,7 +11,7 @@ import uuid
 from functools import lru_cache
 from pathlib import Path
 
-from .. import bpf, hist, maps
+from ..trace import bpf, hist, maps
 
 NAME = "btrfs"
 OBJECT = "btrfs"

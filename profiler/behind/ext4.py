@@ -8,7 +8,7 @@ import gzip
 import os
 import re
 
-from .. import hist, maps, syscalls
+from ..trace import hist, maps, syscalls
 
 NAME = "ext4"
 OBJECT = "ext4"

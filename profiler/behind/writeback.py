@@ -8,7 +8,8 @@ import os
 import re
 from pathlib import Path
 
-from .. import blockdev, hist, maps, syscalls, tracefs
+from ..machine import blockdev, tracefs
+from ..trace import hist, maps, syscalls
 
 NAME = "writeback"
 OBJECT = "writeback"

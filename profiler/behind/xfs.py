@@ -7,7 +7,7 @@ import ctypes as c
 from functools import lru_cache
 from pathlib import Path
 
-from .. import hist, maps, symbols, syscalls
+from ..trace import hist, maps, symbols, syscalls
 
 NAME = "xfs"
 OBJECT = "xfs"

@@ -2,8 +2,6 @@
 mount) for a duration or until Ctrl-C, with the same attribution as `fsprof run`. Nothing is
 mounted, written or changed: only BPF programs are attached, and detached on exit."""
 
-import json
-import math
 import os
 import platform
 import signal
@@ -12,30 +10,26 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import __version__, behind, blockdev, filesystems, maps
-from .assemble import assemble
+from .. import __version__, behind, filesystems
+from ..machine import blockdev
+from ..trace import maps
+from ..analysis.assemble import assemble
 from .collect import Collector
-from .conditions import sysctls_in_force
-from .errors import FsprofError
-from .flamegraph import write_default_set
-from .mounts import mount_of, mounts
-from .report import RESULT_FILE, SCHEMA
-from .run import make_out_dir
+from ..machine.conditions import sysctls_in_force
+from ..errors import FsprofError
+from ..views.flamegraph import write_default_set
+from ..machine.mounts import mount_of, mounts
+from .. import rundir, units
+from ..rundir import SCHEMA
 
 TRACED_FS = filesystems.NAMES
 
 
 def parse_duration(text):
-    units = {"ms": 1e-3, "s": 1, "m": 60, "h": 3600}
-    t = text.strip().lower()
-    unit = next((u for u in ("ms", "s", "m", "h") if t.endswith(u)), "s")
     try:
-        value = float(t[:-len(unit)] if t.endswith(unit) else t) * units[unit]
-    except ValueError:
-        value = -1
-    if not math.isfinite(value) or value <= 0:
-        raise FsprofError(f"--duration '{text}' is not a positive duration (e.g. 30s, 2m)", exit_code=2)
-    return value
+        return units.parse_duration(text)
+    except ValueError as e:
+        raise FsprofError(f"--duration {e}", exit_code=2)
 
 
 def cgroup2_root():
@@ -154,7 +148,7 @@ def _target(m):
 def record(args):
     duration = parse_duration(args.duration) if args.duration else float("inf")
     kind, value, scope = check_target(args)
-    out_dir = make_out_dir(args)
+    out_dir = rundir.make_out_dir(args.output)
     # Only the filesystems mounted in scope: recording loads no module the machine does not use.
     with Collector(sample_hz=args.sample_hz, fs=sorted({m["fstype"] for m in scope})) as collector:
         collector.reset()
@@ -206,7 +200,7 @@ def record(args):
         "sysctls": {}, "sysctls_in_force": in_force, "filesystems": entries, "probes_skipped": skipped,
         "unavailable": unavailable,
     }
-    (out_dir / RESULT_FILE).write_text(json.dumps(result, indent=1))
+    rundir.write_result(out_dir, result)
     write_default_set(out_dir, result)
     return result, out_dir
 

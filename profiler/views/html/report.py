@@ -1,7 +1,7 @@
 """`fsprof report RUN --html FILE`: one self-contained HTML file of a run (result.json) or of a
 spec's output (index.json, runs grouped by workload): the conditions that decide whether a
 comparison is fair, the workload's results, latency plots, causes as stacked bars, what stood
-behind the waits, why the filesystems differ (profiler.compare), and the flame graphs.
+behind the waits, why the filesystems differ (profiler.views.compare), and the flame graphs.
 
 Everything is inline (CSS, SVG, one small script; the flame graphs' own script inside their data:
 frames): the file loads nothing. Reads result.json files only (and, as `fsprof report` does, redraws each run's
@@ -16,12 +16,14 @@ from datetime import datetime, timezone
 from html import escape
 from pathlib import Path
 
-from . import __version__, behind, compare, html_charts as charts, html_flame
-from .errors import FsprofError
-from .flamegraph import heaviest_op
-from .html_input import groups_of
-from .maps import BLK_WRITE_CLASSES
-from .workload import render as render_workload
+from ... import __version__, behind
+from .. import compare
+from . import charts, flame as html_flame
+from ...errors import FsprofError
+from ..flamegraph import heaviest_op
+from .input import groups_of
+from ...trace.maps import BLK_WRITE_CLASSES
+from ...machine.workload import render as render_workload
 
 TOP_OPS = 4          # cause bars for the syscalls with the most time, as the terminal report
 MIN_CALLS = 10       # a syscall with fewer calls on every column is in the tables only: a plot would be noise

@@ -24,12 +24,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import attribution
-from .errors import FsprofError
+from ..analysis import attribution
+from ..errors import FsprofError
+from ..rundir import FLAMEGRAPH_DIR, load
 
 KINDS = ("off-cpu", "on-cpu", "off-wake", "workers")
 ALL_PHASES = "all"
-OUT_DIR = "flamegraphs"
+OUT_DIR = FLAMEGRAPH_DIR
 SEPARATOR = "--"  # between the blocked stack and the waker's (bcc offwaketime)
 NO_WAKER_STACK = "[waker stack not captured]"
 FLAMEGRAPH, DIFF_FOLDED = "inferno-flamegraph", "inferno-diff-folded"
@@ -534,7 +535,6 @@ def _side(result, where, label, option):
 def _diff_command(args, labels, phase):
     if labels and len(labels) > 1:
         raise FsprofError("a differential compares one filesystem with one other: give --fs one label")
-    from .report import load
     run = _side(load(args.run_dir), args.run_dir, labels[0] if labels else None, "--fs")
     base_result = load(args.diff)
     # The baseline's filesystem: --diff-fs, else the one with the run's label, else its only one.
@@ -562,7 +562,6 @@ def _say_top_frames(diff_path, fs_name):
 
 
 def _graph_command(args, labels, phase):
-    from .report import load
     result = load(args.run_dir)
     chosen = _pick(result, args.run_dir, labels)
     for fs in chosen:

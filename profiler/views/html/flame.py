@@ -12,7 +12,7 @@ import tempfile
 from html import escape
 from pathlib import Path
 
-from . import flamegraph as fg
+from .. import flamegraph as fg
 
 # The frames may run scripts and ask for the search term (prompt), nothing else.
 # Run after inferno's own script, before its onload init: (1) inferno records the zoom in the URL

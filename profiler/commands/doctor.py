@@ -10,9 +10,10 @@ import shutil
 import time
 from pathlib import Path
 
-from . import blockdev, filesystems, tracefs
-from .bpf import BpfObject, perf_event_open_sampling
-from .errors import FsprofError
+from ..machine import blockdev, tracefs
+from .. import filesystems
+from ..trace.bpf import BpfObject, perf_event_open_sampling
+from ..errors import FsprofError
 
 # Tracepoint groups fsprof uses, and the events each needs for the core run (empty: optional group).
 TRACEPOINT_GROUPS = {
@@ -94,7 +95,7 @@ _capabilities = []
 
 def check_fsprof_programs():
     """The programs a run loads, loaded for real: this is where a verifier would refuse them."""
-    from .collect import Collector
+    from ..session.collect import Collector
     with Collector() as collector:
         for obj in collector.objects:
             left_out = {p: why for p, why in obj.skipped.items() if why != "not requested"}

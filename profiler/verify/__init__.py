@@ -9,17 +9,22 @@ For `fsprof run` (the lead wires it): expectations_for(config, sysctls, schedule
 expectations of a run configuration, verify_mount(path, expectations) checks a mounted filesystem
 and returns a Report (report.failures(), report.summary_lines(), report.to_json()).
 
-This module's imports stay light: the BPF object is loaded only when a verify runs."""
+The BPF object is loaded only when a verify runs (probe.py)."""
 
 import dataclasses
 import json
 import shlex
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
-from . import filesystems
-from .errors import FsprofError
+from .. import filesystems, signals
+from ..errors import FsprofError
+from ..machine import scratch, spec
+from ..trace.bpf import check_privileges
+from . import checks as vc, probe as vp
+from .checks import CANNOT_TELL, NOT_IN_EFFECT, btrfs_commit_within, compress_name, parse_size
 
 SCHEMA = "fsprof.verify/1"
 DEFAULT_PATIENCE_S = 12.0
@@ -58,7 +63,6 @@ def _one_of(*choices):
 
 
 def _size(value):
-    from .verify_checks import parse_size
     try:
         n = parse_size(value)
     except ValueError:
@@ -69,7 +73,6 @@ def _size(value):
 
 
 def _compress(value):
-    from .verify_checks import compress_name
     name = compress_name(value)
     if name not in ("none", "zlib", "lzo", "zstd"):
         raise ValueError("none, zlib, lzo or zstd")
@@ -176,7 +179,6 @@ def expectations_for(config, sysctls=(), scheduler=None):
 
 
 def _mount_option_expectation(fs, name, value):
-    from .verify_checks import compress_name
     if name in ("barrier", "nobarrier"):
         on = name == "barrier" and value in (None, "1")
         return "barrier", "on" if on else "off"
@@ -235,11 +237,9 @@ class Report:
 
     def failures(self):
         """The checks whose expectation does not hold."""
-        from .verify_checks import NOT_IN_EFFECT
         return [c for c in self.checks if c.verdict == NOT_IN_EFFECT]
 
     def undecided(self):
-        from .verify_checks import CANNOT_TELL
         return [c for c in self.checks if c.verdict == CANNOT_TELL]
 
     @property
@@ -318,7 +318,6 @@ def _read_sysctls():
 
 def timing_horizon(target, wanted, sysctls, ext4_commit):
     """How long the timing phase must watch for every timing check to be decided (seconds)."""
-    from .verify_checks import btrfs_commit_within
     interval = sysctls.get("vm.dirty_writeback_centisecs", 500) / 100
     needs = []
     for key, expected in wanted:
@@ -348,7 +347,6 @@ def _enough(wanted, target, sysctls):
     """Whether the timing data so far decides every timing check, to end the wait early: an
     expectation that took effect is decided; so is a report of what is in effect once it has two
     commits, three flusher runs or the dirtied file written."""
-    from . import verify_checks as vc
     timing = [(k, v) for k, v in wanted if KEYS[k].phase == "timing"]
 
     def enough(so_far):
@@ -375,7 +373,6 @@ PHASE_ORDER = ("fsync", "dirty", "atime", "timing")
 
 
 def planned_bytes(phases):
-    from . import verify_probe as vp
     sizes = {"fsync": vp.FSYNC_WRITES * vp.FSYNC_CHUNK, "dirty": vp.DIRTY_BYTES, "atime": vp.ATIME_BYTES,
              "timing": 2 * vp.PAGE}
     return sum(sizes[p] for p in phases)
@@ -388,8 +385,6 @@ def verify_mount(path, expectations=None, patience=DEFAULT_PATIENCE_S, progress=
     writes only in a temporary directory under `path`, removed before returning. Usage errors
     (not a mount point, tmpfs, read-only, a key that does not apply) raise FsprofError with
     exit_code 2. progress(line) hears what it is about to do."""
-    from . import verify_checks as vc, verify_probe as vp
-    from .bpf import check_privileges
     say = progress or (lambda line: None)
     started = time.monotonic()
     target = vp.describe_mount(path)
@@ -413,7 +408,6 @@ def verify_mount(path, expectations=None, patience=DEFAULT_PATIENCE_S, progress=
 def _run_probes(target, phases, wanted, horizon, sysctls, say):
     """(data by phase, bytes written, probes the kernel lacks): the tracer loaded, the probes run
     in their temporary directory, both gone on return."""
-    from . import verify_probe as vp
     data = {}
     tracer = vp.Tracer(target)
     try:
@@ -453,7 +447,6 @@ def _atime_windows(data):
 
 
 def judge(ev, key, expected):
-    from . import verify_checks as vc
     if key.startswith("vm.dirty_") and KEYS[key].phase == "dirty":
         return vc.judge_dirty(ev, key, expected)
     return {"barrier": vc.judge_barrier, "vm.dirty_writeback_centisecs": vc.judge_writeback_interval,
@@ -474,9 +467,6 @@ def verify_scratch(sfs, expectations, patience=DEFAULT_PATIENCE_S, progress=None
 
 def verify_spec(spec_path, scratch_root, patience=DEFAULT_PATIENCE_S, progress=None):
     """[(config name, Report or error sentence)] for each configuration of the spec."""
-    from datetime import datetime
-    from . import scratch, spec
-    from .run import DEFAULT_MKFS_OPTIONS, _provision_spec_config
     say = progress or (lambda line: None)
     matrix = spec.load(spec_path)
     results = []
@@ -486,14 +476,12 @@ def verify_spec(spec_path, scratch_root, patience=DEFAULT_PATIENCE_S, progress=N
         erased = set()
         for cfg in matrix.configs:
             say(f"[{cfg.name}] provisioning {cfg.fs}")
-            config = scratch.FsConfig(fs=cfg.fs, mkfs_options=DEFAULT_MKFS_OPTIONS.get(cfg.fs, []) + cfg.mkfs_options,
-                                      mount_options=cfg.mount_options, label=cfg.name)
-            expectations = expectations_for(config, cfg.sysctls, cfg.scheduler)
+            expectations = expectations_for(cfg.fs_config(), cfg.sysctls, cfg.scheduler)
             try:
                 with scratch.Changes() as changes:
                     for name, value in cfg.sysctls.items():
                         scratch.set_sysctl(changes, name, value)
-                    sfs = _provision_spec_config(changes, cfg, scratch_dir, erased)
+                    sfs = cfg.provision(changes, scratch_dir, erased)
                     if cfg.scheduler:
                         for name, _ in sfs.block_devs:
                             scratch.set_scheduler(changes, name, cfg.scheduler)
@@ -529,7 +517,6 @@ def add_arguments(parser):
 def command(args):
     """Exit status: 0 when every expectation holds, 1 when one does not; usage errors raise
     FsprofError(exit_code=2)."""
-    from . import signals
     if args.patience <= 0:
         raise usage(f"--patience {args.patience:g} must be a positive number of seconds")
     progress = (lambda line: print(line, file=sys.stderr, flush=True))

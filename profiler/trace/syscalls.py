@@ -6,7 +6,7 @@ with the dev sources of bpf/fsprof.h (profiler/maps.py mirrors them).
 
 import os
 
-from .errors import FsprofError
+from ..errors import FsprofError
 from .maps import DEV_SRC_CWD as CWD, DEV_SRC_DIRFD as DIRFD, DEV_SRC_FD as FD
 from .maps import DEV_SRC_GLOBAL as GLOBAL, DEV_SRC_MARKER as MARKER, DEV_SRC_RET_FD as RET_FD
 from .maps import DEV_SRC_RET_FD_AT as RET_FD_AT

@@ -16,8 +16,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .errors import FsprofError
-from . import signals, tracefs
+from ..errors import FsprofError
+from .. import signals
+from ..machine import tracefs
 
 
 def _objects_dir():
@@ -27,7 +28,7 @@ def _objects_dir():
     if os.environ.get("FSPROF_BPF_DIR"):
         return Path(os.environ["FSPROF_BPF_DIR"])
     shipped = Path(__file__).resolve().parent / "bpf_objects"
-    return shipped if shipped.is_dir() else Path(__file__).resolve().parent.parent / "build"
+    return shipped if shipped.is_dir() else Path(__file__).resolve().parents[2] / "build"
 
 
 BUILD_DIR = _objects_dir()

@@ -2,7 +2,9 @@
 per-phase figures stored in result.json: histograms summarised, stacks symbolised, attribution
 applied. Plain data in, plain data out: a stored run can be assembled again (`fsprof report`)."""
 
-from . import attribution, behind, hist, symbols
+from . import attribution
+from .. import behind
+from ..trace import hist, symbols
 
 
 def phase_elapsed(start_ns, names, end_ns):

@@ -4,7 +4,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from .errors import FsprofError
+from ..errors import FsprofError
 
 TRACEFS = Path("/sys/kernel/tracing")
 

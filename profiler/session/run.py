@@ -5,7 +5,6 @@ point the probes at its devices -> launch the workload gated -> snapshot in-kern
 /sys/block counters -> undo the filesystem. Sysctls hold for the whole run.
 """
 
-import json
 import platform
 import shlex
 import subprocess
@@ -14,23 +13,18 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import __version__, behind, blockdev, maps, scratch
-from .assemble import assemble
+from .. import __version__, behind, filesystems
+from ..machine import blockdev, scratch
+from ..trace import maps
+from ..analysis.assemble import assemble
 from .collect import Collector
-from .conditions import sysctls_in_force
-from .errors import FsprofError
-from .flamegraph import write_default_set
-from .mounts import mount_of
-from .report import RESULT_FILE, SCHEMA
-from .workload import GatedProcess, WorkloadSpec, image_size
-
-# Scratch ext4 is made with its inode tables and journal initialised up front: otherwise the
-# ext4lazyinit thread zeroes them after mount, with cache flushes of its own, during the workload.
-DEFAULT_MKFS_OPTIONS = {
-    "ext4": ["-E", "lazy_itable_init=0,lazy_journal_init=0"],
-    "ext3": ["-E", "lazy_itable_init=0,lazy_journal_init=0"],
-}
-
+from ..machine.conditions import sysctls_in_force
+from ..errors import FsprofError
+from ..views.flamegraph import write_default_set
+from ..machine.mounts import mount_of
+from .. import rundir
+from ..rundir import SCHEMA
+from ..machine.workload import GatedProcess, WorkloadSpec, image_size
 
 def per_fs_option(values, fs_names, what, sep):
     """--mkfs-options / --mount-options values are '[FS=]OPTS'; a value without a known
@@ -74,7 +68,7 @@ def build_configs(args):
     for name in names:
         seen[name] = seen.get(name, 0) + 1
         label = name if seen[name] == 1 else f"{name}-{seen[name]}"
-        opts = DEFAULT_MKFS_OPTIONS.get(name, []) + shlex.split(mkfs.get(name, ""))
+        opts = filesystems.mkfs_defaults(name) + shlex.split(mkfs.get(name, ""))
         configs.append(scratch.FsConfig(fs=name, mkfs_options=opts, mount_options=mount.get(name, ""),
                                         size_bytes=args.image_size or image_size(args.workload), devices=args.devices if name == "btrfs" else 1,
                                         label=label))
@@ -143,20 +137,6 @@ def measure(collector, sfs, workload, out_dir, drop_caches, changes=None):
     return entry
 
 
-def default_out_dir():
-    return Path("fsprof-runs") / datetime.now().strftime("%Y%m%d-%H%M%S")
-
-
-def make_out_dir(args):
-    # Absolute: the workload runs with its cwd on the scratch filesystem and writes its result here.
-    out_dir = (Path(args.output) if args.output else default_out_dir()).resolve()
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise FsprofError(f"cannot use {out_dir} as the run directory: {e.strerror}")
-    return out_dir
-
-
 def provision_one(changes, config, args, scratch_dir, first):
     if not args.device:
         return scratch.provision(changes, config, scratch_dir)
@@ -171,7 +151,7 @@ def check_settings(sfs, sysctls, scheduler, go_on, progress=None):
     kernel does in a short probe, before the workload runs: a comparison of settings that were
     silently ignored compares something else. Refuses unless go_on; returns (verify's report as
     data or None, warnings)."""
-    from .verify import expectations_for, verify_scratch
+    from ..verify import expectations_for, verify_scratch
     expectations = expectations_for(sfs.config, sysctls, scheduler)
     if not expectations:
         return None, []
@@ -192,7 +172,7 @@ def run(args):
     configs = build_configs(args)
     sysctls = parse_sysctls(args.sysctl)
     workload = WorkloadSpec.from_args(args)  # a bad workload parameter fails before anything is touched
-    out_dir = make_out_dir(args)
+    out_dir = rundir.make_out_dir(args.output)
     result = {
         "schema": SCHEMA, "fsprof_version": __version__, "kernel": platform.release(),
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -219,25 +199,9 @@ def run(args):
                     result["filesystems"].append({**entry, "verify": verified} if verified else entry)
                     result["warnings"].extend(warnings)
                 # Written after each filesystem: an interrupted run keeps what it measured.
-                (out_dir / RESULT_FILE).write_text(json.dumps(result, indent=1))
+                rundir.write_result(out_dir, result)
     write_default_set(out_dir, result)
     return result, out_dir
-
-
-def _provision_spec_config(changes, cfg, scratch_dir, erased):
-    config = scratch.FsConfig(fs=cfg.fs, mkfs_options=DEFAULT_MKFS_OPTIONS.get(cfg.fs, []) + cfg.mkfs_options,
-                              mount_options=cfg.mount_options, size_bytes=cfg.image_size, devices=cfg.devices,
-                              label=cfg.name)
-    if cfg.device == "loop":
-        return scratch.provision(changes, config, scratch_dir)
-    if cfg.device == "zram":
-        return scratch.provision_zram(changes, config, scratch_dir)
-    # The signature check guards the user's data: a device fsprof itself erased earlier in this
-    # matrix carries only fsprof's own filesystem.
-    sfs = scratch.provision_device(changes, config, cfg.device, erase=cfg.erase_device,
-                                   force=cfg.device in erased, scratch_dir=scratch_dir)
-    erased.add(cfg.device)
-    return sfs
 
 
 def run_spec_one(collector, spec, workload, cfg, run_dir, scratch_dir, erased, go_on=False):
@@ -255,28 +219,24 @@ def run_spec_one(collector, spec, workload, cfg, run_dir, scratch_dir, erased, g
         for name, value in cfg.sysctls.items():
             scratch.set_sysctl(changes, name, value)
         result["sysctls_in_force"] = sysctls_in_force()
-        sfs = _provision_spec_config(changes, cfg, scratch_dir, erased)
+        sfs = cfg.provision(changes, scratch_dir, erased)
         if cfg.scheduler:
             for name, _ in sfs.block_devs:
                 scratch.set_scheduler(changes, name, cfg.scheduler)
         verified, result["warnings"] = check_settings(sfs, cfg.sysctls, cfg.scheduler, go_on)
         entry = measure(collector, sfs, workload.spec, run_dir, spec.drop_caches, changes)
         result["filesystems"].append({**entry, "verify": verified} if verified else entry)
-    (run_dir / RESULT_FILE).write_text(json.dumps(result, indent=1))
+    rundir.write_result(run_dir, result)
     write_default_set(run_dir, result)
     return result
-
-
-INDEX_FILE = "index.json"
-INDEX_SCHEMA = "fsprof.index/1"
 
 
 def run_spec(spec, args, progress=print):
     """Every (repeat, workload, configuration) of a spec, repeats interleaved; one result
     directory per run (OUT/<workload>/<config>[/rep<N>]) and OUT/index.json listing them. A run
     that fails is recorded with its reason and the matrix goes on."""
-    out_dir = make_out_dir(args)
-    index = {"schema": INDEX_SCHEMA, "spec": str(spec.path), "description": spec.description,
+    out_dir = rundir.make_out_dir(args.output)
+    index = {"schema": rundir.INDEX_SCHEMA, "spec": str(spec.path), "description": spec.description,
              "repeats": spec.repeats, "runs": []}
     plan = spec.plan()
     sample_hz = spec.sample_hz if spec.sample_hz is not None else args.sample_hz
@@ -300,5 +260,5 @@ def run_spec(spec, args, progress=print):
                     progress(f"    failed: {e}")
                 entry["elapsed_s"] = round(time.monotonic() - started, 2)
                 index["runs"].append(entry)
-                (out_dir / INDEX_FILE).write_text(json.dumps(index, indent=1))
+                rundir.write_index(out_dir, index)
     return index, out_dir

@@ -5,7 +5,7 @@ multiples per syscall, one panel per filesystem on one shared log axis) and stac
 import math
 from html import escape
 
-from .hist import slot_range
+from ...trace.hist import slot_range
 
 # A qualitative palette (Tableau 20 order): a cause keeps its colour over the whole page.
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",

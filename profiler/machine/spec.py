@@ -9,8 +9,10 @@ import shlex
 import tomllib
 from pathlib import Path
 
+from .. import filesystems
 from . import scratch
-from .errors import FsprofError
+from ..errors import FsprofError
+from ..units import parse_size
 from .workload import WORKLOADS, WorkloadSpec, check_args, image_size
 
 DEVICE_KINDS = ("loop", "zram")
@@ -33,6 +35,26 @@ class Config:
     devices: int
     image_size: int | None
     erase_device: bool
+
+    def fs_config(self):
+        return scratch.FsConfig(fs=self.fs, mkfs_options=filesystems.mkfs_defaults(self.fs) + self.mkfs_options,
+                                mount_options=self.mount_options, size_bytes=self.image_size,
+                                devices=self.devices, label=self.name)
+
+    def provision(self, changes, scratch_dir, erased):
+        """This configuration's filesystem, made in scratch_dir (loop, zram) or on its device.
+        `erased`: the devices this matrix has already erased (and adds this one)."""
+        config = self.fs_config()
+        if self.device == "loop":
+            return scratch.provision(changes, config, scratch_dir)
+        if self.device == "zram":
+            return scratch.provision_zram(changes, config, scratch_dir)
+        # The signature check guards the user's data: a device fsprof itself erased earlier in this
+        # matrix carries only fsprof's own filesystem.
+        sfs = scratch.provision_device(changes, config, self.device, erase=self.erase_device,
+                                       force=self.device in erased, scratch_dir=scratch_dir)
+        erased.add(self.device)
+        return sfs
 
 
 @dataclasses.dataclass
@@ -94,12 +116,11 @@ def _flag(path, where, table, key):
 
 
 def _size(path, where, value):
-    from .cli import size
     if not isinstance(value, str):
         _fail(path, where, f"image_size {value!r} must be a string like \"2G\" or \"512M\"")
     try:
-        return size(str(value))
-    except Exception:  # noqa: BLE001 - argparse's type error: one sentence here instead
+        return parse_size(value)
+    except ValueError:
         _fail(path, where, f"image_size {value!r} is not a size like 2G or 512M")
 
 

@@ -17,9 +17,9 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import FsprofError
-from .maps import BLK_WRITE_CLASSES
-from .report import RESULT_FILE, load
+from ..errors import FsprofError
+from ..trace.maps import BLK_WRITE_CLASSES
+from ..rundir import INDEX_FILE, RESULT_FILE, load, load_index
 
 # A wait that a filesystem thread ends, and the worker whose own time explains it. XFS's log
 # force wait is not here: the fsync waits for iclog I/O the CIL push submits but does not wait on.
@@ -34,7 +34,6 @@ EVIDENCE_WORDS = {"cache flush": ["flush", "fua"], "journal commit wait": ["comm
                   "read I/O wait": ["read"]}
 MIN_SHARE = 0.05       # below 5% of the op's time (and 1 us) a cause "does not differ"
 MIN_US = 1.0
-INDEX_FILE = "index.json"
 
 
 @dataclass
@@ -63,7 +62,7 @@ def _entries_of(path):
     """[(name, result, fs entry)] of a run directory, or of every run in a spec's output."""
     path = Path(path)
     if (path / INDEX_FILE).is_file() and not (path / RESULT_FILE).is_file():
-        index = json.loads((path / INDEX_FILE).read_text())
+        index = load_index(path)
         out = []
         for run in index.get("runs", []):
             if "error" in run:
@@ -161,7 +160,7 @@ def worker_causes(fs):
     """{worker kind: {cause: ns}} of a run's filesystem threads over their whole windows (on-CPU
     time included), from the behind modules that account for it (thread_causes). A wait is
     split pro rata: the waiter waited while its worker spent its window that way."""
-    from . import behind
+    from .. import behind
     out = {}
     for module in behind.MODULES:
         fn, section = getattr(module, "thread_causes", None), fs.get("behind", {}).get(module.NAME)
@@ -173,7 +172,7 @@ def worker_causes(fs):
 def evidence(fs, op):
     """Counts per op that explain times: requests per op to the device under test, write
     amplification, and whatever the behind-the-wait modules offer."""
-    from . import behind
+    from .. import behind
     n = fs["attribution"].get(op, {}).get("count", 0)
     out = {}
     dev = fs["device"]["name"]

@@ -11,7 +11,7 @@ import time
 
 from pathlib import Path
 
-from .errors import FsprofError
+from ..errors import FsprofError
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _PR_SET_PDEATHSIG = 1
@@ -116,7 +116,7 @@ class GatedProcess:
     def __init__(self, argv, cwd, env=None):
         self.argv = argv
         gate_r, gate_w = os.pipe()
-        pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        pkg_root = str(Path(__file__).resolve().parents[2])  # holds profiler/ and workloads/
         env = dict(os.environ if env is None else env)
         env["PYTHONPATH"] = pkg_root + os.pathsep + env.get("PYTHONPATH", "")
         pid = os.fork()

@@ -1,14 +1,12 @@
 """The input of the HTML report: a run directory (result.json) or a spec's output (index.json),
-as groups of runs of one workload, each with its comparisons (profiler.compare). Plain data."""
+as groups of runs of one workload, each with its comparisons (profiler.views.compare). Plain data."""
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import compare
-from .compare import INDEX_FILE
-from .errors import FsprofError
-from .report import RESULT_FILE, load
+from .. import compare
+from ...errors import FsprofError
+from ...rundir import INDEX_FILE, RESULT_FILE, load, load_index
 
 
 @dataclass
@@ -63,19 +61,8 @@ def _run_group(path):
     return group
 
 
-def _read_index(path):
-    try:
-        index = json.loads((path / INDEX_FILE).read_text())
-        runs = index["runs"]
-        if not all(isinstance(r, dict) and {"workload", "config", "dir"} <= set(r) for r in runs):
-            raise ValueError("a run lacks workload, config or dir")
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise FsprofError(f"{path / INDEX_FILE} is not an fsprof spec index ({e})")
-    return index
-
-
 def _spec_groups(path):
-    index = _read_index(path)
+    index = load_index(path)
     repeats = index.get("repeats", 1) > 1
     groups, configs = {}, {}
     for run in index["runs"]:

@@ -1,33 +1,7 @@
 """Terminal view of a run's result.json. Reads plain data only: it never touches the kernel."""
 
-import json
-from pathlib import Path
-
-from .errors import FsprofError
-from .maps import BLK_WRITE_CLASSES
-
-RESULT_FILE = "result.json"
-SCHEMA = "fsprof.run/2"
-
-
-def load(run_dir):
-    path = Path(run_dir) / RESULT_FILE
-    if not path.is_file():
-        raise FsprofError(f"{run_dir} is not an fsprof run directory (no {RESULT_FILE} in it)")
-    try:
-        result = json.loads(path.read_bytes())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise FsprofError(f"{path} is not valid JSON ({e})")
-    if not isinstance(result, dict) or result.get("schema") != SCHEMA:
-        raise FsprofError(f"{path} is not an fsprof result (schema {SCHEMA})")
-    return result
-
-
-def fmt_ns(ns):
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if ns >= scale:
-            return f"{ns / scale:.3g}{unit}"
-    return f"{ns:.0f}ns"
+from ..trace.maps import BLK_WRITE_CLASSES
+from ..units import fmt_ns
 
 
 def histogram(log2_ns, width=40):
@@ -92,7 +66,7 @@ def render_fs(fs):
     if fs.get("mount_options_in_force"):
         lines.append(f"   in force: {fs['mount_options_in_force']}"
                      + (", page cache dropped before the workload" if fs.get("caches_dropped") else ""))
-    from .workload import render as render_workload
+    from ..machine.workload import render as render_workload
     text = render_workload(fs["workload"].get("workload", ""), fs["workload"])
     if text:
         lines.extend("   " + line for line in text.splitlines())
@@ -117,7 +91,7 @@ def render_fs(fs):
             continue
         lines.append(f"   phase {pname} ({phase.get('elapsed_s', 0):.2f} s): where the time went")
         lines.extend(attribution_table(phase["attribution"], indent="     "))
-    from . import behind
+    from .. import behind
     for module in behind.MODULES:
         section = fs.get("behind", {}).get(module.NAME)
         if section:

@@ -6,9 +6,10 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from . import behind, filesystems, maps, signals, syscalls
-from .bpf import BpfObject, close_all, create_maps
-from .errors import FsprofError
+from .. import behind, filesystems, signals
+from ..trace import maps, syscalls
+from ..trace.bpf import BpfObject, close_all, create_maps
+from ..errors import FsprofError
 
 DEFAULT_SAMPLE_HZ = 999
 

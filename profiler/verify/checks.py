@@ -8,8 +8,7 @@ import math
 import subprocess
 from pathlib import Path
 
-from .verify_probe import (COMPRESS_TYPES, EV_BTRFS_COMMIT, EV_INODE_WRITEBACK, EV_JBD2_COMMIT, EV_SYNC_FS,
-                           EV_WB_PERIODIC, PAGE, ROLE_EXPIRE, queue_setting)
+from .probe import (COMPRESS_TYPES, EV_BTRFS_COMMIT, EV_INODE_WRITEBACK, EV_JBD2_COMMIT, EV_SYNC_FS, EV_WB_PERIODIC, PAGE, ROLE_EXPIRE, queue_setting)
 
 TOOK_EFFECT, NOT_IN_EFFECT, CANNOT_TELL, OBSERVED = "took effect", "not in effect", "cannot tell", "observed"
 EXT4_DEFAULT_COMMIT_S, BTRFS_DEFAULT_COMMIT_S = 5, 30

@@ -14,8 +14,8 @@ import struct
 import time
 from pathlib import Path
 
-from . import blockdev, mounts, scratch
-from .errors import FsprofError
+from ..machine import blockdev, mounts, scratch
+from ..errors import FsprofError
 
 KIB, MIB = 1 << 10, 1 << 20
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -142,7 +142,7 @@ def _btrfs_devices(source):
 
 def _disks_of(names):
     """The disks carrying these devices: a partition's disk, a device-mapper device's disks."""
-    from .behind.block import _disks_below
+    from ..behind.block import _disks_below
     disks = []
     for name in names:
         for disk in _disks_below(name):
@@ -152,8 +152,8 @@ def _disks_of(names):
 
 
 def _bdi_of(target):
-    from .behind import Target
-    from .behind.writeback import target_bdis
+    from ..behind import Target
+    from ..behind.writeback import target_bdis
     found = target_bdis(Target(target.fs, target.sb_dev, dict((k, n) for n, k in target.devices), target.mountpoint))
     return found[0][0] if found else ""
 
@@ -178,7 +178,7 @@ def kernel_hz():
 
 
 def wb_reason_names():
-    from .behind.writeback import reason_names
+    from ..behind.writeback import reason_names
     return reason_names()
 
 
@@ -190,7 +190,7 @@ class Tracer:
     """bpf/verify.bpf.o, pointed at one filesystem and the probe (this process)."""
 
     def __init__(self, target):
-        from .bpf import BpfObject
+        from ..trace.bpf import BpfObject
         self.target = target
         self.obj = BpfObject("verify")
         try:

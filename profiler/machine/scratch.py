@@ -25,10 +25,10 @@ import subprocess
 import tempfile
 import time
 
-from profiler.blockdev import kdev, kdev_of_block, scheduler, whole_disk
+from profiler.machine.blockdev import kdev, kdev_of_block, scheduler, whole_disk
 from profiler import filesystems
 from profiler.errors import FsprofError
-from profiler.mounts import mounts
+from profiler.machine.mounts import mounts
 from profiler.signals import deferred
 
 STATE_DIR = "/var/tmp/fsprof/state"
