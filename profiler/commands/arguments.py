@@ -1,0 +1,46 @@
+"""Argument types the subcommands share: each turns bad input into argparse's one-sentence error."""
+
+import argparse
+
+from .. import units
+
+
+def size(text):
+    try:
+        return units.parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e))
+
+
+def sample_hz(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    try:
+        with open("/proc/sys/kernel/perf_event_max_sample_rate") as f:
+            limit = int(f.read())
+    except (OSError, ValueError):
+        limit = 100000
+    if not 0 <= value <= limit:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a sampling rate from 0 (off) to {limit} Hz "
+                                         f"(kernel.perf_event_max_sample_rate)")
+    return value
+
+
+def pid(text):
+    value = positive(text)
+    if value > 1 << 22:  # PID_MAX_LIMIT
+        raise argparse.ArgumentTypeError(f"'{text}' is not a process id")
+    return value
+
+
+def positive(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a positive whole number")
+    return value
+

@@ -1,0 +1,91 @@
+"""`fsprof run`: a bundled workload (or the user's own command, or a spec's matrix) on scratch
+filesystems under tracing. Options fsprof does not know are the workload's own."""
+
+import sys
+
+from .. import rundir
+from ..machine import spec
+from ..session.run import run, run_spec
+from .arguments import positive, sample_hz, size
+from .report import print_result, write_html_if_asked
+
+USAGE = "fsprof run [options] [--workload NAME [workload options]] [-- CMD ARGS] | --spec FILE"
+EPILOG = ("Options fsprof does not know go to the workload: e.g. `fsprof run --workload "
+          "fsync-heavy --file-test-mode rndwr --file-fsync-freq 1`; `python -m workloads.<name> "
+          "--help` lists a workload's own. After `--`, your own command runs instead, in a "
+          "directory on the filesystem under test; {mnt} in it is replaced by the mount point.")
+NEEDS_ROOT = True
+TAKES_UNKNOWN_OPTIONS = True   # the workload's, or `-- CMD ARGS`
+
+DEFAULT_FS = "ext4,xfs,btrfs"
+# `fsprof run` options that a spec file sets per configuration instead.
+SPEC_SETS = ("fs", "workload", "mkfs_options", "mount_options", "sysctl", "scheduler", "image_size", "device",
+             "drop_caches", "erase_device", "force_erase", "json")
+
+
+def add_arguments(p):
+    p.add_argument("--spec", metavar="FILE",
+                   help="run an experiment matrix (TOML: configurations x workloads; docs/spec.md)")
+    p.add_argument("--fs", help=f"filesystems, comma-separated (default: {DEFAULT_FS})")
+    p.add_argument("--workload",
+                   help="bundled workload: fsync-loop, fsync-heavy, bonnie, untar (default: %(default)s)")
+    p.add_argument("--sample-hz", type=sample_hz, default=999,
+                   help="on-CPU sampling frequency of the traced threads, 0 = off (default 999)")
+    p.add_argument("--mkfs-options", action="append", metavar="[FS=]OPTS",
+                   help="extra mkfs arguments, for one filesystem with an FS= prefix; repeatable")
+    p.add_argument("--mount-options", action="append", metavar="[FS=]OPTS",
+                   help="mount -o options, e.g. ext4=barrier=0; repeatable")
+    p.add_argument("--sysctl", action="append", metavar="NAME=VALUE", help="set for the run, restored after")
+    p.add_argument("--scheduler", help="I/O scheduler of the devices under test for the run")
+    p.add_argument("--drop-caches", action="store_true", help="drop the page cache before the workload")
+    p.add_argument("--image-size", type=size, default=None,
+                   help="scratch image size (default 1G, or the workload's own: untar 3G)")
+    p.add_argument("--devices", type=positive, default=1, help="btrfs only: loop images in one filesystem")
+    p.add_argument("--scratch-dir", default="/var/tmp/fsprof/scratch", help="where scratch images live")
+    p.add_argument("--device", help="use this block device instead of a scratch image (erases it)")
+    p.add_argument("--erase-device", action="store_true", help="confirm that --device may be erased")
+    p.add_argument("--force-erase", action="store_true",
+                   help="erase --device even though it carries a filesystem or partition signature")
+    p.add_argument("-o", "--output", help="run directory (default fsprof-runs/<timestamp>)")
+    p.add_argument("--go-on", action="store_true",
+                   help="run even when `fsprof verify` finds a setting did not take effect (the report "
+                        "then starts with the warning)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON instead of tables")
+    p.add_argument("--html", metavar="FILE", help="also write the self-contained HTML report (and comparison)")
+
+
+def check_arguments(ap, args, rest, command):
+    """The workload's own options (`rest`) and `-- CMD` (`command`, or None) against fsprof's."""
+    if args.spec:
+        given = [f"--{k.replace('_', '-')}" for k in SPEC_SETS if getattr(args, k) not in (None, False)]
+        given += ["--devices"] if args.devices != 1 else []
+        if command is not None or rest or given:
+            what = ", ".join(given + rest[:1] + (["-- CMD"] if command is not None else []))
+            ap.error(f"--spec sets the filesystems, options and workloads itself; drop {what}")
+    args.fs = DEFAULT_FS if args.fs is None else args.fs
+    if command is not None and args.workload:
+        ap.error("give either --workload or `-- CMD`, not both")
+    if any(a == "--result" or a.startswith("--result=") for a in rest):
+        ap.error("--result is set by fsprof (the workload's figures go into the run's result.json)")
+    args.workload = args.workload or "fsync-loop"
+
+
+def main(args):
+    if args.spec:
+        return _run_matrix(args)
+    result, out_dir = run(args)
+    print_result(args, result, out_dir)
+    write_html_if_asked(args, out_dir)
+    return 0
+
+
+def _run_matrix(args):
+    matrix = spec.load(args.spec)  # every configuration and workload is checked before anything runs
+    index, out_dir = run_spec(matrix, args, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    print(f"{'workload':<20} {'config':<24} {'repeat':>6} {'time':>8}  result")
+    for r in index["runs"]:
+        status = f"failed: {r['error']}" if "error" in r else str(out_dir / r["dir"])
+        print(f"{r['workload']:<20} {r['config']:<24} {r['repeat']:>6} {r['elapsed_s']:>7.1f}s  {status}")
+    print(f"\nindex: {out_dir / rundir.INDEX_FILE}", file=sys.stderr)
+    write_html_if_asked(args, out_dir)
+    return 1 if any("error" in r for r in index["runs"]) else 0
