@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
 from common import LONG, PY, QUICK, REPO, Gated, cpu_seconds, own_prog_stats, rss_kib, sh  # noqa: E402
+from profiler import rundir  # noqa: E402
 from profiler.machine import blockdev  # noqa: E402
 from profiler.machine.scratch import Changes  # noqa: E402
 from profiler.signals import install_handlers  # noqa: E402
@@ -99,7 +100,7 @@ def run_row(changes, sfs, name, row, seconds):
             err = rec.stderr.read()
             if rec.wait() != 0:
                 raise SystemExit(f"fsprof record failed: {err.strip()[-300:]}")
-            result = json.loads(Path(out, "run", "result.json").read_text())
+            result = rundir.load(Path(out, "run"))
         except BaseException:
             wl.kill()
             rec.kill()

@@ -28,6 +28,10 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+
+from profiler import filesystems  # noqa: E402
 
 
 def parse_args():
@@ -64,7 +68,7 @@ class ScratchExt4:
             sh("truncate", "-s", self.image_size, image)
             self.loop = sh("losetup", "--find", "--show", image).stdout.strip()
             # Inode tables and journal initialised now, not by ext4lazyinit during the runs.
-            sh("mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", self.loop)
+            sh("mkfs.ext4", "-q", "-F", *filesystems.mkfs_defaults("ext4"), self.loop)
             mountpoint = os.path.join(self.tmp, "mnt")
             os.mkdir(mountpoint)
             opts = [] if self.options in ("", "defaults") else ["-o", self.options]

@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
 from common import PY, QUICK, REPO, fmt, spread  # noqa: E402
+from profiler import rundir  # noqa: E402 (common put the tree on sys.path)
 
 RUNS = {
     "fsync-loop": ["--workload", "fsync-loop"],
@@ -64,7 +65,7 @@ def timed(argv):
 def bench_run(name, args, tmp, html):
     run_dir = tmp / name
     run_s = make_run(run_dir, RUNS[name])
-    result = json.loads((run_dir / "result.json").read_text())
+    result = rundir.load(run_dir)
     stacks = sum(len(fs.get("trace", {}).get("stacks", {})) for fs in result["filesystems"])
     out = {"run_s": run_s, "filesystems": len(result["filesystems"]), "stacks": stacks,
            "report": [], "html": [], "html_inside": [], "html_bytes": None}

@@ -24,6 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from profiler import filesystems  # noqa: E402
 from profiler.machine import scratch  # noqa: E402
 
 RESULTS = Path(os.environ.get("BENCH_RESULTS", REPO / "build" / "bench"))
@@ -153,8 +154,7 @@ def sh(*argv, **kw):
 def provision(changes, fs, label, size_gib=1, mount_options=""):
     """A fresh loop-backed filesystem, journaled (undone on exit, error, Ctrl-C, SIGTERM)."""
     os.makedirs(SCRATCH_DIR, exist_ok=True)
-    mkfs = ("-E", "lazy_itable_init=0,lazy_journal_init=0") if fs == "ext4" else ()
-    config = scratch.FsConfig(fs, mkfs_options=mkfs, mount_options=mount_options, size_bytes=size_gib << 30,
+    config = scratch.FsConfig(fs, mkfs_options=filesystems.mkfs_defaults(fs), mount_options=mount_options, size_bytes=size_gib << 30,
                               label=label)
     return scratch.provision(changes, config, scratch_dir=SCRATCH_DIR)
 
