@@ -1,6 +1,6 @@
 """Attribution: every nanosecond of a traced syscall's wall time assigned to a cause.
 
-  wall = off-CPU (classified by the switch-out stack, profiler/rules/*.toml)
+  wall = off-CPU (classified by the switch-out stack, profiler/analysis/rules/*.toml)
        + on-CPU  (wall - off-CPU, divided by the on-CPU samples' stacks)
 
 The rules are data; this module only applies them. See docs/attribution.md.

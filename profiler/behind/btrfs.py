@@ -40,7 +40,7 @@ ORDERED_TYPES = ("regular", "nocow", "prealloc", "compressed", "direct")
 TRIGGER_REASONS = ("enospc", "preempt", "other")
 SPACE_KINDS = {1: "data", 2: "system", 4: "metadata"}
 FSYNC_OPS = ("fsync", "fdatasync")
-# Causes of profiler/rules/btrfs.toml (and common.toml) an fsync's time is split into.
+# Causes of profiler/analysis/rules/btrfs.toml (and common.toml) an fsync's time is split into.
 LOG_SYNC_CAUSE = "btrfs tree-log sync"
 COMMIT_CAUSE = "btrfs transaction commit"
 FLUSH_CAUSE = "cache flush"

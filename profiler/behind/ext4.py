@@ -48,7 +48,7 @@ FC_STATUS = ("ok", "ineligible", "skipped", "failed")
 DA_EVENTS = ("da_write_begin", "nodelalloc_write_begin", "reserve", "release", "claim", "map_extent",
              "request", "alloc_delalloc", "alloc_other", "mballoc")
 WHO_SYSCALL, WHO_USER, WHO_KTHREAD = range(3)
-# The jbd2 commit thread's and a fast commit's worker kinds (profiler/maps.py WORKER_KINDS).
+# The jbd2 commit thread's and a fast commit's worker kinds (profiler/trace/maps.py WORKER_KINDS).
 JBD2_WORKER = maps.WORKER_KINDS[1]
 FC_WORKER = maps.WORKER_KINDS[2]
 FSYNC_OPS = ("fsync", "fdatasync")
@@ -196,7 +196,7 @@ def da_row(k, per_cpu):
 
 # ---- summarize: one snapshot -> the section in result.json ----
 
-# [[worker]] causes of profiler/rules/ext4.toml that summarize() refines or relies on.
+# [[worker]] causes of profiler/analysis/rules/ext4.toml that summarize() refines or relies on.
 JOURNAL_BLOCK_WAIT = "journal block writes"
 COMMIT_BLOCK = "commit block (cache flush + FUA)"
 LOG_WRITES = "log block writes"

@@ -1,7 +1,7 @@
 """Experiment matrices: a TOML file naming configurations (filesystem, mkfs and mount options,
 sysctls, I/O scheduler, device kind) and workloads; `fsprof run --spec FILE` runs every
 combination, each on a fresh filesystem. The format is documented in docs/spec.md; shipped specs
-are in workloads/specs/. This module only reads and checks a spec: profiler/run.py runs it."""
+are in workloads/specs/. This module only reads and checks a spec: profiler/session/run.py runs it."""
 
 import dataclasses
 import re

@@ -147,7 +147,7 @@ def provision_one(changes, config, args, scratch_dir, first):
 
 
 def check_settings(sfs, sysctls, scheduler, go_on, progress=None):
-    """Verify (profiler/verify.py) that what this configuration sets took effect, by what the
+    """Verify (profiler/verify/__init__.py) that what this configuration sets took effect, by what the
     kernel does in a short probe, before the workload runs: a comparison of settings that were
     silently ignored compares something else. Refuses unless go_on; returns (verify's report as
     data or None, warnings)."""

@@ -169,7 +169,7 @@ class Map:
                                   ("value", value_type, lib.bpf_map__value_size(handle))):
             if _c.sizeof(ctype) != size:
                 raise FsprofError(f"map {name}: the Python {what} type is {_c.sizeof(ctype)} bytes but the "
-                                  f"BPF object says {size}; profiler/maps.py is out of date with bpf/")
+                                  f"BPF object says {size}; profiler/trace/maps.py is out of date with bpf/")
         self.ncpus = lib.libbpf_num_possible_cpus() if self.percpu else 1
         # Per-CPU values come back as one 8-byte-aligned slot per possible CPU.
         self._slot = (_c.sizeof(value_type) + 7) & ~7

@@ -87,7 +87,7 @@ SPILL_STACK_BIT = 1 << 30  # a stack id of the spill map (bpf/shared_maps.h get_
 
 def sum_hists(per_cpu):
     """One histogram (as plain data) from one struct hist or its per-CPU copies: the fine slots as
-    a sparse {slot: count} map (see profiler/hist.py for what a slot means)."""
+    a sparse {slot: count} map (see profiler/trace/hist.py for what a slot means)."""
     if not isinstance(per_cpu, list):
         per_cpu = [per_cpu]
     fine = {}

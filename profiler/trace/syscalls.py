@@ -1,7 +1,7 @@
 """The filesystem-related syscalls fsprof traces, and how each names its filesystem.
 
 Numbers are the x86_64 syscall ABI (stable by kernel rule). Each entry: name -> (nr, dev source),
-with the dev sources of bpf/fsprof.h (profiler/maps.py mirrors them).
+with the dev sources of bpf/fsprof.h (profiler/trace/maps.py mirrors them).
 """
 
 import os

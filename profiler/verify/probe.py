@@ -1,6 +1,6 @@
 """`fsprof verify`'s machinery: the filesystem under test as the kernel names it (superblock dev,
 block devices, bdi, btrfs fsid), the tracer (bpf/verify.bpf.c, loaded for one verify only), and
-the short probe workloads whose effects the checks in profiler/verify_checks.py judge.
+the short probe workloads whose effects the checks in profiler/verify/checks.py judge.
 
 Every probe writes only inside one temporary directory it creates under the mount point and
 removes at the end (Workdir). Each phase resets the in-kernel counters before it starts and reads
@@ -220,7 +220,7 @@ class Tracer:
         # The last counter exists and the one after it does not: COUNTERS matches enum vcounter.
         if self.counts.lookup(ctypes.c_uint32(N_COUNTERS - 1)) is None or \
                 self.counts.lookup(ctypes.c_uint32(N_COUNTERS)) is not None:
-            raise FsprofError("profiler/verify_probe.py COUNTERS is out of date with bpf/verify.bpf.c")
+            raise FsprofError("profiler/verify/probe.py COUNTERS is out of date with bpf/verify.bpf.c")
 
     def _configure(self):
         t = self.target
