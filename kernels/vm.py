@@ -115,6 +115,10 @@ def find_vng():
 def check_qemu():
     if not shutil.which(QEMU):
         raise VMError(f"{QEMU} is not installed (Debian package qemu-system-x86): cannot boot a VM here", CANNOT_RUN)
+    try:
+        subprocess.run([QEMU, "--version"], capture_output=True, check=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise VMError(f"{QEMU} cannot run here ({e}): cannot boot a VM", CANNOT_RUN)
 
 
 def kvm_usable(kvm_dev):
