@@ -113,6 +113,7 @@ VM_VENV := .venv-vm
 VNG_VERSION := 1.42
 KERNELS ?= 6.1,6.12,host
 KERNEL_CHECKS ?=
+KERNEL_MATRIX_ARGS ?=
 .PHONY: vm-deps test-kernels
 vm-deps:
 	@missing=$$(for p in $(VM_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
@@ -124,4 +125,4 @@ vm-deps:
 	  $(VM_VENV)/bin/pip install -q virtme-ng==$(VNG_VERSION); }
 
 test-kernels: setup vm-deps
-	$(PY) -m kernels.matrix --kernels $(KERNELS) $(if $(KERNEL_CHECKS),--checks $(KERNEL_CHECKS))
+	$(PY) -m kernels.matrix --kernels $(KERNELS) $(if $(KERNEL_CHECKS),--checks $(KERNEL_CHECKS)) $(KERNEL_MATRIX_ARGS)

@@ -1,43 +1,81 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /* What differs between the kernels fsprof runs on (Debian 12's 6.1, 6.12, and current ones), in one
  * place. vmlinux.h comes from the build machine's kernel; each helper here asks the running kernel's
- * BTF (CO-RE) which form it has, and falls back to the older form's value. Values of #defines (not in
- * BTF) are those of include/linux/{blk-mq,fs}.h in 6.1. */
+ * BTF (CO-RE) which form it has, and falls back to the older form. */
 #ifndef FSPROF_COMPAT_H
 #define FSPROF_COMPAT_H
 
 #include <bpf/bpf_core_read.h>
 
-/* Request flags: an enum since 6.9 (rqf_flags), #defines before. */
+/* Flags CO-RE cannot relocate where the kernel keeps them in #defines (6.1, 6.12's inode flags) or
+ * an anonymous enum (6.12's request flags): masks found by the loader (profiler/kernel_flags.py)
+ * from the kernel's BTF enumerators and tracepoint formats; 0 where not found. */
+struct kernel_flags {
+	__u32 rqf_flush_seq;
+	__u32 rqf_use_sched;
+	__u32 i_dirty_sync;
+	__u32 i_dirty_datasync;
+	__u32 i_dirty_time;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct kernel_flags);
+} kernel_flags SEC(".maps");
+
+static __always_inline struct kernel_flags *loader_flags(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&kernel_flags, &zero);
+}
+
+/* Request flags: a named enum on 6.18 (rqf_flags), an anonymous one on 6.12, #defines on 6.1. */
 static __always_inline __u32 rqf_flush_seq(void)
 {
+	struct kernel_flags *k;
+
 	if (bpf_core_enum_value_exists(enum rqf_flags, __RQF_FLUSH_SEQ))
 		return 1U << bpf_core_enum_value(enum rqf_flags, __RQF_FLUSH_SEQ);
-	return 1U << 4;
+	k = loader_flags();
+	return k ? k->rqf_flush_seq : 0;
 }
 
-/* "Went through an I/O scheduler": RQF_USE_SCHED since 6.5, RQF_ELV (the same bit's meaning) before. */
+/* "Went through an I/O scheduler": RQF_USE_SCHED since 6.5, RQF_ELV (the same meaning) before. */
 static __always_inline __u32 rqf_use_sched(void)
 {
+	struct kernel_flags *k;
+
 	if (bpf_core_enum_value_exists(enum rqf_flags, __RQF_USE_SCHED))
 		return 1U << bpf_core_enum_value(enum rqf_flags, __RQF_USE_SCHED);
-	return 1U << 22;
+	k = loader_flags();
+	return k ? k->rqf_use_sched : 0;
 }
 
-/* Inode state flags: an enum since 6.12-ish (inode_state_flags_t), #defines before. */
+/* Inode state flags: a named enum on recent kernels (inode_state_flags_t); 6.12 moved the
+ * #defines' bits (I_DIRTY_SYNC 1 << 0 on 6.1, 1 << 3 on 6.12). */
 static __always_inline __u32 i_dirty_sync_or_datasync(void)
 {
+	struct kernel_flags *k;
+
 	if (bpf_core_enum_value_exists(enum inode_state_flags_t, I_DIRTY_SYNC))
 		return bpf_core_enum_value(enum inode_state_flags_t, I_DIRTY_SYNC) |
 		       bpf_core_enum_value(enum inode_state_flags_t, I_DIRTY_DATASYNC);
-	return (1U << 0) | (1U << 1);
+	k = loader_flags();
+	return k ? k->i_dirty_sync | k->i_dirty_datasync : 0;
 }
 
 static __always_inline __u32 i_dirty_time(void)
 {
+	struct kernel_flags *k;
+
 	if (bpf_core_enum_value_exists(enum inode_state_flags_t, I_DIRTY_TIME))
 		return bpf_core_enum_value(enum inode_state_flags_t, I_DIRTY_TIME);
-	return 1U << 11;
+	k = loader_flags();
+	return k ? k->i_dirty_time : 0;
 }
 
 /* balance_dirty_pages: the per-device figures are bdi_* up to 6.12, wb_* later. Read through

@@ -58,6 +58,7 @@ class Ctx:
     """What a check needs: its work dir (writable, removed after), its log, its deadline."""
     def __init__(self, work, log, deadline):
         self.work, self.log, self.deadline = work, log, deadline
+        self.extra = {}  # kept with the check's result: what the kernel could not give, lost events
 
     def say(self, text):
         self.log.write(text.rstrip("\n") + "\n")
@@ -134,8 +135,25 @@ def fsprof_run(workload, *args):
         have = sorted(fs["fs"] for fs in result["filesystems"])
         if have != ["btrfs", "ext4", "xfs"]:
             raise CheckFailed(f"result.json has filesystems {have}, not ext4, xfs and btrfs")
-        return "; ".join(f"{w}" for w in result.get("warnings", []))[:200]
+        return noted(ctx, result)
     return check
+
+
+def noted(ctx, result):
+    """What a result says the kernel could not give, and the events it lost: kept, and summed up."""
+    unavailable = [f"{u.get('figures')} ({u.get('probe')}: {u.get('why')})" for u in result.get("unavailable", [])]
+    drops = {}
+    for fs in result["filesystems"]:
+        for k, v in fs.get("drops", {}).items():
+            if v:
+                drops[f"{fs.get('fs')}:{k}"] = v
+    ctx.extra = {"unavailable": unavailable, "drops": drops}
+    parts = []
+    if drops:
+        parts.append("lost events " + ", ".join(f"{k} {v}" for k, v in drops.items()))
+    if unavailable:
+        parts.append(f"{len(unavailable)} figures unavailable")
+    return "; ".join(parts)
 
 
 def check_doctor(ctx):
@@ -154,7 +172,7 @@ def check_record(ctx):
             fsyncs = sum(f.get("syscalls", {}).get("fsync", {}).get("count", 0) for f in result["filesystems"])
             if fsyncs <= 0:
                 raise CheckFailed("record --pid saw no fsync of the fsyncing process")
-            return f"{fsyncs} fsyncs"
+            return "; ".join(filter(None, [f"{fsyncs} fsyncs", noted(ctx, result)]))
         finally:
             kill_group(proc)
             proc.wait()
@@ -216,7 +234,7 @@ def run_checks(outdir, names):
             log.write(f"\n{'PASS' if ok else 'FAIL'} in {seconds:.0f} s: {note}\n")
         shutil.rmtree(work, ignore_errors=True)
         with open(outdir / "results.jsonl", "a") as f:
-            f.write(json.dumps({"check": name, "ok": ok, "seconds": round(seconds, 1), "note": note}) + "\n")
+            f.write(json.dumps({"check": name, "ok": ok, "seconds": round(seconds, 1), "note": note, **ctx.extra}) + "\n")
             f.flush()
             os.fsync(f.fileno())
 
@@ -230,20 +248,19 @@ def read_results(outdir):
 
 
 def doctor_left_out(log):
-    """What doctor says is missing or left out on this kernel, shortly (for the docs table)."""
+    """What doctor says is left out or missing on this kernel (for the docs table)."""
     try:
         text = log.read_text()
     except OSError:
         return ""
     items = []
     for line in text.splitlines():
-        m = re.match(r"^(\S+)\s+(.+?)\s{2,}(.*)$", line)
-        if m and m.group(1) not in ("ok", "$") and not line.startswith(("PASS", "FAIL", "[")):
-            items.append(f"{m.group(2).strip()}: {m.group(3).strip()}")
-        skipped = re.search(r"skipped: (\{.*\})", line)
-        if skipped:
-            items.append("left out: " + ", ".join(re.findall(r"'([^']+)':", skipped.group(1))))
-    return "; ".join(items)[:600]
+        if line.strip().startswith("left out"):
+            items.append(line.strip()[len("left out"):].strip())
+        m = re.match(r"^(\S+)\s+(\S.*?)\s{2,}(.*)$", line)  # a check's row: status, name, detail
+        if m and m.group(1) not in ("ok", "$", "PASS", "FAIL"):
+            items.append(f"{m.group(2).strip()}: {m.group(3).strip()} ({m.group(1)})")
+    return "; ".join(items)[:1500]
 
 
 # ---- the matrix ----
@@ -270,7 +287,7 @@ def run_vm_row(row, names, logdir, accel, say):
     except vm.VMError as e:
         row.skipped, row.seconds = str(e), time.monotonic() - start
         return
-    row.how = why
+    row.how = f"VM under {how.upper()}"
     say(f"   {why}")
     shared = Path(tempfile.mkdtemp(prefix="fsprof-kernels-"))
     limit = sum(lim for n, lim, _ in CHECKS if n in names) + 120
@@ -280,14 +297,14 @@ def run_vm_row(row, names, logdir, accel, say):
                                                "--checks", ",".join(names)],
                                   accel=how, cwd=REPO, timeout=limit, boot_timeout=900, rwdirs=[shared],
                                   output=console, verbose=True)
-        for f in shared.iterdir():
-            if f.is_file():
-                shutil.copy(f, logdir / f.name)
         row.results = read_results(shared)
     except vm.VMError as e:
         row.skipped = str(e)
         return
-    finally:
+    finally:  # the logs the guest wrote are kept, even when interrupted
+        for f in shared.iterdir():
+            if f.is_file():
+                shutil.copy(f, logdir / f.name)
         shutil.rmtree(shared, ignore_errors=True)
         row.seconds = time.monotonic() - start
     row.boot_s = out.boot_s
@@ -327,12 +344,15 @@ def write_doc(rows, names, total_s, logroot):
     for r in rows:
         out.append(f"| {r.release} | {r.skipped or r.how} | " + " | ".join(cell(r, n) for n in names)
                    + f" | {r.seconds / 60:.1f} min |")
-    out += ["", "| kernel | left out or missing, by `fsprof doctor` | failures (first line) |", "|---|---|---|"]
+    out += ["", "| kernel | left out or missing (`fsprof doctor`; result.json's `unavailable`) | failures (first line of why); events lost in checks that passed |", "|---|---|---|"]
     for r in rows:
-        fails = "; ".join(f"{n}: {r.results[n]['note']}" for n in names
-                          if n in r.results and not r.results[n]["ok"])
-        out.append(f"| {r.release} | {md(doctor_left_out(logroot / r.label / 'doctor.log')) or '-'} | "
-                   f"{md(fails) or '-'} |")
+        fails = "; ".join([f"FAIL {n}: {r.results[n]['note']}" for n in names
+                           if n in r.results and not r.results[n]["ok"]] +
+                          [f"{n}: lost events " + ", ".join(f"{k} {v}" for k, v in r.results[n]["drops"].items())
+                           for n in names if r.results.get(n, {}).get("ok") and r.results[n].get("drops")])
+        unavailable = sorted({u for res in r.results.values() for u in res.get("unavailable", [])})
+        left = "; ".join(filter(None, [doctor_left_out(logroot / r.label / "doctor.log"), *unavailable]))
+        out.append(f"| {r.release} | {md(left) or '-'} | {md(fails) or '-'} |")
     out += ["", end]
     text = DOC.read_text() if DOC.exists() else "# Supported kernels\n\n" + begin + "\n" + end + "\n"
     if begin in text and end in text:

@@ -46,8 +46,11 @@ DISK_MODELS = {
     "volatile-cache": ("cache=writeback", "fsprof-volcache",
                        "write-back cache: writes land in the host page cache, a flush fsyncs the host file"),
     "write-through": ("cache=writethrough", "fsprof-wthrough",
-                      "no volatile cache: each write reaches the host file (O_DSYNC) before it completes"),
+                      "no volatile cache: each write is flushed to the host file before it completes"),
     "fast": ("cache=unsafe", "fsprof-fast", "host page cache, flushes ignored (like fsprof's loop images)"),
+    # The guest puts dm-delay over this disk: /dev/mapper/fsprof-delay (--delay-ms per I/O).
+    "delay": ("cache=writeback", "fsprof-delay",
+              "/dev/mapper/fsprof-delay: dm-delay adds --delay-ms to each read, write and flush of a volatile-cache disk"),
 }
 STATE_SERIAL = "fsprof-state"
 
@@ -115,6 +118,10 @@ def find_vng():
 def check_qemu():
     if not shutil.which(QEMU):
         raise VMError(f"{QEMU} is not installed (Debian package qemu-system-x86): cannot boot a VM here", CANNOT_RUN)
+    try:
+        subprocess.run([QEMU, "--version"], capture_output=True, check=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise VMError(f"{QEMU} cannot run here ({e}): cannot boot a VM", CANNOT_RUN)
 
 
 def kvm_usable(kvm_dev):
@@ -186,6 +193,12 @@ for d in /sys/block/vd*; do  # udev may not be running: name the disks by serial
   s=$(cat "$d/serial" 2>/dev/null) && [ -n "$s" ] && [ ! -e "/dev/disk/by-id/virtio-$s" ] && \
     ln -s "/dev/${{d##*/}}" "/dev/disk/by-id/virtio-$s"
 done
+if [ -e /dev/disk/by-id/virtio-fsprof-delay ]; then  # --disk-model delay
+  d=$(readlink -f /dev/disk/by-id/virtio-fsprof-delay); n=$(blockdev --getsz "$d"); ms={delay_ms}
+  modprobe dm-delay && {{ dmsetup create --noudevsync fsprof-delay --table "0 $n delay $d 0 $ms $d 0 $ms $d 0 $ms" 2>/dev/null || \
+    dmsetup create --noudevsync fsprof-delay --table "0 $n delay $d 0 $ms"; }} && dmsetup mknodes fsprof-delay || \
+    echo "vm: could not set up dm-delay on $d" >&2
+fi
 if [ -n "{state}" ]; then
   mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 /dev/disk/by-id/virtio-{state} && \
     mkdir -p /var/tmp/fsprof && mount /dev/disk/by-id/virtio-{state} /var/tmp/fsprof || \
@@ -239,7 +252,7 @@ def kill_group(proc):
 
 
 def boot_and_run(kernel, argv, *, accel="tcg", cwd=None, timeout=3600, boot_timeout=600, memory="4G",
-                 cpus=2, disks=(), disk_size="4G", state_disk=True, state_size="16G", rwdirs=(),
+                 cpus=2, disks=(), disk_size="4G", delay_ms=8, state_disk=True, state_size="16G", rwdirs=(),
                  output=None, verbose=False):
     """Boot `kernel` (a resolved path), run argv in it. `timeout` counts from the guest's start of
     our script; `boot_timeout` until then. output: a file (or DEVNULL) for the guest's stdout and
@@ -260,7 +273,7 @@ def boot_and_run(kernel, argv, *, accel="tcg", cwd=None, timeout=3600, boot_time
             qemu_opts += drive_opts(i, image, cache_opts, serial)
         (tmp / "guest.sh").write_text(GUEST_SCRIPT.format(
             rw=shlex.quote(str(tmp)), state=STATE_SERIAL if state_disk else "",
-            cwd=shlex.quote(str(cwd)), command=shlex.join(argv)))
+            cwd=shlex.quote(str(cwd)), command=shlex.join(argv), delay_ms=int(delay_ms)))
         cmd = [str(vng), "--run", str(kernel), "--memory", memory, "--cpus", str(cpus), "--name", "fsprof-vm",
                "--rwdir", str(tmp), *[f"--rwdir={d}" for d in rwdirs]]
         if str(cwd) != "/" and not any(str(cwd).startswith(str(d)) for d in rwdirs):
@@ -333,6 +346,7 @@ def main(argv=None):
     parser.add_argument("--disk-model", action="append", default=[], choices=sorted(DISK_MODELS),
                         help="add an emulated disk of this model (repeatable)")
     parser.add_argument("--disk-size", default="4G", help="size of each --disk-model disk (sparse; default 4G)")
+    parser.add_argument("--delay-ms", type=int, default=8, help="the delay model's latency per I/O (default 8 ms)")
     parser.add_argument("--rwdir", action="append", default=[], help="a host directory the guest may write (repeatable)")
     parser.add_argument("--memory", default="4G")
     parser.add_argument("--cpus", type=int, default=2)
@@ -348,6 +362,8 @@ def main(argv=None):
         for d in args.rwdir:
             if not Path(d).is_dir():
                 raise VMError(f"--rwdir {d} is not a directory", USAGE)
+        if len(set(args.disk_model)) != len(args.disk_model):
+            raise VMError("each --disk-model may be given once (its serial names it in the guest)", USAGE)
         kernel = resolve_kernel(args.kernel)
         check_qemu()
         find_vng()
@@ -355,7 +371,8 @@ def main(argv=None):
         say(f"vm: booting {kernel} ({why})")
         out = boot_and_run(kernel, args.command, accel=accel, timeout=args.timeout,
                            boot_timeout=args.boot_timeout, memory=args.memory, cpus=args.cpus,
-                           disks=args.disk_model, disk_size=args.disk_size, rwdirs=args.rwdir, verbose=args.verbose)
+                           disks=args.disk_model, disk_size=args.disk_size, delay_ms=args.delay_ms,
+                           rwdirs=args.rwdir, verbose=args.verbose)
     except VMError as e:
         say(f"vm: {e}")
         return e.code

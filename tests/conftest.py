@@ -10,6 +10,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from profiler.machine import tracefs
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FSPROF = [sys.executable, "-m", "profiler"]
 
@@ -136,3 +138,9 @@ def bpftrace_output(proc, timeout=60):
     """Stop a bpftrace oracle (SIGINT prints its maps) and return what it printed."""
     proc.send_signal(signal.SIGINT)
     return finish(proc, timeout)[0]
+
+
+def kernel_has(event, group):
+    """Whether this kernel has tracepoint group:event (tests of figures that need it)."""
+    tracefs.ensure_mounted()
+    return tracefs.has_event(event, group)

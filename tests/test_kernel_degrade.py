@@ -39,11 +39,14 @@ def test_run_without_block_io_done_leaves_the_ticks_out_and_says_so(tmp_path, mo
     assert proc.returncode == 0, proc.stderr
     result = json.loads((out / "result.json").read_text())
     left_out = {u["probe"]: u for u in result["unavailable"]}
-    assert set(left_out) == {"block:on_io_done"}, left_out
+    assert "block:on_io_done" in left_out, left_out
+    # Anything else left out is what this kernel itself lacks (none on the host; 6.1 lacks more).
+    assert all("does not exist on this kernel" in u["why"] for u in left_out.values()), left_out
     assert "block_io_donX does not exist" in left_out["block:on_io_done"]["why"]
     assert "life times" in left_out["block:on_io_done"]["figures"]
     line = [x for x in proc.stdout.splitlines() if "unavailable on this kernel" in x]
-    assert len(line) == 1 and "block request life times" in line[0] and "block:on_io_done" in line[0], proc.stdout
+    assert len(line) == len(left_out) and any("block request life times" in x and "block:on_io_done" in x
+                                              for x in line), proc.stdout
     fs = result["filesystems"][0]
     dev = fs["device"]["name"]
     ours = fs["behind"]["block"]["devices"][dev]["as_sys_block_stat"]

@@ -19,6 +19,7 @@ from pathlib import Path
 from ..errors import FsprofError
 from .. import signals
 from ..machine import tracefs
+from . import kernel_flags, maps
 
 
 def _objects_dir():
@@ -538,6 +539,14 @@ class BpfObject:
                                   f"{refused[prog]}; the log is in {log_file}")
         for prog, reason in refused.items():
             self.skipped[prog] = f"left out: {reason}"
+        self._fill_kernel_flags()
+
+    def _fill_kernel_flags(self):
+        """bpf/compat.h's kernel_flags map, in the objects that have one (before any attach)."""
+        if not libbpf().bpf_object__find_map_by_name(self._obj, b"kernel_flags"):
+            return
+        flags = self.map("kernel_flags", _c.c_uint32, maps.KernelFlags)
+        flags.update(_c.c_uint32(0), maps.KernelFlags(**kernel_flags.values()))
 
     def _open_and_load(self, only, share, refused):
         """Opens the object with `refused` programs (and those this kernel lacks) not loaded, then

@@ -66,6 +66,12 @@ class Filter(c.Structure):
     _fields_ = [("mode", c.c_uint32), ("dev", c.c_uint32)]
 
 
+class KernelFlags(c.Structure):
+    """struct kernel_flags (bpf/compat.h); filled by the loader from profiler/trace/kernel_flags.py."""
+    _fields_ = [("rqf_flush_seq", c.c_uint32), ("rqf_use_sched", c.c_uint32), ("i_dirty_sync", c.c_uint32),
+                ("i_dirty_datasync", c.c_uint32), ("i_dirty_time", c.c_uint32), ("pad", c.c_uint32)]
+
+
 class PhaseState(c.Structure):
     _fields_ = [("current", c.c_uint32), ("pad", c.c_uint32), ("start_ns", c.c_uint64 * MAX_PHASES)]
 
