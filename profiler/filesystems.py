@@ -1,8 +1,13 @@
-"""The filesystems fsprof profiles: one row each. Other lists of filesystems derive from this table.
+"""The filesystems fsprof profiles: one row each. Every other list of filesystems derives from
+this table (scratch's mkfs and mount, spec and --fs checks, the rule tables, the BPF objects
+loaded, doctor's checks, the ext family that behind/ext4.py and verify/ serve).
 
 A row names the kernel module that provides the filesystem (built in on some kernels, a module on
-distribution kernels, where it must be loaded before its tracepoints and BTF types exist) and the
-behind-the-wait object that watches its journal or log.
+distribution kernels, where it must be loaded before its tracepoints and BTF types exist), the
+behind-the-wait plug-in that watches its journal or log, its cause rules, and how to make it.
+Adding a filesystem: a row here, its plug-in (behind/<name>.py + bpf/<name>.bpf.c), its rules
+(analysis/rules/<name>.toml) and its page (docs/behind-<name>.md); docs/architecture.md walks
+through f2fs.
 """
 
 import subprocess
@@ -15,23 +20,45 @@ from .errors import FsprofError
 @dataclass(frozen=True)
 class Filesystem:
     name: str
-    module: str          # `modprobe` name; ext4 also mounts ext2 and ext3
+    module: str          # `modprobe` name, and the driver its kernel messages name; ext4 also mounts ext2 and ext3
     behind: str          # behind/<behind>.py and bpf/<behind>.bpf.c: its journal or log
-    mkfs_defaults: tuple = ()   # mkfs arguments fsprof adds before the user's
+    rules: str           # analysis/rules/<rules>.toml: its cause rules, beside common.toml
+    tracepoints: tuple   # tracefs event groups its behind object uses (`fsprof doctor` lists them)
+    package: str         # the Debian package with mkfs.<name>
+    mkfs_force: str      # mkfs's flag to write over an existing signature
+    mkfs_defaults: tuple = ()    # mkfs arguments fsprof adds before the user's
+    multi_device: bool = False   # one filesystem over several devices (`--devices N`)
 
 
 # Scratch ext3/ext4 are made with inode tables and journal initialised up front: otherwise the
 # ext4lazyinit thread zeroes them after mount, with cache flushes of its own, during the workload.
 _EAGER_INIT = ("-E", "lazy_itable_init=0,lazy_journal_init=0")
 
+_EXT = dict(module="ext4", behind="ext4", rules="ext4", tracepoints=("ext4", "jbd2"), package="e2fsprogs",
+            mkfs_force="-F")
 TABLE = {fs.name: fs for fs in (
-    Filesystem("ext2", "ext4", "ext4"),
-    Filesystem("ext3", "ext4", "ext4", _EAGER_INIT),
-    Filesystem("ext4", "ext4", "ext4", _EAGER_INIT),
-    Filesystem("xfs", "xfs", "xfs"),
-    Filesystem("btrfs", "btrfs", "btrfs"),
+    Filesystem("ext2", **_EXT),
+    Filesystem("ext3", **_EXT, mkfs_defaults=_EAGER_INIT),
+    Filesystem("ext4", **_EXT, mkfs_defaults=_EAGER_INIT),
+    Filesystem("xfs", "xfs", "xfs", "xfs", ("xfs",), "xfsprogs", "-f"),
+    Filesystem("btrfs", "btrfs", "btrfs", "btrfs", ("btrfs",), "btrfs-progs", "-f", multi_device=True),
 )}
 NAMES = tuple(TABLE)
+# The filesystems whose own driver they are (ext2 and ext3 are served by ext4's): one mkfs tool each.
+DRIVERS = tuple(fs.name for fs in TABLE.values() if fs.name == fs.module)
+MULTI_DEVICE = tuple(fs.name for fs in TABLE.values() if fs.multi_device)
+
+
+def row(name):
+    """The row of filesystem `name`; one sentence if fsprof does not know it."""
+    if name not in TABLE:
+        raise FsprofError(f"unknown filesystem '{name}'; fsprof supports {', '.join(NAMES)}")
+    return TABLE[name]
+
+
+def served_by(behind):
+    """The filesystems one behind-the-wait plug-in watches (e.g. ext4: ext2, ext3, ext4)."""
+    return tuple(fs.name for fs in TABLE.values() if fs.behind == behind)
 
 
 def mkfs_defaults(name):
@@ -74,10 +101,8 @@ def load_modules(names, loop=False):
     """Makes filesystems `names` (and, with loop, loop devices) available before fsprof loads the
     BPF objects that use their tracepoints and types."""
     for name in names:
-        if name not in TABLE:
-            raise FsprofError(f"unknown filesystem '{name}'; fsprof supports {', '.join(NAMES)}")
         if not in_kernel(name):
-            modprobe(TABLE[name].module, f"filesystem {name}")
+            modprobe(row(name).module, f"filesystem {name}")
     if loop and not Path("/dev/loop-control").exists():
         modprobe(LOOP_MODULE, "a scratch filesystem (loop device)")
 

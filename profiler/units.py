@@ -33,9 +33,11 @@ def parse_duration(text):
     return value
 
 
-def fmt_ns(ns):
-    """A time in the unit that keeps 3 significant digits: 1.23ms, 456us, 789ns."""
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+def fmt_ns(ns, typeset=False):
+    """A time with 3 significant digits in the largest unit it reaches: 1.23ms, 456us, 789ns on a
+    terminal; typeset (HTML): 1.23 ms, 456 µs, 789 ns."""
+    sep, micro = (" ", "µs") if typeset else ("", "us")
+    for unit, scale in (("s", 1e9), ("ms", 1e6), (micro, 1e3)):
         if ns >= scale:
-            return f"{ns / scale:.3g}{unit}"
-    return f"{ns:.0f}ns"
+            return f"{ns / scale:.3g}{sep}{unit}"
+    return f"{ns:.0f}{sep}ns"

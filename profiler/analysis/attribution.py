@@ -12,16 +12,18 @@ import tomllib
 from functools import lru_cache
 from pathlib import Path
 
+from .. import causes, filesystems
+
 RULES_DIR = Path(__file__).parent / "rules"
-CPU_CONTENTION = "cpu contention"
-OTHER_WAIT = "other wait"
-DELAYED_ALLOC = "delayed allocation"
-FS_CPU = "filesystem CPU"
-OTHER_CPU = "other kernel CPU"
-UNSAMPLED_CPU = "CPU (too short to sample)"
-NO_STACK_CPU = "CPU (stack not captured)"
+CPU_CONTENTION = causes.check("cpu contention")
+OTHER_WAIT = causes.check("other wait")
+DELAYED_ALLOC = causes.check("delayed allocation")
+FS_CPU = causes.check("filesystem CPU")
+OTHER_CPU = causes.check("other kernel CPU")
+UNSAMPLED_CPU = causes.check("CPU (too short to sample)")
+NO_STACK_CPU = causes.check("CPU (stack not captured)")
 NO_STACK = "[stack not captured]"
-RULE_TABLE_OF = {"ext2": "ext4", "ext3": "ext4", "ext4": "ext4", "xfs": "xfs", "btrfs": "btrfs"}
+RULE_TABLE_OF = {fs.name: fs.rules for fs in filesystems.TABLE.values()}
 
 
 def _patterns(globs):
@@ -30,7 +32,7 @@ def _patterns(globs):
 
 class Rule:
     def __init__(self, spec, table):
-        self.cause = spec["cause"]
+        self.cause = causes.check(spec["cause"], f"analysis/rules/{table}.toml")
         self.order = spec.get("order", 50)
         self.table = table
         self.frames = _patterns(spec["frames"])

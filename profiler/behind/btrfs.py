@@ -4,6 +4,7 @@ space reservation tickets, per phase. docs/behind-btrfs.md says what each figure
 is checked against /sys/fs/btrfs/<fsid>/commit_stats and bpftrace."""
 
 import ctypes as c
+import fcntl
 import glob
 import os
 import re
@@ -11,6 +12,7 @@ import uuid
 from functools import lru_cache
 from pathlib import Path
 
+from .. import causes
 from ..trace import bpf, hist, maps
 
 NAME = "btrfs"
@@ -41,10 +43,10 @@ TRIGGER_REASONS = ("enospc", "preempt", "other")
 SPACE_KINDS = {1: "data", 2: "system", 4: "metadata"}
 FSYNC_OPS = ("fsync", "fdatasync")
 # Causes of profiler/analysis/rules/btrfs.toml (and common.toml) an fsync's time is split into.
-LOG_SYNC_CAUSE = "btrfs tree-log sync"
-COMMIT_CAUSE = "btrfs transaction commit"
-FLUSH_CAUSE = "cache flush"
-RESERVATION_CAUSE = "space reservation"
+LOG_SYNC_CAUSE = causes.check("btrfs tree-log sync")
+COMMIT_CAUSE = causes.check("btrfs transaction commit")
+FLUSH_CAUSE = causes.check("cache flush")
+RESERVATION_CAUSE = causes.check("space reservation")
 NO_STACK = "[stack not captured]"
 
 # Who ran a commit, from the innermost frame outwards: the first rule with a matching frame wins.
@@ -110,7 +112,6 @@ def fsid_of_devices(names):
 
 def fsid_of_mount(mountpoint):
     """The fsid of the btrfs mounted at `mountpoint`, by BTRFS_IOC_FS_INFO (its fsid at offset 16)."""
-    import fcntl
     btrfs_ioc_fs_info = 0x8400941F  # _IOR(0x94, 31, struct btrfs_ioctl_fs_info_args), 1024 bytes
     buf = bytearray(1024)
     try:

@@ -8,6 +8,8 @@ import gzip
 import os
 import re
 
+from .. import filesystems
+from .. import causes
 from ..trace import hist, maps, syscalls
 
 NAME = "ext4"
@@ -52,8 +54,8 @@ WHO_SYSCALL, WHO_USER, WHO_KTHREAD = range(3)
 JBD2_WORKER = maps.WORKER_KINDS[1]
 FC_WORKER = maps.WORKER_KINDS[2]
 FSYNC_OPS = ("fsync", "fdatasync")
-EXT_FILESYSTEMS = ("ext2", "ext3", "ext4")  # all served by the ext4 driver and jbd2
-COMMIT_WAIT_CAUSE = "journal commit wait"
+EXT_FILESYSTEMS = filesystems.served_by(NAME)  # ext2, ext3, ext4: the ext4 driver and jbd2
+COMMIT_WAIT_CAUSE = causes.check("journal commit wait")
 
 
 class Jbd2Key(c.Structure):

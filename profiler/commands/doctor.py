@@ -14,6 +14,7 @@ from ..machine import blockdev, tracefs
 from .. import filesystems
 from ..trace.bpf import BpfObject, perf_event_open_sampling
 from ..errors import FsprofError
+from ..session.collect import Collector
 
 # Tracepoint groups fsprof uses, and the events each needs for the core run (empty: optional group).
 TRACEPOINT_GROUPS = {
@@ -21,10 +22,7 @@ TRACEPOINT_GROUPS = {
     "sched": ["sched_switch", "sched_waking", "sched_process_fork", "sched_process_exit"],
     "block": ["block_rq_issue", "block_rq_complete"],
     "writeback": [],
-    "ext4": [],
-    "jbd2": [],
-    "xfs": [],
-    "btrfs": [],
+    **{group: [] for fs in filesystems.TABLE.values() for group in fs.tracepoints},
 }
 PROBE_HITS = {"tp_switch": 0, "raw_tp_switch": 1, "tp_btf_switch": 2, "on_sample": 3}
 
@@ -95,7 +93,6 @@ _capabilities = []
 
 def check_fsprof_programs():
     """The programs a run loads, loaded for real: this is where a verifier would refuse them."""
-    from ..session.collect import Collector
     with Collector() as collector:
         for obj in collector.objects:
             left_out = {p: why for p, why in obj.skipped.items() if why != "not requested"}
@@ -190,9 +187,10 @@ def checks():
         ("kprobes", False, optional_program_check("kprobe_fsync")),
         ("fentry/fexit", False, optional_program_check("fentry_fsync")),
         ("loop devices", True, check_loop),
-        ("mkfs.ext4", True, tool_check("mkfs.ext4", "e2fsprogs")),
-        ("mkfs.xfs", False, tool_check("mkfs.xfs", "xfsprogs; needed for xfs runs")),
-        ("mkfs.btrfs", False, tool_check("mkfs.btrfs", "btrfs-progs; needed for btrfs runs")),
+        # ext4 is needed (every test and the default run use it); the others only for their runs.
+        *((f"mkfs.{fs}", fs == "ext4", tool_check(f"mkfs.{fs}", filesystems.TABLE[fs].package +
+                                                  ("" if fs == "ext4" else f"; needed for {fs} runs")))
+          for fs in filesystems.DRIVERS),
         ("bpftrace", False, tool_check("bpftrace", "bpftrace")),
         ("task delay accounting", False, check_delayacct),
     ]

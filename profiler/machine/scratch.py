@@ -33,13 +33,12 @@ from profiler.signals import deferred
 
 STATE_DIR = "/var/tmp/fsprof/state"
 SCRATCH_DIR = "/var/tmp/fsprof/scratch"
-FILESYSTEMS = filesystems.NAMES
 GIB = 1 << 30
 
 log = logging.getLogger("fsprof")
 
 _STATE_SUFFIX = ".jsonl"
-_PACKAGES = {"mkfs.xfs": "xfsprogs", "mkfs.btrfs": "btrfs-progs", "mount": "mount", "umount": "mount"}
+_PACKAGES = {"mount": "mount", "umount": "mount", **{f"mkfs.{fs.name}": fs.package for fs in filesystems.TABLE.values()}}
 # Each pair keeps exactly one member non-zero and writing one zeroes the other; vm.dirty_bytes cannot be
 # written back to 0, so a pair is restored by writing whichever member was non-zero before.
 _SYSCTL_PARTNERS = {
@@ -545,14 +544,14 @@ class FsConfig:
     label: str = None
 
     def __post_init__(self):
-        if self.fs not in FILESYSTEMS:
-            raise FsprofError(f"unknown filesystem '{self.fs}'; fsprof supports {', '.join(FILESYSTEMS)}")
+        filesystems.row(self.fs)
         self.mkfs_options = tuple(self.mkfs_options)
         self.label = self.label or self.fs
         if self.devices < 1:
             raise FsprofError(f"a filesystem needs at least one device, not {self.devices}")
-        if self.devices > 1 and self.fs != "btrfs":
-            raise FsprofError(f"{self.fs} cannot span {self.devices} devices; only btrfs can use several")
+        if self.devices > 1 and not filesystems.TABLE[self.fs].multi_device:
+            raise FsprofError(f"{self.fs} cannot span {self.devices} devices; only "
+                              f"{', '.join(filesystems.MULTI_DEVICE)} can use several")
         if self.size_bytes <= 0:
             raise FsprofError(f"the scratch image size must be positive, not {self.size_bytes}")
         if "/" in self.label or self.label in (".", ".."):
@@ -674,8 +673,8 @@ def _attach_loop(changes, image):
 
 def _mkfs(config, devices):
     tool = f"mkfs.{config.fs}"
-    force = ["-F"] if config.fs.startswith("ext") else ["-f"]
-    proc = _run([tool, *force, "-q", *config.mkfs_options, *devices], f"making {config.fs}")
+    force = filesystems.TABLE[config.fs].mkfs_force
+    proc = _run([tool, force, "-q", *config.mkfs_options, *devices], f"making {config.fs}")
     if proc.returncode == 0:
         return
     opts = f" with the options '{shlex.join(config.mkfs_options)}'" if config.mkfs_options else ""
@@ -691,7 +690,7 @@ def _mount(changes, config, devices, images, base):
         proc = _run([*argv, devices[0], target], "mounting a scratch filesystem")
         if proc.returncode != 0:
             # ext2/ext3 are served by the ext4 driver, which names itself in its messages
-            drivers = {config.fs, "ext4" if config.fs.startswith("ext") else config.fs}
+            drivers = {config.fs, filesystems.TABLE[config.fs].module}
             drivers.update(os.path.basename(d) for d in devices)
             reason = klog.last_line_mentioning(drivers) or _first_line(proc)
             what = f"with options '{config.mount_options}'" if config.mount_options else f"on {devices[0]}"
@@ -840,7 +839,7 @@ def _run(argv, purpose, check=False):
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     except FileNotFoundError:
-        package = _PACKAGES.get(argv[0], "e2fsprogs" if argv[0].startswith("mkfs.ext") else "util-linux")
+        package = _PACKAGES.get(argv[0], "util-linux")
         raise FsprofError(f"{argv[0]} is not installed ({purpose} needs it; it comes with {package})") from None
     if check and proc.returncode != 0:
         raise FsprofError(f"{shlex.join(argv)} failed: {_first_line(proc)}")

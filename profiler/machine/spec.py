@@ -128,8 +128,8 @@ def _config(path, i, t, default_size):
     where = f"config #{i + 1}"
     _check_keys(path, where, t, _CONFIG_KEYS)
     fs = t.get("fs")
-    if fs not in scratch.FILESYSTEMS:
-        _fail(path, where, f"fs {fs!r} is not one of {', '.join(scratch.FILESYSTEMS)}")
+    if fs not in filesystems.NAMES:
+        _fail(path, where, f"fs {fs!r} is not one of {', '.join(filesystems.NAMES)}")
     where = f"config {t.get('name', fs)!r}"
     mkfs = _strings(path, where, "mkfs_options", t.get("mkfs_options", []))
     mount = t.get("mount_options", "")
@@ -151,8 +151,9 @@ def _config(path, i, t, default_size):
     if t.get("scheduler") is not None and (device == "zram" or not isinstance(t["scheduler"], str)):
         _fail(path, where, "scheduler must be a name like mq-deadline, and zram (bio-based) has none")
     devices = t.get("devices", 1)
-    if not isinstance(devices, int) or devices < 1 or (devices > 1 and (fs != "btrfs" or device != "loop")):
-        _fail(path, where, "devices > 1 is for btrfs on loop images only")
+    if not isinstance(devices, int) or devices < 1 or (
+            devices > 1 and (not filesystems.TABLE[fs].multi_device or device != "loop")):
+        _fail(path, where, f"devices > 1 is for {', '.join(filesystems.MULTI_DEVICE)} on loop images only")
     return Config(name=_name(path, where, t.get("name", fs)), fs=fs, mkfs_options=mkfs, mount_options=mount,
                   sysctls={k: str(v) for k, v in sysctls.items()}, scheduler=t.get("scheduler"),
                   device=device, devices=devices,

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from ..errors import FsprofError
+from workloads.common import UsageError, parse_size
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _PR_SET_PDEATHSIG = 1
@@ -35,7 +36,6 @@ def module(name):
 def check_args(name, args):
     """Parses and checks a bundled workload's own options before anything is provisioned: a bad
     parameter is one sentence (exit 2), as any other usage error."""
-    from workloads.common import UsageError
     mod = module(name)
     try:
         mod.check(mod.parser().parse_args(list(args)))
@@ -45,7 +45,6 @@ def check_args(name, args):
 
 def image_size(name):
     """A bundled workload's scratch image size (its IMAGE_SIZE), else 1 GiB."""
-    from workloads.common import parse_size
     return parse_size(getattr(module(name), "IMAGE_SIZE", "1G")) if name in WORKLOADS else 1 << 30
 
 

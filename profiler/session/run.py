@@ -25,6 +25,7 @@ from ..machine.mounts import mount_of
 from .. import rundir
 from ..rundir import SCHEMA
 from ..machine.workload import GatedProcess, WorkloadSpec, image_size
+from ..verify import expectations_for, verify_scratch
 
 def per_fs_option(values, fs_names, what, sep):
     """--mkfs-options / --mount-options values are '[FS=]OPTS'; a value without a known
@@ -32,7 +33,7 @@ def per_fs_option(values, fs_names, what, sep):
     out = {}
     for value in values or []:
         prefix, has_eq, rest = value.partition("=")
-        if has_eq and prefix in scratch.FILESYSTEMS:
+        if has_eq and prefix in filesystems.NAMES:
             if prefix not in fs_names:
                 raise FsprofError(f"{what} '{value}' names {prefix}, which is not among --fs {','.join(fs_names)}")
             targets, opts = [prefix], rest
@@ -58,19 +59,19 @@ def build_configs(args):
     if not names:
         raise FsprofError("--fs names no filesystem; give e.g. --fs ext4,xfs,btrfs")
     for name in names:
-        if name not in scratch.FILESYSTEMS:
-            raise FsprofError(f"unknown filesystem '{name}'; fsprof supports {', '.join(scratch.FILESYSTEMS)}")
+        filesystems.row(name)
     mkfs = per_fs_option(args.mkfs_options, names, "--mkfs-options", " ")
     mount = per_fs_option(args.mount_options, names, "--mount-options", ",")
-    if args.devices > 1 and "btrfs" not in names:
-        raise FsprofError(f"--devices {args.devices} applies to btrfs only, and --fs has no btrfs")
+    multi = filesystems.MULTI_DEVICE
+    if args.devices > 1 and not set(multi) & set(names):
+        raise FsprofError(f"--devices {args.devices} applies to {', '.join(multi)} only, and --fs has no {' or '.join(multi)}")
     configs, seen = [], {}
     for name in names:
         seen[name] = seen.get(name, 0) + 1
         label = name if seen[name] == 1 else f"{name}-{seen[name]}"
         opts = filesystems.mkfs_defaults(name) + shlex.split(mkfs.get(name, ""))
         configs.append(scratch.FsConfig(fs=name, mkfs_options=opts, mount_options=mount.get(name, ""),
-                                        size_bytes=args.image_size or image_size(args.workload), devices=args.devices if name == "btrfs" else 1,
+                                        size_bytes=args.image_size or image_size(args.workload), devices=args.devices if name in multi else 1,
                                         label=label))
     return configs
 
@@ -151,7 +152,6 @@ def check_settings(sfs, sysctls, scheduler, go_on, progress=None):
     kernel does in a short probe, before the workload runs: a comparison of settings that were
     silently ignored compares something else. Refuses unless go_on; returns (verify's report as
     data or None, warnings)."""
-    from ..verify import expectations_for, verify_scratch
     expectations = expectations_for(sfs.config, sysctls, scheduler)
     if not expectations:
         return None, []

@@ -28,7 +28,7 @@ from .checks import CANNOT_TELL, NOT_IN_EFFECT, btrfs_commit_within, compress_na
 
 SCHEMA = "fsprof.verify/1"
 DEFAULT_PATIENCE_S = 12.0
-EXT, JOURNALLED = ("ext2", "ext3", "ext4"), ("ext3", "ext4")
+EXT, JOURNALLED = filesystems.served_by("ext4"), ("ext3", "ext4")
 ALL_FS = filesystems.NAMES
 SYSCTL_KEYS = ("vm.dirty_bytes", "vm.dirty_ratio", "vm.dirty_background_bytes", "vm.dirty_background_ratio",
                "vm.dirty_writeback_centisecs", "vm.dirty_expire_centisecs")

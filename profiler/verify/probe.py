@@ -14,8 +14,13 @@ import struct
 import time
 from pathlib import Path
 
+from .. import filesystems
 from ..machine import blockdev, mounts, scratch
 from ..errors import FsprofError
+from ..behind import Target
+from ..behind.block import _disks_below
+from ..behind.writeback import reason_names, target_bdis
+from ..trace.bpf import BpfObject
 
 KIB, MIB = 1 << 10, 1 << 20
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -77,7 +82,7 @@ class FsTarget:
 
     @property
     def ext(self):
-        return self.fs in ("ext2", "ext3", "ext4")
+        return self.fs in filesystems.served_by("ext4")
 
     def option_words(self):
         """{name: value or True} of the mount table's options."""
@@ -142,7 +147,6 @@ def _btrfs_devices(source):
 
 def _disks_of(names):
     """The disks carrying these devices: a partition's disk, a device-mapper device's disks."""
-    from ..behind.block import _disks_below
     disks = []
     for name in names:
         for disk in _disks_below(name):
@@ -152,8 +156,6 @@ def _disks_of(names):
 
 
 def _bdi_of(target):
-    from ..behind import Target
-    from ..behind.writeback import target_bdis
     found = target_bdis(Target(target.fs, target.sb_dev, dict((k, n) for n, k in target.devices), target.mountpoint))
     return found[0][0] if found else ""
 
@@ -178,7 +180,6 @@ def kernel_hz():
 
 
 def wb_reason_names():
-    from ..behind.writeback import reason_names
     return reason_names()
 
 
@@ -190,7 +191,6 @@ class Tracer:
     """bpf/verify.bpf.o, pointed at one filesystem and the probe (this process)."""
 
     def __init__(self, target):
-        from ..trace.bpf import BpfObject
         self.target = target
         self.obj = BpfObject("verify")
         try:

@@ -20,18 +20,13 @@ from pathlib import Path
 from ..errors import FsprofError
 from ..trace.maps import BLK_WRITE_CLASSES
 from ..rundir import INDEX_FILE, RESULT_FILE, load, load_index
+from .. import behind, causes
 
-# A wait that a filesystem thread ends, and the worker whose own time explains it. XFS's log
-# force wait is not here: the fsync waits for iclog I/O the CIL push submits but does not wait on.
-WORKER_OF_CAUSE = {"journal commit wait": "jbd2 commit", "btrfs transaction commit": "btrfs commit",
-                   "btrfs tree-log sync": "btrfs log sync"}
-# Which counts bear on which cause (substrings of evidence labels), to put evidence beside it.
-EVIDENCE_WORDS = {"cache flush": ["flush", "fua"], "journal commit wait": ["commit", "flush", "fua"],
-                  "log force wait": ["log force", "iclog", "flush", "fua"],
-                  "btrfs transaction commit": ["transaction", "commit", "flush"],
-                  "btrfs tree-log sync": ["tree-log", "log sync", "flush"],
-                  "dirty throttling": ["throttl", "dirty"], "data writeback wait": ["writeback", "write requests"],
-                  "read I/O wait": ["read"]}
+# A wait that a filesystem thread ends, and the worker whose own time explains it (XFS's log force
+# wait has none: the fsync waits for iclog I/O the CIL push submits but does not wait on); which
+# counts bear on which cause (substrings of evidence labels). Both are columns of causes.py.
+WORKER_OF_CAUSE = {c.name: c.worker for c in causes.TABLE.values() if c.worker}
+EVIDENCE_WORDS = {c.name: list(c.evidence) for c in causes.TABLE.values() if c.evidence}
 MIN_SHARE = 0.05       # below 5% of the op's time (and 1 us) a cause "does not differ"
 MIN_US = 1.0
 
@@ -160,7 +155,6 @@ def worker_causes(fs):
     """{worker kind: {cause: ns}} of a run's filesystem threads over their whole windows (on-CPU
     time included), from the behind modules that account for it (thread_causes). A wait is
     split pro rata: the waiter waited while its worker spent its window that way."""
-    from .. import behind
     out = {}
     for module in behind.MODULES:
         fn, section = getattr(module, "thread_causes", None), fs.get("behind", {}).get(module.NAME)
@@ -172,7 +166,6 @@ def worker_causes(fs):
 def evidence(fs, op):
     """Counts per op that explain times: requests per op to the device under test, write
     amplification, and whatever the behind-the-wait modules offer."""
-    from .. import behind
     n = fs["attribution"].get(op, {}).get("count", 0)
     out = {}
     dev = fs["device"]["name"]

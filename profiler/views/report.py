@@ -2,6 +2,8 @@
 
 from ..trace.maps import BLK_WRITE_CLASSES
 from ..units import fmt_ns
+from .. import behind
+from ..machine.workload import render as render_workload
 
 
 def histogram(log2_ns, width=40):
@@ -66,7 +68,6 @@ def render_fs(fs):
     if fs.get("mount_options_in_force"):
         lines.append(f"   in force: {fs['mount_options_in_force']}"
                      + (", page cache dropped before the workload" if fs.get("caches_dropped") else ""))
-    from ..machine.workload import render as render_workload
     text = render_workload(fs["workload"].get("workload", ""), fs["workload"])
     if text:
         lines.extend("   " + line for line in text.splitlines())
@@ -91,7 +92,6 @@ def render_fs(fs):
             continue
         lines.append(f"   phase {pname} ({phase.get('elapsed_s', 0):.2f} s): where the time went")
         lines.extend(attribution_table(phase["attribution"], indent="     "))
-    from .. import behind
     for module in behind.MODULES:
         section = fs.get("behind", {}).get(module.NAME)
         if section:

@@ -5,23 +5,17 @@ multiples per syscall, one panel per filesystem on one shared log axis) and stac
 import math
 from html import escape
 
+from ... import units
 from ...trace.hist import slot_range
 
-# A qualitative palette (Tableau 20 order): a cause keeps its colour over the whole page.
-PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
-           "#9c755f", "#bab0ac", "#a0cbe8", "#ffbe7d", "#ff9d9a", "#86bcb6", "#8cd17d", "#f1ce63",
-           "#d4a6c8", "#fabfd2", "#d7b5a6", "#79706e")
 PERCENTILES = (("p50", "p50_ns", "6 0"), ("p95", "p95_ns", "4 3"), ("p99", "p99_ns", "2 2"), ("max", "max_ns", "1 3"))
 LABEL_W, PLOT_W, SIDE_W = 130, 520, 300   # px: row label, plot area, figures on the right
 PANEL_H, AXIS_H = 70, 28
 
 
 def fmt_ns(ns):
-    """'901 µs', '1.28 ms': three significant figures, as the terminal report."""
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
-        if ns >= scale:
-            return f"{ns / scale:.3g} {unit}"
-    return f"{ns:.0f} ns"
+    """'901 µs', '1.28 ms': the terminal report's figures, typeset."""
+    return units.fmt_ns(ns, typeset=True)
 
 
 def fmt_us(us):
@@ -31,18 +25,6 @@ def fmt_us(us):
 def attrs(**kv):
     """' k="v"' for each item (data_fs → data-fs), escaped."""
     return "".join(f' {k.replace("_", "-")}="{escape(str(v))}"' for k, v in kv.items())
-
-
-class Colours:
-    """cause → colour, given out in order of first request (callers ask heaviest first)."""
-
-    def __init__(self):
-        self.given = {}
-
-    def __call__(self, cause):
-        if cause not in self.given:
-            self.given[cause] = PALETTE[len(self.given) % len(PALETTE)]
-        return self.given[cause]
 
 
 # ---------------------------------------------------------------------------------------------

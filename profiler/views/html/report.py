@@ -19,6 +19,7 @@ from pathlib import Path
 from ... import __version__, behind
 from .. import compare
 from . import charts, flame as html_flame
+from ...causes import colour as cause_colour
 from ...errors import FsprofError
 from ..flamegraph import heaviest_op
 from .input import groups_of
@@ -319,22 +320,8 @@ def warnings(groups):
     return "".join(f'<p class="warning">Warning: {escape(w)}</p>' for w in found)
 
 
-def _seed_colours(groups):
-    """Colours by weight: the causes with the most time get the first, most distinct colours."""
-    totals = {}
-    for g in groups:
-        for c in g.columns:
-            for b in c.fs["attribution"].values():
-                for cause, ns in b["causes"].items():
-                    totals[cause] = totals.get(cause, 0) + ns
-    colours = charts.Colours()
-    for cause in sorted(totals, key=lambda x: -totals[x]):
-        colours(cause)
-    return colours
-
-
 def page(path, groups):
-    colours = _seed_colours(groups)
+    colours = cause_colour  # a cause keeps its colour (causes.py) on every page
     toc = "".join(f'<li><a href="#g{k}">{escape(g.title)}</a>: '
                   + " · ".join(f'<a href="#g{k}-{key}">{escape(title.split(" (")[0])}</a>' for key, title in SECTIONS)
                   + "</li>" for k, g in enumerate(groups))
