@@ -16,13 +16,14 @@ import pytest
 from conftest import assert_invariants, run_fsprof, bpftrace_output, bpftrace_start
 from profiler import filesystems
 from profiler.machine import scratch
+from profiler.machine.conditions import kernel_hz
 from profiler.behind import ext4
 from profiler.session.collect import Collector
 from profiler.session.run import measure
 from profiler.machine.workload import COMMAND, WorkloadSpec
 
 pytestmark = pytest.mark.slow
-HZ = ext4.kernel_hz()
+HZ = kernel_hz()
 
 
 # ---- the kernel's own counters ----

@@ -22,7 +22,8 @@ from profiler.machine import blockdev, scratch
 from profiler import filesystems
 from profiler.errors import FsprofError
 from profiler.verify import expectations_for, parse_expectation, render, verify_mount
-from profiler.verify.probe import FSYNC_CHUNK, FSYNC_WRITES, kernel_hz
+from profiler.machine.conditions import kernel_hz
+from profiler.verify.probe import FSYNC_CHUNK, FSYNC_WRITES
 
 pytestmark = pytest.mark.slow
 IMAGE = 512 << 20

@@ -4,12 +4,9 @@ checkpoints, and delayed allocation charged to the thread that forced it. docs/b
 says what each figure means and how it is checked."""
 
 import ctypes as c
-import gzip
-import os
-import re
 
-from .. import filesystems
-from .. import causes
+from .. import causes, filesystems
+from ..machine.conditions import kernel_hz
 from ..trace import hist, maps, syscalls
 
 NAME = "ext4"
@@ -111,21 +108,6 @@ COUNT_FIELDS = ("commits", "timed", "sync_commits", "kernel_ns", "commit_blocks"
                 "blocks_logged", "intervals", "interval_ns", *CHECKPOINT_FIELDS)
 
 
-def kernel_hz():
-    """CONFIG_HZ of the running kernel (jbd2's run statistics are in jiffies), or None."""
-    sources = [("/proc/config.gz", gzip.open), (f"/boot/config-{os.uname().release}", open)]
-    for path, opener in sources:
-        try:
-            with opener(path, "rt") as f:
-                for line in f:
-                    m = re.match(r"CONFIG_HZ=(\d+)$", line.strip())
-                    if m:
-                        return int(m.group(1))
-        except OSError:
-            continue
-    return None
-
-
 class Probe:
     def __init__(self, obj):
         self.obj = obj
@@ -139,7 +121,7 @@ class Probe:
                          obj.map("committing", c.c_uint32, CommitKey),
                          obj.map("commit_block_wait", c.c_uint32, c.c_uint8 * 32),
                          obj.map("fc_inflight", c.c_uint32, c.c_uint8 * 16)]
-        self.hz = kernel_hz()
+        self.hz = kernel_hz()  # jbd2's run statistics are in jiffies
 
     def set_targets(self, targets):
         """Watch ext4's superblocks and the block devices they (and their journals) sit on."""

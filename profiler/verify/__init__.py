@@ -22,9 +22,10 @@ from pathlib import Path
 from .. import filesystems, signals
 from ..errors import FsprofError
 from ..machine import scratch, spec
+from ..units import parse_size
 from ..trace.bpf import check_privileges
 from . import checks as vc, probe as vp
-from .checks import CANNOT_TELL, NOT_IN_EFFECT, btrfs_commit_within, compress_name, parse_size
+from .checks import CANNOT_TELL, NOT_IN_EFFECT, btrfs_commit_within, compress_name
 
 SCHEMA = "fsprof.verify/1"
 DEFAULT_PATIENCE_S = 12.0

@@ -8,6 +8,7 @@ import math
 import subprocess
 from pathlib import Path
 
+from ..units import parse_size
 from .probe import (COMPRESS_TYPES, EV_BTRFS_COMMIT, EV_INODE_WRITEBACK, EV_JBD2_COMMIT, EV_SYNC_FS, EV_WB_PERIODIC, PAGE, ROLE_EXPIRE, queue_setting)
 
 TOOK_EFFECT, NOT_IN_EFFECT, CANNOT_TELL, OBSERVED = "took effect", "not in effect", "cannot tell", "observed"
@@ -510,12 +511,6 @@ def judge_delalloc(ev, expected):
     undecided = why if state == "cannot tell" else None
     return Check("delalloc", expected, configured, did, state, *decide(expected, state == expected, why, why, undecided),
                  {"da_write_begin": c["da_write_begin"], "write_begin": c["write_begin"], "writes": f["fsyncs"]})
-
-
-def parse_size(text):
-    t = str(text).strip().lower()
-    mult = {"k": 1 << 10, "m": 1 << 20}.get(t[-1:], 1)
-    return int(t[:-1] if mult > 1 else t) * mult
 
 
 def judge_logbsize(ev, expected):

@@ -9,13 +9,13 @@ them when it ends, so that a phase's counts are its own."""
 import ctypes
 import dataclasses
 import os
-import re
 import struct
 import time
 from pathlib import Path
 
 from .. import filesystems
 from ..machine import blockdev, mounts, scratch
+from ..machine.conditions import kernel_hz
 from ..errors import FsprofError
 from ..behind import Target
 from ..behind.block import _disks_below
@@ -166,17 +166,6 @@ def queue_setting(name, what):
         return (blockdev.SYS_BLOCK / blockdev.whole_disk(name) / "queue" / what).read_text().strip()
     except OSError:
         return None
-
-
-def kernel_hz():
-    """CONFIG_HZ, from this kernel's writeback_single_inode format, which prints an inode's age as
-    (jiffies - dirtied_when) / HZ."""
-    try:
-        text = (TRACEFS / "events/writeback/writeback_single_inode/format").read_text()
-    except OSError:
-        return None
-    m = re.search(r"jiffies - REC->dirtied_when\) / (\d+)", text)
-    return int(m.group(1)) if m else None
 
 
 def wb_reason_names():
