@@ -12,16 +12,17 @@ import tomllib
 from functools import lru_cache
 from pathlib import Path
 
-from .. import causes, filesystems
+from .. import filesystems
+from ..causes import check as known_cause
 
 RULES_DIR = Path(__file__).parent / "rules"
-CPU_CONTENTION = causes.check("cpu contention")
-OTHER_WAIT = causes.check("other wait")
-DELAYED_ALLOC = causes.check("delayed allocation")
-FS_CPU = causes.check("filesystem CPU")
-OTHER_CPU = causes.check("other kernel CPU")
-UNSAMPLED_CPU = causes.check("CPU (too short to sample)")
-NO_STACK_CPU = causes.check("CPU (stack not captured)")
+CPU_CONTENTION = known_cause("cpu contention")
+OTHER_WAIT = known_cause("other wait")
+DELAYED_ALLOC = known_cause("delayed allocation")
+FS_CPU = known_cause("filesystem CPU")
+OTHER_CPU = known_cause("other kernel CPU")
+UNSAMPLED_CPU = known_cause("CPU (too short to sample)")
+NO_STACK_CPU = known_cause("CPU (stack not captured)")
 NO_STACK = "[stack not captured]"
 RULE_TABLE_OF = {fs.name: fs.rules for fs in filesystems.TABLE.values()}
 
@@ -32,7 +33,7 @@ def _patterns(globs):
 
 class Rule:
     def __init__(self, spec, table):
-        self.cause = causes.check(spec["cause"], f"analysis/rules/{table}.toml")
+        self.cause = known_cause(spec["cause"], f"analysis/rules/{table}.toml")
         self.order = spec.get("order", 50)
         self.table = table
         self.frames = _patterns(spec["frames"])

@@ -12,7 +12,7 @@ import uuid
 from functools import lru_cache
 from pathlib import Path
 
-from .. import causes
+from ..causes import check as known_cause
 from ..trace import bpf, hist, maps
 
 NAME = "btrfs"
@@ -43,10 +43,10 @@ TRIGGER_REASONS = ("enospc", "preempt", "other")
 SPACE_KINDS = {1: "data", 2: "system", 4: "metadata"}
 FSYNC_OPS = ("fsync", "fdatasync")
 # Causes of profiler/analysis/rules/btrfs.toml (and common.toml) an fsync's time is split into.
-LOG_SYNC_CAUSE = causes.check("btrfs tree-log sync")
-COMMIT_CAUSE = causes.check("btrfs transaction commit")
-FLUSH_CAUSE = causes.check("cache flush")
-RESERVATION_CAUSE = causes.check("space reservation")
+LOG_SYNC_CAUSE = known_cause("btrfs tree-log sync")
+COMMIT_CAUSE = known_cause("btrfs transaction commit")
+FLUSH_CAUSE = known_cause("cache flush")
+RESERVATION_CAUSE = known_cause("space reservation")
 NO_STACK = "[stack not captured]"
 
 # Who ran a commit, from the innermost frame outwards: the first rule with a matching frame wins.

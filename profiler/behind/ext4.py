@@ -5,7 +5,8 @@ says what each figure means and how it is checked."""
 
 import ctypes as c
 
-from .. import causes, filesystems
+from .. import filesystems
+from ..causes import check as known_cause
 from ..machine.conditions import kernel_hz
 from ..trace import hist, maps, syscalls
 
@@ -52,7 +53,7 @@ JBD2_WORKER = maps.WORKER_KINDS[1]
 FC_WORKER = maps.WORKER_KINDS[2]
 FSYNC_OPS = ("fsync", "fdatasync")
 EXT_FILESYSTEMS = filesystems.served_by(NAME)  # ext2, ext3, ext4: the ext4 driver and jbd2
-COMMIT_WAIT_CAUSE = causes.check("journal commit wait")
+COMMIT_WAIT_CAUSE = known_cause("journal commit wait")
 
 
 class Jbd2Key(c.Structure):

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from ..machine import blockdev, tracefs
-from .. import causes
+from ..causes import check as known_cause
 from ..trace import hist, maps, syscalls
 
 NAME = "writeback"
@@ -42,7 +42,7 @@ GDS_FIELDS = ("nr_dirty", "nr_writeback", "background_thresh", "dirty_thresh", "
               "nr_dirtied", "nr_written")
 GDS_RANGED = GDS_FIELDS[:5]
 WRITE_OPS = ("write", "pwrite64", "writev", "pwritev", "pwritev2")
-THROTTLE_CAUSE = causes.check("dirty throttling")
+THROTTLE_CAUSE = known_cause("dirty throttling")
 DIRTY_SYSCTLS = ("dirty_bytes", "dirty_ratio", "dirty_background_bytes", "dirty_background_ratio",
                  "dirty_writeback_centisecs", "dirty_expire_centisecs")
 SYS_CLASS_BDI = Path("/sys/class/bdi")

@@ -7,7 +7,7 @@ import ctypes as c
 from functools import lru_cache
 from pathlib import Path
 
-from .. import causes
+from ..causes import check as known_cause
 from ..trace import hist, maps, symbols, syscalls
 
 NAME = "xfs"
@@ -45,7 +45,7 @@ FIGURES = {
 CIL_PUSH_WORKER = maps.WORKER_KINDS[3]     # "xfs cil push": xlog_cil_push_work runs
 LOG_WORKER = maps.WORKER_KINDS[4]          # "xfs log worker": xfs_log_worker runs
 FSYNC_OPS = ("fsync", "fdatasync")
-FORCE_WAIT_CAUSE = causes.check("log force wait")        # the attribution cause of profiler/analysis/rules/xfs.toml
+FORCE_WAIT_CAUSE = known_cause("log force wait")        # the attribution cause of profiler/analysis/rules/xfs.toml
 NO_SYSCALL = 0xFFFF
 
 # enum xfs_hist of bpf/xfs.bpf.c, in order.

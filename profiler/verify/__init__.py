@@ -21,7 +21,8 @@ from pathlib import Path
 
 from .. import filesystems, signals
 from ..errors import FsprofError
-from ..machine import scratch, spec
+from ..machine import scratch
+from ..machine.spec import load as load_spec
 from ..units import parse_size
 from ..trace.bpf import check_privileges
 from . import checks as vc, probe as vp
@@ -469,7 +470,7 @@ def verify_scratch(sfs, expectations, patience=DEFAULT_PATIENCE_S, progress=None
 def verify_spec(spec_path, scratch_root, patience=DEFAULT_PATIENCE_S, progress=None):
     """[(config name, Report or error sentence)] for each configuration of the spec."""
     say = progress or (lambda line: None)
-    matrix = spec.load(spec_path)
+    matrix = load_spec(spec_path)
     results = []
     with scratch.Changes() as run_changes:
         scratch_dir = scratch.make_scratch_dir(

@@ -105,7 +105,7 @@ def describe_mount(path):
     if m is None:
         raise usage(f"{path} is not a mount point; give the directory a filesystem is mounted on "
                     f"(`findmnt -T {path}` names it)")
-    if m["fstype"] not in scratch.FILESYSTEMS:
+    if m["fstype"] not in filesystems.NAMES:
         raise usage(f"{path} is a {m['fstype']} filesystem; fsprof verify checks ext2, ext3, ext4, XFS and btrfs")
     if "ro" in m["options"].split(","):
         raise usage(f"{path} is mounted read-only, and verify must write a few MiB in a temporary "

@@ -20,13 +20,14 @@ from pathlib import Path
 from ..errors import FsprofError
 from ..trace.maps import BLK_WRITE_CLASSES
 from ..rundir import INDEX_FILE, RESULT_FILE, load, load_index
-from .. import behind, causes
+from .. import behind
+from ..causes import TABLE as CAUSES
 
 # A wait that a filesystem thread ends, and the worker whose own time explains it (XFS's log force
 # wait has none: the fsync waits for iclog I/O the CIL push submits but does not wait on); which
 # counts bear on which cause (substrings of evidence labels). Both are columns of causes.py.
-WORKER_OF_CAUSE = {c.name: c.worker for c in causes.TABLE.values() if c.worker}
-EVIDENCE_WORDS = {c.name: list(c.evidence) for c in causes.TABLE.values() if c.evidence}
+WORKER_OF_CAUSE = {c.name: c.worker for c in CAUSES.values() if c.worker}
+EVIDENCE_WORDS = {c.name: list(c.evidence) for c in CAUSES.values() if c.evidence}
 MIN_SHARE = 0.05       # below 5% of the op's time (and 1 us) a cause "does not differ"
 MIN_US = 1.0
 
