@@ -248,11 +248,11 @@ def read_results(outdir):
 
 
 def doctor_left_out(log):
-    """What doctor says is left out or missing on this kernel (for the docs table)."""
+    """What doctor says is left out or missing on this kernel (for the docs table): a list."""
     try:
         text = log.read_text()
     except OSError:
-        return ""
+        return []
     items = []
     for line in text.splitlines():
         if line.strip().startswith("left out"):
@@ -260,7 +260,7 @@ def doctor_left_out(log):
         m = re.match(r"^(\S+)\s+(\S.*?)\s{2,}(.*)$", line)  # a check's row: status, name, detail
         if m and m.group(1) not in ("ok", "$", "PASS", "FAIL"):
             items.append(f"{m.group(2).strip()}: {m.group(3).strip()} ({m.group(1)})")
-    return "; ".join(items)[:1500]
+    return items
 
 
 # ---- the matrix ----
@@ -350,8 +350,9 @@ def write_doc(rows, names, total_s, logroot):
                            if n in r.results and not r.results[n]["ok"]] +
                           [f"{n}: lost events " + ", ".join(f"{k} {v}" for k, v in r.results[n]["drops"].items())
                            for n in names if r.results.get(n, {}).get("ok") and r.results[n].get("drops")])
-        unavailable = sorted({u for res in r.results.values() for u in res.get("unavailable", [])})
-        left = "; ".join(filter(None, [doctor_left_out(logroot / r.label / "doctor.log"), *unavailable]))
+        left = doctor_left_out(logroot / r.label / "doctor.log")
+        left += sorted({u for res in r.results.values() for u in res.get("unavailable", [])} - set(left))
+        left = "; ".join(left)
         out.append(f"| {r.release} | {md(left) or '-'} | {md(fails) or '-'} |")
     out += ["", end]
     text = DOC.read_text() if DOC.exists() else "# Supported kernels\n\n" + begin + "\n" + end + "\n"
