@@ -61,28 +61,29 @@ class Ctx:
         self.extra = {}  # kept with the check's result: what the kernel could not give, lost events
 
     def say(self, text):
+        self.log.seek(0, os.SEEK_END)  # after what a command wrote through the same file
         self.log.write(text.rstrip("\n") + "\n")
         self.log.flush()
 
     def run(self, argv, cwd=None, expect=(0,)):
-        """argv with its output in the log; killed (its whole process group) at the deadline.
-        Returns (exit status, output)."""
+        """argv with its output straight into the log (so a slow check shows its progress there);
+        killed (its whole process group) at the deadline. Returns (exit status, output)."""
         self.say(f"$ {' '.join(argv)}")
         left = self.deadline - time.monotonic()
         if left <= 0:
             raise CheckFailed("time limit reached")
-        proc = subprocess.Popen(argv, cwd=cwd or self.work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True)
+        begin = self.log.tell()
+        proc = subprocess.Popen(argv, cwd=cwd or self.work, stdout=self.log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
         try:
-            out, _ = proc.communicate(timeout=left)
+            proc.wait(timeout=left)
         except subprocess.TimeoutExpired:
-            kill_group(proc)
-            out = proc.communicate()[0]
-            self.say(out)
             raise CheckFailed(f"time limit reached in: {' '.join(argv[:6])}")
         finally:
             kill_group(proc)
-        self.say(out)
+            proc.wait()
+        self.log.seek(begin)
+        out = self.log.read()
         self.say(f"[exit status {proc.returncode}]")
         if expect is not None and proc.returncode not in expect:
             raise CheckFailed(f"{' '.join(argv[1:5] if argv[0] == PY else argv[:4])} ... exited {proc.returncode}: "
@@ -220,7 +221,7 @@ def run_checks(outdir, names):
             continue
         work = Path(tempfile.mkdtemp(prefix=f"fsprof-check-{name}-"))
         start = time.monotonic()
-        with open(outdir / f"{name}.log", "w") as log:
+        with open(outdir / f"{name}.log", "w+", errors="replace") as log:
             ctx = Ctx(work, log, start + limit)
             try:
                 note, ok = check(ctx) or "", True
@@ -248,11 +249,11 @@ def read_results(outdir):
 
 
 def doctor_left_out(log):
-    """What doctor says is left out or missing on this kernel (for the docs table)."""
+    """What doctor says is left out or missing on this kernel (for the docs table): a list."""
     try:
         text = log.read_text()
     except OSError:
-        return ""
+        return []
     items = []
     for line in text.splitlines():
         if line.strip().startswith("left out"):
@@ -260,7 +261,7 @@ def doctor_left_out(log):
         m = re.match(r"^(\S+)\s+(\S.*?)\s{2,}(.*)$", line)  # a check's row: status, name, detail
         if m and m.group(1) not in ("ok", "$", "PASS", "FAIL"):
             items.append(f"{m.group(2).strip()}: {m.group(3).strip()} ({m.group(1)})")
-    return "; ".join(items)[:1500]
+    return items
 
 
 # ---- the matrix ----
@@ -350,8 +351,9 @@ def write_doc(rows, names, total_s, logroot):
                            if n in r.results and not r.results[n]["ok"]] +
                           [f"{n}: lost events " + ", ".join(f"{k} {v}" for k, v in r.results[n]["drops"].items())
                            for n in names if r.results.get(n, {}).get("ok") and r.results[n].get("drops")])
-        unavailable = sorted({u for res in r.results.values() for u in res.get("unavailable", [])})
-        left = "; ".join(filter(None, [doctor_left_out(logroot / r.label / "doctor.log"), *unavailable]))
+        left = doctor_left_out(logroot / r.label / "doctor.log")
+        left += sorted({u for res in r.results.values() for u in res.get("unavailable", [])} - set(left))
+        left = "; ".join(left)
         out.append(f"| {r.release} | {md(left) or '-'} | {md(fails) or '-'} |")
     out += ["", end]
     text = DOC.read_text() if DOC.exists() else "# Supported kernels\n\n" + begin + "\n" + end + "\n"

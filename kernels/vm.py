@@ -140,6 +140,9 @@ def boot_id():
         return "unknown"
 
 
+KVM_PROBE_S = 45  # a kernel that boots under KVM reaches its init in a few seconds
+
+
 def choose_accel(kernel, accel, kvm_dev, say):
     """("kvm" | "tcg", one sentence saying why). auto: KVM only if it boots this kernel, which a
     short probe boot tells (nested KVM here opens /dev/kvm but hangs a stock kernel early); the
@@ -174,10 +177,8 @@ def choose_accel(kernel, accel, kvm_dev, say):
     if verdicts[key] == "kvm":
         return "kvm", "running under KVM (a probe boot with KVM succeeded)"
     return "tcg", (f"running under TCG: /dev/kvm opens, but a probe boot of this kernel with KVM failed: "
-                   f"{verdicts[key]} (nested KVM cannot run stock kernels here)")
+                   f"{verdicts[key]} (as nested KVM does with stock kernels)")
 
-
-KVM_PROBE_S = 45
 
 # ---- the guest side ----
 

@@ -123,10 +123,27 @@ def finish(proc, timeout):
         raise
 
 
+# Typedefs of module tracepoints the oracles read. bpftrace 0.17 reads only vmlinux's BTF, so where
+# jbd2 and xfs are modules (Debian's kernels) it does not know them: they are named to it with a
+# #define (its preamble takes no typedef) unless vmlinux has them (built in, as on the host).
+MODULE_TYPEDEFS = {"tid_t": "unsigned int", "xfs_ino_t": "unsigned long long", "xfs_lsn_t": "long long"}
+_vmlinux_typedefs = None
+
+
+def bpftrace_prelude():
+    global _vmlinux_typedefs
+    if _vmlinux_typedefs is None:
+        dump = subprocess.run(["bpftool", "btf", "dump", "file", "/sys/kernel/btf/vmlinux"],
+                              capture_output=True, text=True).stdout
+        _vmlinux_typedefs = {name for name in MODULE_TYPEDEFS if f"TYPEDEF '{name}'" in dump}
+    return "".join(f"#define {name} {ctype}\n" for name, ctype in MODULE_TYPEDEFS.items()
+                   if name not in _vmlinux_typedefs)
+
+
 def bpftrace_start(script):
     """Start a bpftrace oracle whose BEGIN prints "ready"; returns once every probe is attached."""
     import pytest
-    proc = subprocess.Popen(["bpftrace", "-e", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(["bpftrace", "-e", bpftrace_prelude() + script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for line in proc.stdout:  # "Attaching N probes...", then BEGIN's line once every probe is attached
         if line.strip() == "ready":
             return proc

@@ -115,8 +115,12 @@ def test_commits_and_run_stats_match_jbd2_info(tmp_path):
     # Exactly the transactions the kernel counted over the same interval, each seen start to end.
     assert j["commits"] == a["transactions"] - b["transactions"] > 250
     assert j["timed_commits"] == j["commits"]
-    # Per workload phase: fsync-loop's commits all happen in its "run" phase.
-    assert entry["behind"]["ext4"]["journal"]["phases"]["run"]["commits"] == j["commits"]
+    # Per workload phase: fsync-loop's commits happen in its "run" phase, but for periodic ones
+    # (every 5 s) while the other phases last (a slow machine, e.g. an emulated VM, starts slowly).
+    phases = entry["behind"]["ext4"]["journal"]["phases"]
+    assert sum(p["commits"] for p in phases.values()) == j["commits"]
+    others = sum(entry["phases"].get(name, {}).get("elapsed_s", 5) for name in phases if name != "run")
+    assert phases["run"]["commits"] >= j["commits"] - int(others / 5), (phases, others)
     # Per-transaction averages: info's lifetime floor is what our sums imply, exactly.
     n0, n1 = b["transactions"], a["transactions"]
     for field, label in (("handles", "handles per transaction"), ("blocks", "blocks per transaction"),
