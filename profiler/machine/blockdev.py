@@ -1,6 +1,7 @@
 """Block devices as sysfs shows them: the /sys/block/<dev>/stat counters (an oracle for what the
 BPF probes count), queue settings, and the kernel's dev_t encoding used in tracepoints."""
 
+import time
 from pathlib import Path
 
 SYS_BLOCK = Path("/sys/block")
@@ -38,6 +39,14 @@ def kdev_of_block(name):
 def read_stat(name):
     values = [int(v) for v in (CLASS_BLOCK / name / "stat").read_text().split()]
     return dict(zip(STAT_FIELDS, values))
+
+
+def wait_idle(names, timeout_s=2.0):
+    """Waits (at most timeout_s) until the devices `names` have no request in flight (the stat's
+    in_flight column: issued to the driver, not completed)."""
+    deadline = time.monotonic() + timeout_s
+    while any(read_stat(n)["in_flight"] for n in names) and time.monotonic() < deadline:
+        time.sleep(0.001)
 
 
 def stat_delta(before, after):

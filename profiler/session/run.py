@@ -111,6 +111,10 @@ def measure(collector, sfs, workload, out_dir, drop_caches, changes=None):
         raise
     end_ns = time.monotonic_ns()
     elapsed = time.monotonic() - proc.started
+    # Requests the filesystem still has in flight when the workload ends (a btrfs transaction
+    # commit's metadata writes, ...) would look issued and never completed in the snapshot, and
+    # /sys/block would count them after it: the snapshot waits for the devices to be idle.
+    blockdev.wait_idle(block_devs.values())
     raw = collector.snapshot()
     raw["phase_start_ns"][0] = start_ns  # phase 0 starts when the workload is let go
     after = {name: blockdev.read_stat(name) for name in block_devs.values()}
