@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, finish, loops_under, mounts_under, run_fsprof
-from profiler.machine import blockdev, scratch
+from conftest import REPO, TIME_SCALE, bpftrace_prelude, finish, loops_under, mounts_under, run_fsprof
 from profiler import filesystems
+from profiler.machine import blockdev, scratch
 from profiler.errors import FsprofError
 from profiler.verify import expectations_for, parse_expectation, render, verify_mount
 from profiler.machine.conditions import kernel_hz
@@ -91,13 +91,13 @@ class Oracle:
                   .replace("FSIDS", " || ".join(f"(args->fsid[0] == {x} && args->fsid[1] == {y})" for x, y in fsids)
                            or "args->fsid[0] == 256"))
         # Thousands of lines, read as they come: a pipe nobody drains would fill and stall bpftrace.
-        self.proc = subprocess.Popen(["bpftrace", "-B", "none", "-e", script], stdout=subprocess.PIPE,
+        self.proc = subprocess.Popen(["bpftrace", "-B", "none", "-e", bpftrace_prelude() + script], stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True,
                                      env={**os.environ, "BPFTRACE_PERF_RB_PAGES": "1024"})
         self.out, self.ready = [], threading.Event()
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
-        if not self.ready.wait(30):
+        if not self.ready.wait(30 * TIME_SCALE):
             self.proc.kill()
             pytest.fail(f"bpftrace did not start: {finish(self.proc, 10)[1][-2000:]}")
         self.lines = None
