@@ -369,7 +369,9 @@ def test_io_scheduler(ext4):
         assert c.evidence["requests"] == block_counts(ext4["oracle"], window, {k for _, k in sfs.block_devs})["data_requests"]
         inserted = [e for e in on_dev(ext4["oracle"].events("insert", window), sfs) if e[3] != "0"]
         assert c.evidence["inserted"] == len(inserted)
-    assert deadline.evidence["through_scheduler"] == deadline.evidence["requests"] == deadline.evidence["inserted"]
+    # Every data request went through mq-deadline; not every one shows a block_rq_insert (6.1 issues
+    # a flush sequence's data part from the requeue list, untraced), but the oracle sees the same.
+    assert deadline.evidence["through_scheduler"] == deadline.evidence["requests"] >= deadline.evidence["inserted"] > 0
     assert none.evidence["through_scheduler"] == 0
     assert "[mq-deadline]" in deadline.configured and "[none]" in none.configured
 
