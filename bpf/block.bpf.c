@@ -419,23 +419,6 @@ int BPF_PROG(on_rq_merge, struct request *rq)
 	return 0;
 }
 
-/* Before 6.5 (no block_io_start) a request the flush machinery ends without inserting or issuing
- * it is first seen at its completion: an empty PREFLUSH write served by another flush, which
- * /sys/block/<dev>/stat counts as a write. Counted as the unissued flush it is (life unknown). */
-static __always_inline int unseen_flush_done(struct request *rq)
-{
-	__u32 dev = rq_dev(rq);
-	struct blk_val *v;
-
-	if (!dev_flags(dev) || BPF_CORE_READ(rq, __data_len) ||
-	    op_of(BPF_CORE_READ(rq, cmd_flags)) != bpf_core_enum_value(enum req_op, REQ_OP_WRITE))
-		return 0;
-	v = stats_of(dev, BLK_FLUSH, current_phase());
-	if (v)
-		__sync_fetch_and_add(&v->unissued, 1);
-	return 0;
-}
-
 /* The device finished (the first completion after issue), or a request's last completion. A request
  * in the flush sequence (RQF_FLUSH_SEQ) completes when its data is written and again when the
  * sequence ends; the queue's own flush request (REQ_OP_FLUSH) carries RQF_FLUSH_SEQ but completes once. */
@@ -447,8 +430,6 @@ int BPF_PROG(on_rq_complete, struct request *rq, blk_status_t error, unsigned in
 	__u32 flush_seq = rqf_flush_seq();
 	struct blk_val *v;
 
-	if (!info && !bpf_core_type_exists(btf_trace_block_io_start))
-		return unseen_flush_done(rq);
 	if (!info || info->ended)
 		return 0;
 	if (info->issue_ns && !info->device_done) {

@@ -103,7 +103,8 @@ def test_requests_and_their_times_match_sys_block_stat(three_fs, fs_name):
         assert close(flush["life_ns"], stat["flush_ticks_ms"]), (flush, stat)
     # Writes: those issued, plus the empty flush requests (writes to the kernel) that a flush served.
     writes = sum(total(dev, c, "completed") + total(dev, c, "lost") for c in BLK_WRITE_CLASSES)
-    assert_same_ios(writes + flush["unissued"], stat["write_ios"])
+    if io_done():  # before 6.5 an empty flush request served by another flush ends untraced
+        assert_same_ios(writes + flush["unissued"], stat["write_ios"])
     assert_same_ios(total(dev, "read", "completed") + total(dev, "read", "lost"), stat["read_ios"])
     life = sum(total(dev, c, "life_ns") for c in BLK_WRITE_CLASSES) + flush["unissued_life_ns"]
     if not io_done():
@@ -117,6 +118,9 @@ def test_requests_and_their_times_match_sys_block_stat(three_fs, fs_name):
     # The section states the same figures in the kernel's terms.
     ours = dev["as_sys_block_stat"]
     for kind in ("flush_ios", "write_ios", "read_ios"):
+        if ours[kind] is None:
+            assert kind == "write_ios" and not io_done()   # unknown there, never a wrong count
+            continue
         assert_same_ios(ours[kind], stat[kind])
     # The counts the rest of fsprof reads (fs["block"]) are the same requests.
     for cls, c in fs["block"][name].items():
@@ -230,8 +234,8 @@ def test_concurrent_fsyncs_share_each_flush(tmp_path):
     assert_all_ended(dev)
     ours = dev["as_sys_block_stat"]
     assert_same_ios(ours["flush_ios"], stat["flush_ios"])
-    assert_same_ios(ours["write_ios"], stat["write_ios"])
     if io_done():
+        assert_same_ios(ours["write_ios"], stat["write_ios"])
         assert close(ours["flush_ticks_ms"] * 1e6, stat["flush_ticks_ms"])
         assert close(ours["write_ticks_ms"] * 1e6, stat["write_ticks_ms"])
     if io_start():

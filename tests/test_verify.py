@@ -20,6 +20,7 @@ import pytest
 from conftest import REPO, TIME_SCALE, bpftrace_prelude, finish, loops_under, mounts_under, run_fsprof
 from profiler import filesystems
 from profiler.machine import blockdev, scratch
+from profiler.trace import kernel_flags
 from profiler.errors import FsprofError
 from profiler.verify import expectations_for, parse_expectation, render, verify_mount
 from profiler.machine.conditions import kernel_hz
@@ -341,6 +342,9 @@ def test_ext4_fast_commit(ext4):
 
 
 def test_atime_strictatime_and_noatime(ext4):
+    # The flags' values as this kernel publishes them (their bits moved between 6.1, 6.12 and 6.18).
+    flags = kernel_flags.values()
+    sync, time_only = flags["i_dirty_sync"] | flags["i_dirty_datasync"], flags["i_dirty_time"]
     strict, no = check(ext4["runs"]["a"], "atime"), check(ext4["runs"]["b"], "atime")
     assert (strict.state, strict.verdict) == ("strictatime", "took effect")
     assert (no.state, no.verdict) == ("noatime", "not in effect")
@@ -350,9 +354,9 @@ def test_atime_strictatime_and_noatime(ext4):
         bdi = bdi_of(sfs)
         for read in ("a", "b"):
             marks = [e for e in ext4["oracle"].events("mark", report.phases[f"atime_{read}_read"])
-                     if e[1] == bdi and int(e[2]) == report.inodes["atime"] and int(e[3]) & (16 | 32 | 4096)]
+                     if e[1] == bdi and int(e[2]) == report.inodes["atime"] and int(e[3]) & (sync | time_only)]
             assert c.evidence[f"dirtied_{read}"] == len(marks)
-            assert c.evidence[f"time_only_{read}"] == sum(int(e[3]) & 4096 > 0 for e in marks)
+            assert c.evidence[f"time_only_{read}"] == sum(int(e[3]) & time_only > 0 for e in marks)
             bios = [e for e in on_dev(ext4["oracle"].events("bio", report.phases[f"atime_{read}_sync"]), sfs)
                     if rwbs_flags(e[2])[1] == "W" and e[3] != "0"]
             assert c.evidence[f"written_{read}"] == len(bios)
@@ -367,7 +371,9 @@ def test_io_scheduler(ext4):
         assert c.evidence["requests"] == block_counts(ext4["oracle"], window, {k for _, k in sfs.block_devs})["data_requests"]
         inserted = [e for e in on_dev(ext4["oracle"].events("insert", window), sfs) if e[3] != "0"]
         assert c.evidence["inserted"] == len(inserted)
-    assert deadline.evidence["through_scheduler"] == deadline.evidence["requests"] == deadline.evidence["inserted"]
+    # Every data request went through mq-deadline; not every one shows a block_rq_insert (6.1 issues
+    # a flush sequence's data part from the requeue list, untraced), but the oracle sees the same.
+    assert deadline.evidence["through_scheduler"] == deadline.evidence["requests"] >= deadline.evidence["inserted"] > 0
     assert none.evidence["through_scheduler"] == 0
     assert "[mq-deadline]" in deadline.configured and "[none]" in none.configured
 

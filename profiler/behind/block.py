@@ -22,7 +22,7 @@ FIGURES = {
     "on_rq_requeue": "block requests requeued",
     "on_rq_merge": "block requests merged",
     "on_rq_complete": "block request completions and device times",
-    "on_io_done": "block request life times (the /sys/block stat ticks)",
+    "on_io_done": "block request life times (the /sys/block stat ticks) and completed writes in /sys/block's terms",
 }
 
 SUBMITTER_LEN = 32
@@ -318,10 +318,13 @@ def summarize(raw, ctx):
 
 # Figures only a program this kernel may lack counts: unknown (None), never a wrong 0, without it.
 # block_io_start (6.5) sees a request's flags before the flush machinery strips PREFLUSH and FUA;
-# block_io_done (6.5) ends its life as /sys/block/<dev>/stat's ticks do.
+# block_io_done (6.5) ends its life as /sys/block/<dev>/stat's ticks do, and sees the end of an
+# empty flush request the flush machinery served (no insert, issue or completion tracepoint
+# before 6.5: 6.1 ends it in __blk_mq_end_request), which /sys/block counts as a write.
 NEEDS = {
     "on_io_start": ("explain", ("fua_writes", "fua_writes_per_fsync", "flushes_asked", "requests_per_flush")),
-    "on_io_done": ("as_sys_block_stat", ("read_ticks_ms", "write_ticks_ms", "discard_ticks_ms", "flush_ticks_ms")),
+    "on_io_done": ("as_sys_block_stat", ("write_ios", "read_ticks_ms", "write_ticks_ms", "discard_ticks_ms",
+                                         "flush_ticks_ms")),
 }
 
 

@@ -85,7 +85,7 @@ def render_fs(fs):
         writes = sum(counts.get(c, {}).get("count", 0) for c in BLK_WRITE_CLASSES)
         lines.append(f"   requests to {name}: {flush} cache flushes ({per_op(flush, fsyncs)} per fsync), {writes} writes, "
                      f"{counts.get('read', {}).get('count', 0)} reads issued; completed (ours / /sys/block/{name}/stat): "
-                     + ", ".join(f"{k} {ours.get(k + '_ios', 'n/a')}/{kernel.get(k + '_ios', 'n/a')}"
+                     + ", ".join(f"{k} {'n/a' if ours.get(k + '_ios') is None else ours[k + '_ios']}/{kernel.get(k + '_ios', 'n/a')}"
                                  for k in ("flush", "write", "read")))
     for pname, phase in fs.get("phases", {}).items():
         if not phase["syscalls"]:

@@ -114,7 +114,7 @@ def block_table(name, fs):
         ours = fs.get("behind", {}).get("block", {}).get("devices", {}).get(dev, {}).get("as_sys_block_stat", {})
         flush = counts.get("flush", {}).get("count", 0)
         writes = sum(counts.get(c, {}).get("count", 0) for c in BLK_WRITE_CLASSES)
-        done = ", ".join(f"{k} {ours.get(k + '_ios', 'n/a')}/{kernel.get(k + '_ios', 'n/a')}" for k in ("flush", "write", "read"))
+        done = ", ".join(f"{k} {'n/a' if ours.get(k + '_ios') is None else ours[k + '_ios']}/{kernel.get(k + '_ios', 'n/a')}" for k in ("flush", "write", "read"))
         rows.append(f"<tr><th>{escape(dev)}</th>" + _cell(flush, data_fs=name, data_figure=f"flushes:{dev}", data_value=flush)
                     + _cell(f"{flush / fsyncs:.2f}" if fsyncs else "n/a") + _cell(writes)
                     + _cell(counts.get("read", {}).get("count", 0)) + _cell(done) + "</tr>")
