@@ -98,8 +98,8 @@ def check_fsprof_programs():
             left_out = {p: why for p, why in obj.skipped.items() if why != "not requested"}
             _capabilities.append((obj.name, len(obj.programs), len(obj.programs) + len(left_out)))
         _capabilities.extend(collector.unavailable)
-    loaded = sum(n for _, n, _ in _capabilities[:len(collector.objects)])
-    total = sum(t for _, _, t in _capabilities[:len(collector.objects)])
+    objects = [c for c in _capabilities if isinstance(c, tuple)]  # the collector is closed by now
+    loaded, total = sum(n for _, n, _ in objects), sum(t for _, _, t in objects)
     return True, f"{loaded} of {total} programs load" + (f"; {total - loaded} left out (below)" if loaded < total else "")
 
 
