@@ -164,9 +164,15 @@ class Page:
             tools.watch(session)
             tools.call("Page.navigate", {"url": Path(html_file).as_uri()}, session=session)
             tools.wait_for("Page.loadEventFired")  # after every started frame's own load (and inferno's init)
-            tools.settle(0.5)
-            # Per-phase graphs wait in closed sections: only the others have started.
-            self.started_closed = len(self._in_frames(tools, READY_JS))
+            # Per-phase graphs wait in closed sections: only the others have started. A busy machine
+            # runs the started frames' scripts late: counted once the count holds for a second.
+            self.started_closed, deadline = -1, time.monotonic() + 20
+            while time.monotonic() < deadline:
+                tools.settle(1.0)
+                started = len(self._in_frames(tools, READY_JS))
+                if started == self.started_closed:
+                    break
+                self.started_closed = started
             self.deferred = evaluate(tools, "document.querySelectorAll('iframe[data-src]').length", session)
             evaluate(tools, "document.querySelectorAll('details').forEach(d => d.open = true)", session)
             frames = evaluate(tools, "document.querySelectorAll('iframe.flamegraph').length", session)
