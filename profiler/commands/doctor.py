@@ -88,32 +88,30 @@ def attach_check(prog, what):
     return check
 
 
-_capabilities = []
+# What check_fsprof_programs found, for capability_lines: (object, loaded, total) and the figures left out.
+_program_counts, _left_out = [], []
 
 
 def check_fsprof_programs():
     """The programs a run loads, loaded for real: this is where a verifier would refuse them."""
     with Collector() as collector:
         for obj in collector.objects:
-            left_out = {p: why for p, why in obj.skipped.items() if why != "not requested"}
-            _capabilities.append((obj.name, len(obj.programs), len(obj.programs) + len(left_out)))
-        _capabilities.extend(collector.unavailable)
-    objects = [c for c in _capabilities if isinstance(c, tuple)]  # the collector is closed by now
-    loaded, total = sum(n for _, n, _ in objects), sum(t for _, _, t in objects)
+            left_out = [p for p, why in obj.skipped.items() if why != "not requested"]
+            _program_counts.append((obj.name, len(obj.programs), len(obj.programs) + len(left_out)))
+        _left_out.extend(collector.unavailable)
+    loaded, total = sum(n for _, n, _ in _program_counts), sum(t for _, _, t in _program_counts)
     return True, f"{loaded} of {total} programs load" + (f"; {total - loaded} left out (below)" if loaded < total else "")
 
 
 def capability_lines():
     """What fsprof gives on this kernel: programs per object, then each figure left out and why."""
-    if not _capabilities:
+    if not _program_counts:
         return []
-    objects = [c for c in _capabilities if isinstance(c, tuple)]
     lines = ["fsprof on this kernel:"]
     lines += [f"    {name:<10} {loaded:>3} of {total:<3} programs" + ("" if loaded == total else "   (some figures left out)")
-              for name, loaded, total in objects]
-    for u in (c for c in _capabilities if isinstance(c, dict)):
-        lines.append(f"    left out  {u['figures']} ({u['probe']}: {u['why']})")
-    if len(lines) == 1 + len(objects):
+              for name, loaded, total in _program_counts]
+    lines += [f"    left out  {u['figures']} ({u['probe']}: {u['why']})" for u in _left_out]
+    if not _left_out:
         lines.append("    every figure is available")
     return lines
 

@@ -511,7 +511,7 @@ class BpfObject:
             raise FsprofError(f"{self.path} is not built; run `make build`")
         if not VMLINUX_BTF.exists():
             raise FsprofError("this kernel has no BTF (/sys/kernel/btf/vmlinux); fsprof's CO-RE programs need CONFIG_DEBUG_INFO_BTF=y")
-        self.links, self.skipped, self.logs = [], {}, {}
+        self.links, self.skipped = [], {}
         self._maps, self._obj = {}, None
         required = set(required or ())
         refused = {}
@@ -530,7 +530,6 @@ class BpfObject:
             if prog is None or prog in refused or len(refused) >= _MAX_LEFT_OUT:
                 raise FsprofError(f"libbpf could not load {self.name}.bpf.o ({_errno_text(err)}); the log is in {log_file}")
             refused[prog] = reason or _errno_text(err)
-            self.logs[prog] = log_file
             if prog in required or not set(self.programs) - set(refused):
                 who = "the BPF verifier rejected" if reason and reason.startswith("verifier") else "libbpf could not load"
                 policy = (" (we are root, so kernel lockdown or policy forbids this program type)"
