@@ -49,6 +49,24 @@ def wait_idle(names, timeout_s=2.0):
         time.sleep(0.001)
 
 
+def read_settled(names, take, timeout_s=5.0):
+    """Calls take() while the devices `names` are quiet; returns (take()'s result, their stats,
+    settled). Quiet: nothing in flight, and the stats read just before take() equal those read
+    just after, so take() saw exactly the requests the stats count. A filesystem keeps writing
+    after its workload ends (a btrfs commit's metadata, XFS's log), and a request completed
+    between a snapshot and the stat read would count on one side only. Tries again until
+    timeout_s; then `settled` is False and the last attempt is returned."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        wait_idle(names, max(0.0, deadline - time.monotonic()))
+        before = {n: read_stat(n) for n in names}
+        result = take()
+        after = {n: read_stat(n) for n in names}
+        settled = after == before and not any(s["in_flight"] for s in after.values())
+        if settled or time.monotonic() >= deadline:
+            return result, after, settled
+
+
 def stat_delta(before, after):
     return {k: after[k] - before[k] for k in after if k != "in_flight"}
 

@@ -96,6 +96,8 @@ def measure(collector, sfs, workload, out_dir, drop_caches, changes=None):
     block_devs = {kdev: name for name, kdev in sfs.block_devs}
     target = behind.Target(sfs.config.fs, sfs.dev, block_devs, str(sfs.mountpoint))
     collector.set_targets([target])
+    # A request in flight at reset() would be counted by the kernel and not by the probes.
+    blockdev.wait_idle(block_devs.values())
     collector.reset()
     before = {name: blockdev.read_stat(name) for name in block_devs.values()}
     proc = GatedProcess(workload.argv(str(result_file), sfs.mountpoint), cwd=str(workdir))
@@ -111,13 +113,11 @@ def measure(collector, sfs, workload, out_dir, drop_caches, changes=None):
         raise
     end_ns = time.monotonic_ns()
     elapsed = time.monotonic() - proc.started
-    # Requests the filesystem still has in flight when the workload ends (a btrfs transaction
-    # commit's metadata writes, ...) would look issued and never completed in the snapshot, and
-    # /sys/block would count them after it: the snapshot waits for the devices to be idle.
-    blockdev.wait_idle(block_devs.values())
-    raw = collector.snapshot()
+    # The filesystem keeps writing after the workload ends (a btrfs transaction commit's metadata
+    # writes, ...): the snapshot is taken between two equal reads of /sys/block with nothing in
+    # flight, so that both count the same requests.
+    raw, after, settled = blockdev.read_settled(block_devs.values(), collector.snapshot)
     raw["phase_start_ns"][0] = start_ns  # phase 0 starts when the workload is let go
-    after = {name: blockdev.read_stat(name) for name in block_devs.values()}
     own = workload.own_result(result_file, status)
 
     first = sfs.block_devs[0][0]
@@ -134,6 +134,9 @@ def measure(collector, sfs, workload, out_dir, drop_caches, changes=None):
         "workload": own,
         **assemble(raw, target, [workload.phase0, *own.get("phases", [])], end_ns),
         "kernel_counters": {name: blockdev.stat_delta(before[name], after[name]) for name in before},
+        # False: the devices never went quiet within 5 s, and the block counts above may differ
+        # from kernel_counters by the requests that ended between the two reads.
+        "kernel_counters_settled": settled,
     }
     for name in block_devs.values():  # every device under test, every class, even at zero
         dev = entry["block"].setdefault(name, {})

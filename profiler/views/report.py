@@ -87,6 +87,9 @@ def render_fs(fs):
                      f"{counts.get('read', {}).get('count', 0)} reads issued; completed (ours / /sys/block/{name}/stat): "
                      + ", ".join(f"{k} {'n/a' if ours.get(k + '_ios') is None else ours[k + '_ios']}/{kernel.get(k + '_ios', 'n/a')}"
                                  for k in ("flush", "write", "read")))
+    if fs.get("kernel_counters_settled") is False:
+        lines.append("   the devices kept working for 5 s after the workload: ours and /sys/block's counts "
+                     "may differ by the requests that ended between the two reads")
     for pname, phase in fs.get("phases", {}).items():
         if not phase["syscalls"]:
             continue
