@@ -96,10 +96,9 @@ def measure(collector, sfs, workload, out_dir, drop_caches, changes=None):
     block_devs = {kdev: name for name, kdev in sfs.block_devs}
     target = behind.Target(sfs.config.fs, sfs.dev, block_devs, str(sfs.mountpoint))
     collector.set_targets([target])
-    # A request in flight at reset() would be counted by the kernel and not by the probes.
-    blockdev.wait_idle(block_devs.values())
-    collector.reset()
-    before = {name: blockdev.read_stat(name) for name in block_devs.values()}
+    # reset() between two equal reads of /sys/block with nothing in flight: a request that ends
+    # after the kernel's first count began must have started after the probes' did.
+    _, before, _ = blockdev.read_settled(block_devs.values(), collector.reset)
     proc = GatedProcess(workload.argv(str(result_file), sfs.mountpoint), cwd=str(workdir))
     try:
         if changes is not None:
