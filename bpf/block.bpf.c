@@ -232,8 +232,8 @@ static __always_inline void add_submitter(__u32 dev, __u16 cls, __u16 phase, con
 
 /* The request at `ptr` starts or is issued again. If its last issue saw neither a completion nor a
  * requeue, that completion went by without block_rq_complete or block_io_done reaching any BPF
- * program: counted as lost (about once in 20,000 requests here while other tracers and loop devices
- * were busy; see docs/behind-block.md). */
+ * program: counted as lost (one request in 30,000-70,000 here, sometimes in bursts; see
+ * docs/behind-block.md). */
 static __always_inline void count_lost(__u64 ptr)
 {
 	struct rq_info *info = bpf_map_lookup_elem(&rqs, &ptr);

@@ -61,10 +61,15 @@ def total(dev, cls, field):
     return dev["classes"].get(cls, {}).get(field, 0)
 
 
+# Completions no block tracepoint delivered (docs/behind-block.md, "Completions the tracepoints
+# miss"): bench/bench_block_completions.py saw 0-2 in most runs and at most 10 in one run (a burst
+# of btrfs meta writes) over 270 runs of 4,000-11,655 requests; twice that is allowed.
+UNTRACED = 20
+
+
 def untraced(n):
-    """Completions the block tracepoints may not deliver (about 1 in 20,000 on this kernel while
-    other tracers and loop devices are busy; see docs/behind-block.md): ours may fall this short."""
-    return max(1, n // 1000)
+    """How far ours may fall short of the kernel's count n, for completions no tracepoint delivered."""
+    return min(n, UNTRACED)
 
 
 def assert_all_ended(dev):
@@ -92,6 +97,8 @@ def test_requests_and_their_times_match_sys_block_stat(three_fs, fs_name):
     name, dev = under_test(fs)
     stat = fs["kernel_counters"][name]
     flush = dev["classes"]["flush"]
+    # The snapshot was taken between two equal reads of the stat: both count the same requests.
+    assert fs["kernel_counters_settled"] is True
     # Every fsync flushed the loop device's volatile cache: the kernel counts each flush request once.
     assert flush["count"] >= COUNT, flush
     assert_all_ended(dev)
