@@ -98,7 +98,7 @@ def measure(collector, sfs, workload, out_dir, drop_caches, changes=None):
     collector.set_targets([target])
     # reset() between two equal reads of /sys/block with nothing in flight: a request that ends
     # after the kernel's first count began must have started after the probes' did.
-    _, before, _ = blockdev.read_settled(block_devs.values(), collector.reset)
+    _, before, quiet_at_start = blockdev.read_settled(block_devs.values(), collector.reset)
     proc = GatedProcess(workload.argv(str(result_file), sfs.mountpoint), cwd=str(workdir))
     try:
         if changes is not None:
@@ -133,9 +133,9 @@ def measure(collector, sfs, workload, out_dir, drop_caches, changes=None):
         "workload": own,
         **assemble(raw, target, [workload.phase0, *own.get("phases", [])], end_ns),
         "kernel_counters": {name: blockdev.stat_delta(before[name], after[name]) for name in before},
-        # False: the devices never went quiet within 5 s, and the block counts above may differ
-        # from kernel_counters by the requests that ended between the two reads.
-        "kernel_counters_settled": settled,
+        # False: the devices did not go quiet within 5 s at the start or the end, and the block
+        # counts above may differ from kernel_counters by the requests that ended in between.
+        "kernel_counters_settled": quiet_at_start and settled,
     }
     for name in block_devs.values():  # every device under test, every class, even at zero
         dev = entry["block"].setdefault(name, {})

@@ -88,8 +88,8 @@ def render_fs(fs):
                      + ", ".join(f"{k} {'n/a' if ours.get(k + '_ios') is None else ours[k + '_ios']}/{kernel.get(k + '_ios', 'n/a')}"
                                  for k in ("flush", "write", "read")))
     if fs.get("kernel_counters_settled") is False:
-        lines.append("   the devices kept working for 5 s after the workload: ours and /sys/block's counts "
-                     "may differ by the requests that ended between the two reads")
+        lines.append("   the devices did not go quiet within 5 s before or after the workload: ours and "
+                     "/sys/block's counts may differ by the requests that ended between the two reads")
     for pname, phase in fs.get("phases", {}).items():
         if not phase["syscalls"]:
             continue
