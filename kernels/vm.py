@@ -133,6 +133,12 @@ def kvm_usable(kvm_dev):
         return f"{kvm_dev}: {e.strerror}"
 
 
+def require_kvm(kvm_dev):
+    missing = kvm_usable(kvm_dev)
+    if missing:
+        raise VMError(f"KVM is not available ({missing}): use --accel tcg or auto", CANNOT_RUN)
+
+
 def boot_id():
     try:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
@@ -151,8 +157,7 @@ def choose_accel(kernel, accel, kvm_dev, say):
         return "tcg", "running under TCG (asked for)"
     missing = kvm_usable(kvm_dev)
     if accel == "kvm":
-        if missing:
-            raise VMError(f"KVM is not available ({missing}): use --accel tcg or auto", CANNOT_RUN)
+        require_kvm(kvm_dev)
         return "kvm", "running under KVM (asked for)"
     if missing:
         return "tcg", f"no usable KVM ({missing}): running under TCG (emulation, slow)"
@@ -365,6 +370,8 @@ def main(argv=None):
                 raise VMError(f"--rwdir {d} is not a directory", USAGE)
         if len(set(args.disk_model)) != len(args.disk_model):
             raise VMError("each --disk-model may be given once (its serial names it in the guest)", USAGE)
+        if args.accel == "kvm":  # the machine's lack first: it holds whatever else is installed
+            require_kvm(args.kvm_dev)
         kernel = resolve_kernel(args.kernel)
         check_qemu()
         find_vng()
