@@ -272,6 +272,19 @@ def doctor_left_out(log):
     return items
 
 
+def one_per_program(items):
+    """One entry per left-out program ("FIGURES (object:program: why)"): doctor and the runs word
+    the figures differently; the first (doctor's) is kept."""
+    seen, out = set(), []
+    for item in items:
+        m = re.search(r"\((\w+:\w+):", item)
+        key = m.group(1) if m else item
+        if key not in seen:
+            seen.add(key)
+            out.append(item)
+    return out
+
+
 # ---- the matrix ----
 
 class Row:
@@ -360,8 +373,8 @@ def write_doc(rows, names, total_s, logroot, note=""):
                           [f"{n}: lost events " + ", ".join(f"{k} {v}" for k, v in r.results[n]["drops"].items())
                            for n in names if r.results.get(n, {}).get("ok") and r.results[n].get("drops")])
         left = doctor_left_out(logroot / r.label / "doctor.log")
-        left += sorted({u for res in r.results.values() for u in res.get("unavailable", [])} - set(left))
-        left = "; ".join(left)
+        left += sorted({u for res in r.results.values() for u in res.get("unavailable", [])})
+        left = "; ".join(one_per_program(left))
         out.append(f"| {r.release} | {md(left) or '-'} | {md(fails) or '-'} |")
     out += ["", end]
     text = DOC.read_text() if DOC.exists() else "# Supported kernels\n\n" + begin + "\n" + end + "\n"

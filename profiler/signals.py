@@ -8,12 +8,16 @@ DEFERRED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
 def install_handlers():
-    """Make SIGTERM and SIGHUP raise SystemExit(128+signo) as SIGINT raises KeyboardInterrupt."""
+    """Make SIGTERM and SIGHUP raise SystemExit(128+signo) as SIGINT raises KeyboardInterrupt.
+    A signal fsprof was started with ignored stays ignored, as Python leaves SIGINT: `nohup`
+    ignores SIGHUP so that a recording outlives its terminal, and a shell starts background jobs
+    with SIGINT ignored so that Ctrl-C does not reach them."""
     def _exit(signo, _frame):
         raise SystemExit(128 + signo)
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _exit)
+        if signal.getsignal(sig) != signal.SIG_IGN:
+            signal.signal(sig, _exit)
 
 
 @contextlib.contextmanager

@@ -18,6 +18,13 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIME_SCALE = float(os.environ.get("FSPROF_TEST_TIME_SCALE", "1"))
 FSPROF = [sys.executable, "-m", "profiler"]
 
+# Started in the background by a script (no job control), pytest and every child it starts have
+# SIGINT ignored, and fsprof, like any Python program, then keeps it ignored: the tests that stop
+# fsprof with Ctrl-C's SIGINT would wait for nothing. A handler of ours is reset to the default
+# in each child (exec), so the children can be interrupted however the suite was started.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 if os.geteuid() != 0:
     pytest.exit("fsprof's tests load BPF programs and mount filesystems: run them as root", returncode=2)
 

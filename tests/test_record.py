@@ -3,6 +3,7 @@ bad input. The workload processes here are not started by fsprof."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -22,16 +23,22 @@ for _ in range(int(sys.argv[2])):
 """
 
 
-def start_record(tmp_path, *args):
+def start_record(tmp_path, *args, preexec_fn=None):
     rec = subprocess.Popen([sys.executable, "-m", "profiler", "record", *args, "-o", str(tmp_path / "rec")],
-                           cwd=REPO, stderr=subprocess.PIPE, text=True)
+                           cwd=REPO, stderr=subprocess.PIPE, text=True, preexec_fn=preexec_fn)
     assert "recording" in rec.stderr.readline()
     return rec
 
 
 def finish(rec, tmp_path):
-    rec.send_signal(2)  # Ctrl-C ends an open-ended recording normally
-    assert rec.wait(timeout=60) == 0, rec.stderr.read()
+    rec.send_signal(signal.SIGINT)  # Ctrl-C ends an open-ended recording normally
+    try:
+        status = rec.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        rec.terminate()  # unwinds it: a failed test leaves nothing recording
+        rec.wait(timeout=60)
+        raise
+    assert status == 0, rec.stderr.read()
     result = json.loads((tmp_path / "rec" / "result.json").read_text())
     assert_invariants(result)
     return result
@@ -53,6 +60,24 @@ def test_record_mount_sees_every_process_on_that_filesystem_only(tmp_path):
     assert fs["syscalls"]["fsync"]["count"] == 100  # two processes, 50 each; the third was elsewhere
     assert fs["phases"]["record"]["attribution"]["fsync"]["causes"]
     assert result["workload"]["ended_by"] == "interrupted"
+
+
+@pytest.mark.slow
+def test_record_under_nohup_outlives_a_hangup(tmp_path):
+    """Started with SIGHUP ignored (`nohup fsprof record ... &`), a recording goes on when its
+    terminal hangs up, and Ctrl-C still ends it normally."""
+    with scratch.Changes() as changes:
+        sfs = scratch.provision(changes, scratch.FsConfig("ext4"), tmp_path / "scratch")
+        rec = start_record(tmp_path, "--mount", sfs.mountpoint,
+                           preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+        try:
+            rec.send_signal(signal.SIGHUP)
+            subprocess.run([sys.executable, "-c", FSYNCS, os.path.join(sfs.mountpoint, "a.dat"), "20"], check=True)
+            assert rec.poll() is None, rec.stderr.read()
+        finally:
+            result = finish(rec, tmp_path)
+    (fs,) = [f for f in result["filesystems"] if f["label"] == sfs.mountpoint]
+    assert fs["syscalls"]["fsync"]["count"] == 20
 
 
 @pytest.mark.slow

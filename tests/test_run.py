@@ -166,7 +166,12 @@ def test_interrupted_run_undoes_everything(tmp_path, sig, status):
     original = SYSCTL.read_text().strip()
     proc = start_long_run(tmp_path, int(original) + 17)
     proc.send_signal(sig)
-    _, err = proc.communicate(timeout=60)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()  # a failed test leaves no run going; the next fsprof cleans up after it
+        proc.communicate()
+        raise
     assert proc.returncode == status, err
     assert "Traceback" not in err
     assert scratch_state(tmp_path) == ([], [])
