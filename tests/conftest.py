@@ -127,10 +127,23 @@ def finish(proc, timeout):
     (bpftrace) that hangs must not outlive the test with its probes attached."""
     try:
         return proc.communicate(timeout=timeout * TIME_SCALE)
-    except subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired as e:
+        e.add_note(f"where it waited: {kernel_stack(proc.pid)}")  # for the next one to look into
         proc.kill()
         proc.communicate()
         raise
+
+
+def kernel_stack(pid):
+    """A process's kernel stack (and its threads'), one line, for a failure message."""
+    frames = []
+    for task in sorted(Path(f"/proc/{pid}/task").glob("*")):
+        try:
+            stack = [line.split()[-1] for line in (task / "stack").read_text().splitlines()]
+            frames.append(f"{task.name}: {' < '.join(stack[:8]) or 'running'}")
+        except OSError:
+            pass
+    return "; ".join(frames) or "gone"
 
 
 # Typedefs of module tracepoints the oracles read. bpftrace 0.17 reads only vmlinux's BTF, so where
