@@ -318,7 +318,7 @@ def run_vm_row(row, names, logdir, accel, say):
             out = vm.boot_and_run(row.kernel, [PY, "-m", "kernels.matrix", "--inside", str(shared),
                                                "--checks", ",".join(names)],
                                   accel=how, cwd=REPO, timeout=limit, boot_timeout=900, rwdirs=[shared],
-                                  output=console, verbose=True)
+                                  output=console, verbose=True, watch=Progress(shared, names, say))
         row.results = read_results(shared)
     except vm.VMError as e:
         row.skipped = str(e)
@@ -330,12 +330,52 @@ def run_vm_row(row, names, logdir, accel, say):
         shutil.rmtree(shared, ignore_errors=True)
         row.seconds = time.monotonic() - start
     row.boot_s = out.boot_s
+    if out.status != "done":  # what the guest's kernel said last: a panic, a lockup, a hung task
+        say(f"   the VM ended early: {out.message}; the end of its kernel log:")
+        for line in kernel_log_tail(logdir / "console.log"):
+            say(f"   | {line}")
     release = logdir / "release"
     row.release = release.read_text().strip() if release.exists() else row.kernel.name.replace("vmlinuz-", "")
     for name in names:  # a check the guest never finished is a FAIL, with the VM's reason
         if name not in row.results:
             why = out.message or f"the guest ended (exit {out.rc}) before this check"
             row.results[name] = {"check": name, "ok": False, "seconds": 0, "note": f"not run: {why}"}
+
+
+class Progress:
+    """Watches a VM row from the host: says each check's result as the guest writes it, and stops
+    the VM when the running check is past its time limit by a minute (the guest's own limit could
+    not end it: a stuck kernel)."""
+    GRACE_S = 60
+
+    def __init__(self, shared, names, say):
+        self.shared, self.say = shared, say
+        self.pending = [(n, lim) for n, lim, _ in CHECKS if n in names]
+        self.since = None  # when the running check started, as the host saw it
+
+    def __call__(self):
+        now = time.monotonic()
+        if self.since is None:
+            self.since = now
+        done = read_results(self.shared)
+        while self.pending and self.pending[0][0] in done:
+            res = done[self.pending.pop(0)[0]]
+            self.say(f"   {'PASS' if res['ok'] else 'FAIL'} {res['check']} ({res['seconds']:.0f} s)")
+            self.since = now
+        if self.pending and now - self.since > self.pending[0][1] + self.GRACE_S:
+            name, lim = self.pending[0]
+            return f"check {name} ran past its {lim} s limit by {self.GRACE_S} s: the VM was stopped"
+        return None
+
+
+def kernel_log_tail(console, lines=25):
+    """The last kernel messages of a VM's console log ("[  12.345] ..." lines)."""
+    try:
+        text = console.read_text(errors="replace")
+    except OSError:
+        return []
+    kernel = [line for line in text.splitlines() if re.match(r"^\[\s*\d+\.\d+\]", line)]
+    return kernel[-lines:]
 
 
 def cell(row, name):

@@ -259,10 +259,12 @@ def kill_group(proc):
 
 def boot_and_run(kernel, argv, *, accel="tcg", cwd=None, timeout=3600, boot_timeout=600, memory="4G",
                  cpus=2, disks=(), disk_size="4G", delay_ms=8, state_disk=True, state_size="16G", rwdirs=(),
-                 output=None, verbose=False):
+                 output=None, verbose=False, watch=None):
     """Boot `kernel` (a resolved path), run argv in it. `timeout` counts from the guest's start of
     our script; `boot_timeout` until then. output: a file (or DEVNULL) for the guest's stdout and
-    stderr and vng's own, None for ours. Never leaves a process or an image behind."""
+    stderr and vng's own, None for ours. watch: called about twice a second once the guest runs
+    our script; a string it returns stops the VM with that as the reason. Never leaves a process
+    or an image behind."""
     check_qemu()
     vng = find_vng()
     cwd = Path(cwd or os.getcwd()).resolve()
@@ -286,6 +288,14 @@ def boot_and_run(kernel, argv, *, accel="tcg", cwd=None, timeout=3600, boot_time
             cmd.append(f"--overlay-rwdir={cwd}")   # the command may write in its cwd; it stays in the guest
         if accel == "tcg":
             cmd.append("--disable-kvm")
+            # One host thread for all vCPUs. Multi-threaded TCG (qemu 7.2) mishandles the kernel's
+            # live code patching when a tracepoint is switched on or off while another vCPU runs
+            # it: seen as "Oops: int3" panics and, in a CI run, both vCPUs spinning for an hour on
+            # the patched jump in submit_bio_noacct_nocheck (soft lockup). Two vCPUs are kept.
+            qemu_opts += ["-accel", "tcg,thread=single"]
+        # A guest stuck on one CPU ends the VM (panic=-1 and -no-reboot come from vng) instead of
+        # holding it until the timeout; a lockup must last 60 s (watchdog_thresh 30) to count.
+        cmd += ["--append", "softlockup_panic=1", "--append", "watchdog_thresh=30"]
         if verbose:
             cmd.append("--verbose")  # the kernel's console too: what a boot that hangs printed
         if qemu_opts:
@@ -315,6 +325,9 @@ def boot_and_run(kernel, argv, *, accel="tcg", cwd=None, timeout=3600, boot_time
             if booted_at is not None and now - booted_at > timeout:
                 return Outcome("timeout", TIMED_OUT, booted_at - start, now - start,
                                f"the command did not end within {timeout:g} s: the VM was stopped")
+            stop = watch() if watch is not None and booted_at is not None else None
+            if stop:
+                return Outcome("timeout", TIMED_OUT, booted_at - start, now - start, stop)
         copier.join(timeout=10)
         now = time.monotonic()
         if booted_at is None and (tmp / "booted").exists():
