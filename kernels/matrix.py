@@ -484,6 +484,8 @@ def main(argv=None):
     vm.raise_on_signals()
     rows = []
     try:
+        if any(spec.strip() != "host" for spec in args.kernels.split(",") if spec.strip()) or args.kernel:
+            vm.check_visible(REPO)
         for spec in [k.strip() for k in args.kernels.split(",") if k.strip()] + args.kernel:
             rows.append(Row("host", None) if spec == "host" else Row(spec, vm.resolve_kernel(spec)))
     except vm.VMError as e:

@@ -53,6 +53,8 @@ DISK_MODELS = {
               "/dev/mapper/fsprof-delay: dm-delay adds --delay-ms to each read, write and flush of a volatile-cache disk"),
 }
 STATE_SERIAL = "fsprof-state"
+# Directories virtme's init mounts a fresh tmpfs over in the guest: the host's files there are unseen.
+GUEST_TMPFS = (Path("/tmp"), Path("/var/tmp"))
 
 
 class VMError(Exception):
@@ -257,6 +259,15 @@ def kill_group(proc):
     proc.poll()
 
 
+def check_visible(path):
+    """A VMError unless the guest sees `path` (the guest would find nothing there and stop at once)."""
+    path = Path(path).resolve()
+    hidden = next((d for d in GUEST_TMPFS if path == d or d in path.parents), None)
+    if hidden:
+        raise VMError(f"{path} is under {hidden}, which the guest mounts a tmpfs over (virtme's init): "
+                      f"use a tree outside {' and '.join(map(str, GUEST_TMPFS))}", USAGE)
+
+
 def boot_and_run(kernel, argv, *, accel="tcg", cwd=None, timeout=3600, boot_timeout=600, memory="4G",
                  cpus=2, disks=(), disk_size="4G", delay_ms=8, state_disk=True, state_size="16G", rwdirs=(),
                  output=None, verbose=False, watch=None):
@@ -268,6 +279,7 @@ def boot_and_run(kernel, argv, *, accel="tcg", cwd=None, timeout=3600, boot_time
     check_qemu()
     vng = find_vng()
     cwd = Path(cwd or os.getcwd()).resolve()
+    check_visible(cwd)
     tmp = Path(tempfile.mkdtemp(prefix="fsprof-vm-"))
     proc = None
     start = time.monotonic()
