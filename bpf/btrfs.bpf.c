@@ -12,7 +12,9 @@
  *     commit starts, so a commit cannot be bracketed by tracepoints: its duration is the kernel's
  *     own commit_stats timer, read at that tracepoint (raw_tp: the fs_info pointer).
  *   - btrfs_sync_log has no tracepoint; a tree-log sync is seen as its superblock write
- *     (write_all_supers -> write_dev_supers, bio at 64 KiB) with btrfs_sync_log on the stack. */
+ *     (write_all_supers -> write_dev_supers, bio at 64 KiB) with btrfs_sync_log on the stack.
+ * The programs are tp_btf: each computes from the tracepoint's raw arguments the classic event's
+ * fields it uses, as that event's TP_fast_assign does (the same on 6.1, 6.12 and 6.18). */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
@@ -172,6 +174,28 @@ static __always_inline __u32 target_dev(const void *fsid)
 	return dev ? *dev : 0;
 }
 
+/* The same from an fs_info, with the fsid a classic btrfs event carries: TP_fast_assign_fsid
+ * copies fs_info->fs_devices->fsid, or zeros when fs_info is NULL. */
+static __always_inline __u32 fs_info_dev(const struct btrfs_fs_info *fs_info)
+{
+	struct btrfs_fs_devices *fs_devices = NULL;
+	struct fsid_key key = {};
+	__u32 *dev;
+
+	if (fs_info)
+		fs_devices = BPF_CORE_READ(fs_info, fs_devices);
+	if (fs_devices)
+		bpf_core_read(&key, sizeof(key), &fs_devices->fsid);
+	dev = bpf_map_lookup_elem(&traced_fsids, &key);
+	return dev ? *dev : 0;
+}
+
+/* Events that take a btrfs_inode: their fs_info is inode->root->fs_info. */
+static __always_inline __u32 inode_dev(const struct btrfs_inode *inode)
+{
+	return fs_info_dev(BPF_CORE_READ(inode, root, fs_info));
+}
+
 static __always_inline void count_event(__u32 dev, __u16 event, __u32 arg, __s32 stackid, __u64 bytes,
 					__u64 ns)
 {
@@ -219,31 +243,32 @@ static __always_inline void hist_add(__u32 dev, __u16 phase, __u16 which, __u64 
 }
 
 /* btrfs_sync_file: the entry of every btrfs fsync (fsync, fdatasync, O_SYNC writes, msync),
- * before any flushing or logging. */
-SEC("tracepoint/btrfs/btrfs_sync_file")
-int on_sync_file(struct trace_event_raw_btrfs_sync_file *ctx)
+ * before any flushing or logging. The fsid is that of btrfs_sb() of the file's superblock (its
+ * dentry's d_sb, the same as its inode's i_sb). */
+SEC("tp_btf/btrfs_sync_file")
+int BPF_PROG(on_sync_file, const struct file *file, int datasync)
 {
-	__u32 dev = target_dev(ctx->fsid);
+	__u32 dev = fs_info_dev(BPF_CORE_READ(file, f_path.dentry, d_sb, s_fs_info));
 
 	if (dev)
-		count_event(dev, BT_SYNC_FILE, ctx->datasync ? 1 : 0, -1, 0, 0);
+		count_event(dev, BT_SYNC_FILE, datasync ? 1 : 0, -1, 0, 0);
 	return 0;
 }
 
 /* btrfs_transaction_commit: the end of a transaction commit, in the thread that did it (an fsync
  * that could not use the tree log, sync/syncfs, the btrfs-transaction kthread, space flushing).
  * Also fires when an aborted transaction is cleaned up. The stack says who committed. */
-SEC("tracepoint/btrfs/btrfs_transaction_commit")
-int on_transaction_commit(struct trace_event_raw_btrfs_transaction_commit *ctx)
+SEC("tp_btf/btrfs_transaction_commit")
+int BPF_PROG(on_transaction_commit, const struct btrfs_fs_info *fs_info)
 {
-	__u32 dev = target_dev(ctx->fsid);
+	__u32 dev = fs_info_dev(fs_info);
 
 	if (dev)
 		count_event(dev, BT_COMMIT, 0, get_stack(ctx), 0, 0);
 	return 0;
 }
 
-/* The same tracepoint, raw: its argument is the fs_info, whose commit_stats the commit has just
+/* The same tracepoint, raw_tp: its argument is the fs_info, whose commit_stats the commit has just
  * updated (update_commit_stats runs after write_all_supers, before this tracepoint). */
 SEC("raw_tp/btrfs_transaction_commit")
 int BPF_PROG(on_transaction_commit_timed, const struct btrfs_fs_info *fs_info)
@@ -289,24 +314,30 @@ static __always_inline int super_mirror(__u64 sector)
 	return -1;
 }
 
-SEC("tracepoint/block/block_bio_queue")
-int on_bio_queue(struct trace_event_raw_block_bio *ctx)
+/* From the bio as block_bio_queue's TP_fast_assign: dev = bio_dev(bio) = MKDEV(major,
+ * first_minor) of bi_bdev->bd_disk (the whole disk), sector = bi_iter.bi_sector, nr_sector =
+ * bio_sectors(bio) = bi_iter.bi_size >> 9. A write is rwbs "W..." or "FW..." (blk_fill_rwbs: 'F'
+ * first for REQ_PREFLUSH, then 'W' only for REQ_OP_WRITE; write-zeroes is 'N' up to 6.18): the op,
+ * the bits below the first flag bit (REQ_OP_MASK), is REQ_OP_WRITE. */
+SEC("tp_btf/block_bio_queue")
+int BPF_PROG(on_bio_queue, struct bio *bio)
 {
-	__u32 dev = ctx->dev;
+	struct gendisk *disk = BPF_CORE_READ(bio, bi_bdev, bd_disk);
+	__u32 dev = (__u32)BPF_CORE_READ(disk, major) << 20 | (__u32)BPF_CORE_READ(disk, first_minor);
 	__u64 *start = bpf_map_lookup_elem(&super_devs, &dev);
-	char rwbs[2];
+	__u32 op_mask = (1U << bpf_core_enum_value(enum req_flag_bits, __REQ_FAILFAST_DEV)) - 1;
+	__u32 nr_sector;
 	int mirror;
 
 	if (!start)
 		return 0;
-	mirror = super_mirror(ctx->sector - *start);
+	mirror = super_mirror(BPF_CORE_READ(bio, bi_iter.bi_sector) - *start);
 	if (mirror < 0)
 		return 0;
-	bpf_probe_read_kernel(rwbs, sizeof(rwbs), ctx->rwbs);
-	if (rwbs[0] != 'W' && !(rwbs[0] == 'F' && rwbs[1] == 'W'))
+	if ((BPF_CORE_READ(bio, bi_opf) & op_mask) != bpf_core_enum_value(enum req_op, REQ_OP_WRITE))
 		return 0;
-	count_event(dev, BT_SUPER_WRITE, mirror, get_stack(ctx),
-		    (__u64)ctx->nr_sector << 9, 0);
+	nr_sector = BPF_CORE_READ(bio, bi_iter.bi_size) >> 9;
+	count_event(dev, BT_SUPER_WRITE, mirror, get_stack(ctx), (__u64)nr_sector << 9, 0);
 	return 0;
 }
 
@@ -325,20 +356,30 @@ static __always_inline __u32 ordered_type(unsigned long flags)
 	return 0;
 }
 
-SEC("tracepoint/btrfs/btrfs_ordered_extent_add")
-int on_oe_add(struct trace_event_raw_btrfs__ordered_extent *ctx)
+/* btrfs__ordered_extent's TP_fast_assign (6.1 to 6.18, all with a btrfs_inode): ino =
+ * btrfs_ino(inode), which is vfs_inode.i_ino on 64-bit kernels since 6.0; root_objectid =
+ * inode->root->root_key.objectid; file_offset, len (= num_bytes) and flags from the ordered extent. */
+static __always_inline void oe_key_of(struct oe_key *key, __u32 dev, const struct btrfs_inode *inode,
+				      const struct btrfs_ordered_extent *ordered)
 {
-	__u32 dev = target_dev(ctx->fsid);
+	key->dev = dev;
+	key->root = BPF_CORE_READ(inode, root, root_key.objectid);
+	key->ino = BPF_CORE_READ(inode, vfs_inode.i_ino);
+	key->file_offset = BPF_CORE_READ(ordered, file_offset);
+}
+
+SEC("tp_btf/btrfs_ordered_extent_add")
+int BPF_PROG(on_oe_add, const struct btrfs_inode *inode, const struct btrfs_ordered_extent *ordered)
+{
+	__u32 dev = inode_dev(inode);
 	struct oe_key key = {};
 	struct oe_val val = {};
 
 	if (!dev)
 		return 0;
-	count_event(dev, BT_OE_ADD, ordered_type(ctx->flags), -1, ctx->len, 0);
-	key.dev = dev;
-	key.root = ctx->root_objectid;
-	key.ino = ctx->ino;
-	key.file_offset = ctx->file_offset;
+	count_event(dev, BT_OE_ADD, ordered_type(BPF_CORE_READ(ordered, flags)), -1,
+		    BPF_CORE_READ(ordered, num_bytes), 0);
+	oe_key_of(&key, dev, inode, ordered);
 	val.add_ns = bpf_ktime_get_ns();
 	val.phase = current_phase();
 	if (bpf_map_update_elem(&oe_inflight, &key, &val, BPF_ANY))
@@ -348,41 +389,39 @@ int on_oe_add(struct trace_event_raw_btrfs__ordered_extent *ctx)
 
 /* btrfs_start_ordered_extent: a thread kicks writeback of an ordered extent and (usually) waits
  * for it: a full fsync waiting for its data, truncate, direct I/O over a buffered range. */
-SEC("tracepoint/btrfs/btrfs_ordered_extent_start")
-int on_oe_start(struct trace_event_raw_btrfs__ordered_extent *ctx)
+SEC("tp_btf/btrfs_ordered_extent_start")
+int BPF_PROG(on_oe_start, const struct btrfs_inode *inode, const struct btrfs_ordered_extent *ordered)
 {
-	__u32 dev = target_dev(ctx->fsid);
+	__u32 dev = inode_dev(inode);
 
 	if (dev)
-		count_event(dev, BT_OE_START, 0, -1, ctx->len, 0);
+		count_event(dev, BT_OE_START, 0, -1, BPF_CORE_READ(ordered, num_bytes), 0);
 	return 0;
 }
 
-/* btrfs_finish_ordered_extent: the I/O of a range of an ordered extent completed (bio end). */
-SEC("tracepoint/btrfs/btrfs_finish_ordered_extent")
-int on_oe_finish(struct trace_event_raw_btrfs_finish_ordered_extent *ctx)
+/* btrfs_finish_ordered_extent: the I/O of a range of an ordered extent completed (bio end).
+ * Absent on 6.1 (the program is then skipped); len and uptodate are its raw arguments. */
+SEC("tp_btf/btrfs_finish_ordered_extent")
+int BPF_PROG(on_oe_finish, const struct btrfs_inode *inode, u64 start, u64 len, bool uptodate)
 {
-	__u32 dev = target_dev(ctx->fsid);
+	__u32 dev = inode_dev(inode);
 
 	if (dev)
-		count_event(dev, BT_OE_FINISH, ctx->uptodate ? 1 : 0, -1, ctx->len, 0);
+		count_event(dev, BT_OE_FINISH, uptodate ? 1 : 0, -1, len, 0);
 	return 0;
 }
 
-SEC("tracepoint/btrfs/btrfs_ordered_extent_remove")
-int on_oe_remove(struct trace_event_raw_btrfs__ordered_extent *ctx)
+SEC("tp_btf/btrfs_ordered_extent_remove")
+int BPF_PROG(on_oe_remove, const struct btrfs_inode *inode, const struct btrfs_ordered_extent *ordered)
 {
-	__u32 dev = target_dev(ctx->fsid);
+	__u32 dev = inode_dev(inode);
 	struct oe_key key = {};
 	struct oe_val *added;
 
 	if (!dev)
 		return 0;
-	count_event(dev, BT_OE_REMOVE, 0, -1, ctx->len, 0);
-	key.dev = dev;
-	key.root = ctx->root_objectid;
-	key.ino = ctx->ino;
-	key.file_offset = ctx->file_offset;
+	count_event(dev, BT_OE_REMOVE, 0, -1, BPF_CORE_READ(ordered, num_bytes), 0);
+	oe_key_of(&key, dev, inode, ordered);
 	added = bpf_map_lookup_elem(&oe_inflight, &key);
 	if (added) {
 		/* Timed in the phase it was added in, as syscalls are in the phase they started. */
@@ -395,14 +434,15 @@ int on_oe_remove(struct trace_event_raw_btrfs__ordered_extent *ctx)
 /* btrfs_reserve_ticket: a space reservation that had to queue a ticket is done (granted or
  * failed), in the waiting thread. start_ns is ktime_get_ns() when the ticket was queued (0 if
  * the tracepoint was off then), the same clock as bpf_ktime_get_ns(). */
-SEC("tracepoint/btrfs/btrfs_reserve_ticket")
-int on_reserve_ticket(struct trace_event_raw_btrfs_reserve_ticket *ctx)
+SEC("tp_btf/btrfs_reserve_ticket")
+int BPF_PROG(on_reserve_ticket, const struct btrfs_fs_info *fs_info, u64 flags, u64 bytes, u64 start_ns,
+	     int flush, int error)
 {
-	__u32 dev = target_dev(ctx->fsid);
-	__u64 now = bpf_ktime_get_ns(), start = ctx->start_ns, wait = 0;
+	__u32 dev = fs_info_dev(fs_info);
+	__u64 now = bpf_ktime_get_ns(), start = start_ns, wait = 0;
 	/* Block group type bits: DATA 1, SYSTEM 2, METADATA 4. */
-	__u32 space = ctx->flags & 7;
-	__u32 arg = (ctx->flush & 0xff) | space << 8 | (ctx->error ? 1 : 0) << 16;
+	__u32 space = flags & 7;
+	__u32 arg = (flush & 0xff) | space << 8 | (error ? 1 : 0) << 16;
 
 	if (!dev)
 		return 0;
@@ -410,50 +450,53 @@ int on_reserve_ticket(struct trace_event_raw_btrfs_reserve_ticket *ctx)
 		wait = now - start;
 		hist_add(dev, current_phase(), BH_TICKET_WAIT, wait);
 	}
-	count_event(dev, BT_TICKET, arg, -1, ctx->bytes, wait);
+	count_event(dev, BT_TICKET, arg, -1, bytes, wait);
 	return 0;
 }
 
 /* btrfs_flush_space: one flushing step done to free space for tickets (delayed items, delayed
  * refs, delalloc, chunk allocation, a transaction commit...), by the async reclaim worker or a
  * priority ticket's own thread. */
-SEC("tracepoint/btrfs/btrfs_flush_space")
-int on_flush_space(struct trace_event_raw_btrfs_flush_space *ctx)
+SEC("tp_btf/btrfs_flush_space")
+int BPF_PROG(on_flush_space, const struct btrfs_fs_info *fs_info, u64 flags, u64 num_bytes, int state,
+	     int ret, bool for_preempt)
 {
-	__u32 dev = target_dev(ctx->fsid);
-	__u32 arg = (ctx->state & 0xff) | (ctx->for_preempt ? 1 : 0) << 8 | (ctx->ret ? 1 : 0) << 9;
+	__u32 dev = fs_info_dev(fs_info);
+	__u32 arg = (state & 0xff) | (for_preempt ? 1 : 0) << 8 | (ret ? 1 : 0) << 9;
 
 	/* ALLOC_CHUNK_FORCE asks for (u64)-1 bytes: count it, do not add it. */
 	if (dev)
-		count_event(dev, BT_FLUSH_SPACE, arg, -1, ctx->num_bytes == ~0ULL ? 0 : ctx->num_bytes, 0);
+		count_event(dev, BT_FLUSH_SPACE, arg, -1, num_bytes == ~0ULL ? 0 : num_bytes, 0);
 	return 0;
 }
 
 /* btrfs_trigger_flush: a reservation kicked the async reclaim worker: "enospc" (a ticket was
  * queued) or "preempt" (preemptive reclaim, nobody waits yet). */
-SEC("tracepoint/btrfs/btrfs_trigger_flush")
-int on_trigger_flush(struct trace_event_raw_btrfs_trigger_flush *ctx)
+SEC("tp_btf/btrfs_trigger_flush")
+int BPF_PROG(on_trigger_flush, const struct btrfs_fs_info *fs_info, u64 flags, u64 bytes, int flush,
+	     const char *reason_str)
 {
-	__u32 dev = target_dev(ctx->fsid);
-	__u32 loc = ctx->__data_loc_reason;
+	__u32 dev = fs_info_dev(fs_info);
 	char reason[2] = {};
 	__u32 why;
 
 	if (!dev)
 		return 0;
-	bpf_probe_read_kernel(reason, sizeof(reason), (void *)ctx + (loc & 0xffff));
+	/* The classic event copies the string (its first character is all that is used; a NULL
+	 * reason is "(null)" there, nothing here: "other" either way). */
+	bpf_probe_read_kernel_str(reason, sizeof(reason), reason_str);
 	why = reason[0] == 'e' ? 0 : reason[0] == 'p' ? 1 : 2;
-	count_event(dev, BT_TRIGGER_FLUSH, (ctx->flush & 0xff) | why << 8, -1, ctx->bytes, 0);
+	count_event(dev, BT_TRIGGER_FLUSH, (flush & 0xff) | why << 8, -1, bytes, 0);
 	return 0;
 }
 
 /* btrfs_space_reservation: bytes reserved or released in a block reserve, by type ("delalloc",
  * "transaction", "delayed_inode", "space_info", "space_info:enospc", ...). */
-SEC("tracepoint/btrfs/btrfs_space_reservation")
-int on_space_reservation(struct trace_event_raw_btrfs_space_reservation *ctx)
+SEC("tp_btf/btrfs_space_reservation")
+int BPF_PROG(on_space_reservation, const struct btrfs_fs_info *fs_info, const char *type, u64 val,
+	     u64 bytes, int reserve)
 {
-	__u32 dev = target_dev(ctx->fsid);
-	__u32 loc = ctx->__data_loc_type;
+	__u32 dev = fs_info_dev(fs_info);
 	struct resv_key key = {};
 	struct bt_val *v, zero = {};
 
@@ -461,8 +504,12 @@ int on_space_reservation(struct trace_event_raw_btrfs_space_reservation *ctx)
 		return 0;
 	key.dev = dev;
 	key.phase = current_phase();
-	key.reserve = ctx->reserve ? 1 : 0;
-	bpf_probe_read_kernel_str(key.type, sizeof(key.type), (void *)ctx + (loc & 0xffff));
+	key.reserve = reserve ? 1 : 0;
+	/* As the classic event's __string(type): the string, "(null)" for a NULL pointer. */
+	if (type)
+		bpf_probe_read_kernel_str(key.type, sizeof(key.type), type);
+	else
+		__builtin_memcpy(key.type, "(null)", sizeof("(null)"));
 	v = bpf_map_lookup_elem(&space_resv, &key);
 	if (!v) {
 		bpf_map_update_elem(&space_resv, &key, &zero, BPF_NOEXIST);
@@ -473,6 +520,6 @@ int on_space_reservation(struct trace_event_raw_btrfs_space_reservation *ctx)
 		}
 	}
 	v->count++;
-	v->bytes += ctx->bytes;
+	v->bytes += bytes;
 	return 0;
 }

@@ -9,14 +9,16 @@
 
 /* Flags CO-RE cannot relocate where the kernel keeps them in #defines (6.1, 6.12's inode flags) or
  * an anonymous enum (6.12's request flags): masks found by the loader (profiler/kernel_flags.py)
- * from the kernel's BTF enumerators and tracepoint formats; 0 where not found. */
+ * from the kernel's BTF enumerators and tracepoint formats; 0 where not found. Also what no BTF
+ * holds: CONFIG_HZ, and the address of global_wb_domain (/proc/kallsyms; 0 if not listed). */
 struct kernel_flags {
 	__u32 rqf_flush_seq;
 	__u32 rqf_use_sched;
 	__u32 i_dirty_sync;
 	__u32 i_dirty_datasync;
 	__u32 i_dirty_time;
-	__u32 pad;
+	__u32 hz;
+	__u64 global_wb_domain;
 };
 
 struct {
@@ -76,36 +78,6 @@ static __always_inline __u32 i_dirty_time(void)
 		return bpf_core_enum_value(enum inode_state_flags_t, I_DIRTY_TIME);
 	k = loader_flags();
 	return k ? k->i_dirty_time : 0;
-}
-
-/* balance_dirty_pages: the per-device figures are bdi_* up to 6.12, wb_* later. Read through
- * BPF_CORE_READ: a choice between two direct ctx loads can compile to a load from a computed ctx
- * address, which the verifier refuses. */
-struct trace_event_raw_balance_dirty_pages___bdi {
-	unsigned long bdi_setpoint;
-	unsigned long bdi_dirty;
-} __attribute__((preserve_access_index));
-
-static __always_inline __u64 bdp_wb_dirty(struct trace_event_raw_balance_dirty_pages *ctx)
-{
-	if (bpf_core_field_exists(ctx->wb_dirty))
-		return BPF_CORE_READ(ctx, wb_dirty);
-	return BPF_CORE_READ((struct trace_event_raw_balance_dirty_pages___bdi *)ctx, bdi_dirty);
-}
-
-static __always_inline __u64 bdp_wb_setpoint(struct trace_event_raw_balance_dirty_pages *ctx)
-{
-	if (bpf_core_field_exists(ctx->wb_setpoint))
-		return BPF_CORE_READ(ctx, wb_setpoint);
-	return BPF_CORE_READ((struct trace_event_raw_balance_dirty_pages___bdi *)ctx, bdi_setpoint);
-}
-
-/* ext4_da_reserve_space reserves nr_resv blocks per event since 6.8 (field reserve_blocks); one before. */
-static __always_inline __u64 da_reserve_blocks(struct trace_event_raw_ext4_da_reserve_space *ctx)
-{
-	if (bpf_core_field_exists(ctx->reserve_blocks))
-		return BPF_CORE_READ(ctx, reserve_blocks);
-	return 1;
 }
 
 #endif

@@ -59,6 +59,7 @@ static __always_inline void hit(__u32 which)
 		(*n)++;
 }
 
+/* Classic on purpose: it is what `fsprof doctor` tries to learn that classic tracepoints attach. */
 SEC("tracepoint/sched/sched_switch")
 int tp_switch(void *ctx)
 {
@@ -98,8 +99,9 @@ int on_sample(struct bpf_perf_event_data *ctx)
 	return 0;
 }
 
-SEC("tracepoint/raw_syscalls/sys_enter")
-int ring_sys_enter(struct trace_event_raw_sys_enter *ctx)
+/* The classic event's id is the raw id argument. */
+SEC("tp_btf/sys_enter")
+int BPF_PROG(ring_sys_enter, struct pt_regs *regs, long id)
 {
 	__u32 zero = 0, tgid = bpf_get_current_pid_tgid() >> 32, *want;
 	struct sys_event *e;
@@ -111,7 +113,7 @@ int ring_sys_enter(struct trace_event_raw_sys_enter *ctx)
 	if (!e)
 		return 0;
 	e->tgid = tgid;
-	e->nr = ctx->id;
+	e->nr = id;
 	bpf_ringbuf_submit(e, 0);
 	return 0;
 }

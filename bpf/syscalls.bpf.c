@@ -180,37 +180,44 @@ static __always_inline void set_phase(__u64 index)
 		ps->start_ns[index] = bpf_ktime_get_ns();
 }
 
-SEC("tracepoint/raw_syscalls/sys_enter")
-int on_sys_enter(struct trace_event_raw_sys_enter *ctx)
+/* The raw syscall tracepoints give the registers: on x86-64 a syscall's arguments are in di, si,
+ * dx, r10, r8, r9 and its number in orig_ax (what raw_syscalls' own fields are copied from). */
+#define SYSCALL_ARG0(regs) BPF_CORE_READ(regs, di)
+#define SYSCALL_ARG1(regs) BPF_CORE_READ(regs, si)
+
+SEC("tp_btf/sys_enter")
+int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 {
-	__u32 nr = ctx->id, tid = (__u32)bpf_get_current_pid_tgid();
+	__u32 nr = id, tid = (__u32)bpf_get_current_pid_tgid();
 	struct task_struct *task;
 	struct inflight op = {};
 	struct filter *f;
+	__u64 arg0;
 	__u8 *src;
 
 	src = bpf_map_lookup_elem(&syscall_dev_source, &nr);
 	if (!src || *src == DEV_SRC_NONE || !(f = get_filter()) || !is_traced(f))
 		return 0;
+	arg0 = SYSCALL_ARG0(regs);
 	if (*src == DEV_SRC_MARKER) {
-		if (ctx->args[0] == FSPROF_PHASE_MAGIC)
-			set_phase(ctx->args[1]);
+		if (arg0 == FSPROF_PHASE_MAGIC)
+			set_phase(SYSCALL_ARG1(regs));
 		return 0;
 	}
 
 	task = (struct task_struct *)bpf_get_current_task();
 	switch (*src) {
 	case DEV_SRC_FD:
-		op.op.dev = fd_dev(task, ctx->args[0]);
+		op.op.dev = fd_dev(task, arg0);
 		break;
 	case DEV_SRC_DIRFD:
 	case DEV_SRC_RET_FD_AT:
 		/* dirfd is an int: only the low 32 bits of the register are meaningful. */
-		op.op.dev = path_dev(task, (int)ctx->args[0], (const char *)ctx->args[1]);
+		op.op.dev = path_dev(task, (int)arg0, (const char *)SYSCALL_ARG1(regs));
 		break;
 	case DEV_SRC_CWD:
 	case DEV_SRC_RET_FD:
-		op.op.dev = path_dev(task, AT_FDCWD, (const char *)ctx->args[0]);
+		op.op.dev = path_dev(task, AT_FDCWD, (const char *)arg0);
 		break;
 	}
 	op.deferred = *src == DEV_SRC_RET_FD || *src == DEV_SRC_RET_FD_AT;
@@ -272,10 +279,10 @@ static __always_inline void add_op(struct op_key *key, __u64 delta, long ret)
 		h->max_ns = delta;
 }
 
-SEC("tracepoint/raw_syscalls/sys_exit")
-int on_sys_exit(struct trace_event_raw_sys_exit *ctx)
+SEC("tp_btf/sys_exit")
+int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 {
-	__u32 nr = ctx->id, tid = (__u32)bpf_get_current_pid_tgid();
+	__u32 nr = BPF_CORE_READ(regs, orig_ax), tid = (__u32)bpf_get_current_pid_tgid();
 	struct inflight *op;
 	struct op_key key;
 	struct filter *f;
@@ -291,12 +298,12 @@ int on_sys_exit(struct trace_event_raw_sys_exit *ctx)
 		return 0;
 	delta = bpf_ktime_get_ns() - op->start_ns;
 	key = op->op;
-	if ((*src == DEV_SRC_RET_FD || *src == DEV_SRC_RET_FD_AT) && ctx->ret >= 0)
-		key.dev = fd_dev((struct task_struct *)bpf_get_current_task(), ctx->ret);
+	if ((*src == DEV_SRC_RET_FD || *src == DEV_SRC_RET_FD_AT) && ret >= 0)
+		key.dev = fd_dev((struct task_struct *)bpf_get_current_task(), ret);
 
 	f = get_filter();
 	if (!f || !f->dev || key.dev == f->dev) {
-		add_op(&key, delta, ctx->ret);
+		add_op(&key, delta, ret);
 		#pragma unroll
 		for (int i = 0; i < OFF_SLOTS; i++) {
 			if (op->slots[i].count)
@@ -481,19 +488,21 @@ int on_sample(struct bpf_perf_event_data *ctx)
 	return 0;
 }
 
-SEC("tracepoint/sched/sched_process_fork")
-int on_fork(struct trace_event_raw_sched_process_fork *ctx)
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
 {
-	__u32 child = ctx->child_pid;
+	__u32 child_tid = BPF_CORE_READ(child, pid);
 	struct filter *f = get_filter();
 
 	if (f && f->mode == FILTER_PID && is_traced(f))
-		bpf_map_update_elem(&traced_tgids, &child, &one, BPF_ANY);
+		bpf_map_update_elem(&traced_tgids, &child_tid, &one, BPF_ANY);
 	return 0;
 }
 
-SEC("tracepoint/sched/sched_process_exit")
-int on_exit(struct trace_event_raw_sched_process_exit *ctx)
+/* The exiting task is current. Its thread group is dead once signal->live is 0 (do_exit counts it
+ * down before this tracepoint; 6.18 passes the same test as group_dead, 6.1 and 6.12 do not). */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(on_exit, struct task_struct *p)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)id, tgid = id >> 32;
@@ -501,10 +510,10 @@ int on_exit(struct trace_event_raw_sched_process_exit *ctx)
 	bpf_map_delete_elem(&inflight, &tid);
 	bpf_map_delete_elem(&worker_windows, &tid);
 	/* Threads were added by tid when they were created; the process leaves with its last thread
-	 * (whichever that is), or with its leader on kernels without group_dead. */
+	 * (whichever that is). */
 	if (tid != tgid)
 		bpf_map_delete_elem(&traced_tgids, &tid);
-	if (bpf_core_field_exists(ctx->group_dead) ? ctx->group_dead : tid == tgid)
+	if (BPF_CORE_READ(p, signal, live.counter) == 0)
 		bpf_map_delete_elem(&traced_tgids, &tgid);
 	return 0;
 }

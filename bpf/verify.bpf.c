@@ -251,15 +251,20 @@ static __always_inline bool is_sb(__u32 dev)
 	return c && c->sb_dev && c->sb_dev == dev;
 }
 
-/* Tracepoint fields are read onto the stack first: the verifier allows no variable offset into ctx. */
-static __always_inline bool same_bdi(const char *field)
+/* The bdi's name as the writeback_* tracepoints give it: strscpy_pad(name, bdi_dev_name(bdi), 32),
+ * bdi_dev_name() being "(unknown)" for a bdi without a device. */
+static __always_inline bool same_bdi(struct backing_dev_info *bdi)
 {
+	const char unknown[] = "(unknown)";
 	struct verify_cfg *c = cfg();
-	char name[BDI_LEN];
+	char name[BDI_LEN] = {};
 
 	if (!c || !c->bdi[0])
 		return false;
-	bpf_probe_read_kernel(name, BDI_LEN, field);
+	if (bdi && BPF_CORE_READ(bdi, dev))
+		BPF_CORE_READ_STR_INTO(&name, bdi, dev_name);
+	else
+		__builtin_memcpy(name, unknown, sizeof(unknown));
 	for (int i = 0; i < BDI_LEN; i++) {
 		if (name[i] != c->bdi[i])
 			return false;
@@ -269,14 +274,16 @@ static __always_inline bool same_bdi(const char *field)
 	return true;
 }
 
-static __always_inline bool same_fsid(const __u8 *field)
+/* The btrfs tracepoints' fsid (TP_fast_assign_fsid): fs_info->fs_devices->fsid, zeros without an fs_info. */
+static __always_inline bool same_fsid(const struct btrfs_fs_info *fs_info)
 {
 	struct verify_cfg *c = cfg();
-	__u8 fsid[FSID_LEN];
+	__u8 fsid[FSID_LEN] = {};
 
 	if (!c || !c->has_fsid)
 		return false;
-	bpf_probe_read_kernel(fsid, FSID_LEN, field);
+	if (fs_info)
+		BPF_CORE_READ_INTO(&fsid, fs_info, fs_devices, fsid);
 	for (int i = 0; i < FSID_LEN; i++)
 		if (fsid[i] != c->fsid[i])
 			return false;
@@ -392,6 +399,9 @@ int BPF_PROG(on_rq_insert, struct request *rq)
 
 /* ---- dirty thresholds, in the probe's own writes ---- */
 
+/* Classic, not tp_btf: dirty_limit is global_wb_domain.dirty_limit, which the raw arguments do not
+ * lead to; no kernel's BTF has the variable, and a 6.18 without CONFIG_KALLSYMS_ALL (the host's)
+ * cannot resolve it as a ksym either. */
 SEC("tracepoint/writeback/global_dirty_state")
 int on_global_dirty_state(struct trace_event_raw_global_dirty_state *ctx)
 {
@@ -404,31 +414,57 @@ int on_global_dirty_state(struct trace_event_raw_global_dirty_state *ctx)
 	return 0;
 }
 
-SEC("tracepoint/writeback/balance_dirty_pages")
-int on_balance_dirty_pages(struct trace_event_raw_balance_dirty_pages *ctx)
+/* The raw arguments differ: (wb, dtc, dirty_ratelimit, task_ratelimit, dirtied, period, pause,
+ * start_time) since 6.15, where the tracepoint's limit is dtc->limit; (wb, thresh, bg_thresh,
+ * dirty, bdi_thresh, bdi_dirty, dirty_ratelimit, task_ratelimit, dirtied, period, pause,
+ * start_time) on 6.1 and 6.12, where it is global_wb_domain.dirty_limit (its address from the
+ * loader's kernel_flags; bpf/writeback.bpf.c reads it the same way). dtc->limit existing is the
+ * CO-RE constant that picks the layout (clang 14 cannot ask the prototype itself). */
+SEC("tp_btf/balance_dirty_pages")
+int BPF_PROG(on_balance_dirty_pages, struct bdi_writeback *wb)
 {
+	unsigned long long *args = ctx;
+	__u64 limit = 0;
+	bool paused;
+
 	if (!is_probe())
 		return 0;
+	/* Each branch reads its own argument: one load of a chosen offset would be a load from a
+	 * computed ctx address, which the verifier refuses. */
+	if (bpf_core_field_exists(struct dirty_throttle_control, limit)) {
+		struct dirty_throttle_control *dtc = (void *)args[1];
+
+		limit = BPF_CORE_READ(dtc, limit);
+		paused = (long)args[6] > 0;
+	} else {
+		struct kernel_flags *k = loader_flags();
+
+		paused = (long)args[10] > 0;
+		barrier_var(paused);
+		if (k && k->global_wb_domain)
+			bpf_probe_read_kernel(&limit, sizeof(limit),
+					      (const char *)k->global_wb_domain + bpf_core_field_offset(struct wb_domain, dirty_limit));
+	}
 	count(VC_BDP, 1);
-	if (ctx->pause > 0)
+	if (paused)
 		count(VC_BDP_PAUSED, 1);
-	stat_add(VS_BDP_LIMIT, ctx->limit);
+	stat_add(VS_BDP_LIMIT, limit);
 	return 0;
 }
 
 /* ---- the flusher: its work by reason, periodic runs, the age of the inodes it writes ---- */
 
-SEC("tracepoint/writeback/writeback_start")
-int on_writeback_start(struct trace_event_raw_writeback_work_class *ctx)
+SEC("tp_btf/writeback_start")
+int BPF_PROG(on_writeback_start, struct bdi_writeback *wb, struct wb_writeback_work *work)
 {
-	__u32 reason = ctx->reason;
+	__u32 reason = BPF_CORE_READ(work, reason);
 
-	if (!same_bdi(ctx->name))
+	if (!same_bdi(BPF_CORE_READ(wb, bdi)))
 		return 0;
 	if (reason < N_WB_REASONS)
 		count(VC_WB_REASON + reason, 1);
-	if (ctx->for_kupdate)
-		emit(EV_WB_PERIODIC, reason, ctx->nr_pages, 0, 0);
+	if (BPF_CORE_READ_BITFIELD_PROBED(work, for_kupdate))
+		emit(EV_WB_PERIODIC, reason, BPF_CORE_READ(work, nr_pages), 0, 0);
 	return 0;
 }
 
@@ -468,24 +504,24 @@ int BPF_PROG(on_mark_inode_dirty, struct inode *inode, int flags)
 }
 
 /* XFS logs a timestamp change in a transaction of its own instead of marking the inode dirty. */
-SEC("tracepoint/xfs/xfs_update_time")
-int on_xfs_update_time(struct trace_event_raw_xfs_inode_class *ctx)
+SEC("tp_btf/xfs_update_time")
+int BPF_PROG(on_xfs_update_time, struct xfs_inode *ip)
 {
-	if (is_sb(ctx->dev) && ino_role(ctx->ino) == ROLE_ATIME)
+	if (is_sb(BPF_CORE_READ(ip, i_vnode.i_sb, s_dev)) && ino_role(BPF_CORE_READ(ip, i_ino)) == ROLE_ATIME)
 		count(VC_XFS_UPDATE_TIME, 1);
 	return 0;
 }
 
 /* btrfs updates the inode item through a delayed inode, reserving space for it first. */
-SEC("tracepoint/btrfs/btrfs_space_reservation")
-int on_btrfs_space_reservation(struct trace_event_raw_btrfs_space_reservation *ctx)
+SEC("tp_btf/btrfs_space_reservation")
+int BPF_PROG(on_btrfs_space_reservation, const struct btrfs_fs_info *fs_info, const char *name, u64 val,
+	     u64 bytes, int reserve)
 {
 	char type[16] = {};
-	__u32 loc = ctx->__data_loc_type;
 
-	if (!ctx->reserve || ino_role(ctx->val) != ROLE_ATIME || !same_fsid(ctx->fsid))
+	if (!reserve || ino_role(val) != ROLE_ATIME || !same_fsid(fs_info))
 		return 0;
-	bpf_probe_read_kernel_str(type, sizeof(type), (void *)ctx + (loc & 0xffff));
+	bpf_probe_read_kernel_str(type, sizeof(type), name);
 	if (type[0] == 'd' && type[1] == 'e' && type[2] == 'l' && type[7] == '_' && type[8] == 'i')
 		count(VC_BTRFS_DELAYED_INODE, 1);   /* "delayed_inode" */
 	return 0;
@@ -500,69 +536,74 @@ static __always_inline bool is_journal(__u32 dev)
 	return c && c->journal_dev && c->journal_dev == dev;
 }
 
-SEC("tracepoint/jbd2/jbd2_start_commit")
-int on_jbd2_start_commit(struct trace_event_raw_jbd2_commit *ctx)
+/* jbd2's dev is journal->j_fs_dev->bd_dev. */
+SEC("tp_btf/jbd2_start_commit")
+int BPF_PROG(on_jbd2_start_commit, journal_t *journal, transaction_t *commit_transaction)
 {
-	if (is_journal(ctx->dev))
+	if (is_journal(BPF_CORE_READ(journal, j_fs_dev, bd_dev)))
 		count(VC_JBD2_START, 1);
 	return 0;
 }
 
 /* The end of a commit, with the transaction's running time (start to commit, jiffies). */
-SEC("tracepoint/jbd2/jbd2_run_stats")
-int on_jbd2_run_stats(struct trace_event_raw_jbd2_run_stats *ctx)
+SEC("tp_btf/jbd2_run_stats")
+int BPF_PROG(on_jbd2_run_stats, dev_t dev, tid_t tid, struct transaction_run_stats_s *stats)
 {
-	if (!is_journal(ctx->dev))
+	__u32 blocks, logged;
+
+	if (!is_journal(dev))
 		return 0;
+	blocks = BPF_CORE_READ(stats, rs_blocks);
+	logged = BPF_CORE_READ(stats, rs_blocks_logged);
 	count(VC_JBD2_COMMITS, 1);
-	count(VC_JBD2_BLOCKS, ctx->blocks);
-	count(VC_JBD2_LOGGED, ctx->blocks_logged);
-	emit(EV_JBD2_COMMIT, ctx->tid, ctx->running, ctx->blocks_logged, ctx->blocks);
+	count(VC_JBD2_BLOCKS, blocks);
+	count(VC_JBD2_LOGGED, logged);
+	emit(EV_JBD2_COMMIT, tid, BPF_CORE_READ(stats, rs_running), logged, blocks);
 	return 0;
 }
 
 /* Fires only when the filesystem has fast commits on (ext4_fc_commit falls back to a plain
  * jbd2_complete_transaction before this tracepoint otherwise). */
-SEC("tracepoint/ext4/ext4_fc_commit_start")
-int on_fc_commit_start(struct trace_event_raw_ext4_fc_commit_start *ctx)
+SEC("tp_btf/ext4_fc_commit_start")
+int BPF_PROG(on_fc_commit_start, struct super_block *sb, tid_t commit_tid)
 {
-	if (is_sb(ctx->dev))
+	if (is_sb(BPF_CORE_READ(sb, s_dev)))
 		count(VC_FC_START, 1);
 	return 0;
 }
 
 /* `reason` is the status: EXT4_FC_STATUS_OK (0), INELIGIBLE, SKIPPED, FAILED. */
-SEC("tracepoint/ext4/ext4_fc_commit_stop")
-int on_fc_commit_stop(struct trace_event_raw_ext4_fc_commit_stop *ctx)
+SEC("tp_btf/ext4_fc_commit_stop")
+int BPF_PROG(on_fc_commit_stop, struct super_block *sb, int nblks, int reason, tid_t commit_tid)
 {
-	if (!is_sb(ctx->dev))
+	if (!is_sb(BPF_CORE_READ(sb, s_dev)))
 		return 0;
-	count(ctx->reason == 0 ? VC_FC_OK : VC_FC_OTHER, 1);
-	if (ctx->nblks > 0)
-		count(VC_FC_BLOCKS, ctx->nblks);
+	count(reason == 0 ? VC_FC_OK : VC_FC_OTHER, 1);
+	if (nblks > 0)
+		count(VC_FC_BLOCKS, nblks);
 	return 0;
 }
 
-SEC("tracepoint/ext4/ext4_da_write_begin")
-int on_da_write_begin(struct trace_event_raw_ext4__write_begin *ctx)
+SEC("tp_btf/ext4_da_write_begin")
+int BPF_PROG(on_da_write_begin, struct inode *inode, loff_t pos, unsigned int len)
 {
-	if (is_sb(ctx->dev) && is_probe())
+	if (is_sb(BPF_CORE_READ(inode, i_sb, s_dev)) && is_probe())
 		count(VC_DA_WRITE_BEGIN, 1);
 	return 0;
 }
 
-SEC("tracepoint/ext4/ext4_write_begin")
-int on_write_begin(struct trace_event_raw_ext4__write_begin *ctx)
+SEC("tp_btf/ext4_write_begin")
+int BPF_PROG(on_write_begin, struct inode *inode, loff_t pos, unsigned int len)
 {
-	if (is_sb(ctx->dev) && is_probe())
+	if (is_sb(BPF_CORE_READ(inode, i_sb, s_dev)) && is_probe())
 		count(VC_WRITE_BEGIN, 1);
 	return 0;
 }
 
-SEC("tracepoint/ext4/ext4_journalled_write_end")
-int on_journalled_write_end(struct trace_event_raw_ext4__write_end *ctx)
+SEC("tp_btf/ext4_journalled_write_end")
+int BPF_PROG(on_journalled_write_end, struct inode *inode, loff_t pos, unsigned int len, unsigned int copied)
 {
-	if (is_sb(ctx->dev) && is_probe())
+	if (is_sb(BPF_CORE_READ(inode, i_sb, s_dev)) && is_probe())
 		count(VC_JOURNALLED_WRITE_END, 1);
 	return 0;
 }
@@ -577,26 +618,27 @@ static __always_inline void sync_fs_seen(void)
 	emit(EV_SYNC_FS, 0, 0, 0, 0);
 }
 
-SEC("tracepoint/ext4/ext4_sync_fs")
-int on_ext4_sync_fs(struct trace_event_raw_ext4_sync_fs *ctx)
+SEC("tp_btf/ext4_sync_fs")
+int BPF_PROG(on_ext4_sync_fs, struct super_block *sb, int wait)
 {
-	if (is_sb(ctx->dev))
+	if (is_sb(BPF_CORE_READ(sb, s_dev)))
 		sync_fs_seen();
 	return 0;
 }
 
-SEC("tracepoint/xfs/xfs_fs_sync_fs")
-int on_xfs_sync_fs(struct trace_event_raw_xfs_fs_class *ctx)
+/* xfs_fs_class's dev is mp->m_super->s_dev (mp is never NULL here: XFS_M(sb)). */
+SEC("tp_btf/xfs_fs_sync_fs")
+int BPF_PROG(on_xfs_sync_fs, struct xfs_mount *mp, void *caller_ip)
 {
-	if (is_sb(ctx->dev))
+	if (mp && is_sb(BPF_CORE_READ(mp, m_super, s_dev)))
 		sync_fs_seen();
 	return 0;
 }
 
-SEC("tracepoint/btrfs/btrfs_sync_fs")
-int on_btrfs_sync_fs(struct trace_event_raw_btrfs_sync_fs *ctx)
+SEC("tp_btf/btrfs_sync_fs")
+int BPF_PROG(on_btrfs_sync_fs, const struct btrfs_fs_info *fs_info, int wait)
 {
-	if (same_fsid(ctx->fsid))
+	if (same_fsid(fs_info))
 		sync_fs_seen();
 	return 0;
 }
@@ -634,16 +676,19 @@ int BPF_PROG(on_iclog_sync, struct xlog_in_core *iclog, unsigned long caller_ip)
 
 /* ---- btrfs ---- */
 
-SEC("tracepoint/btrfs/btrfs_ordered_extent_add")
-int on_ordered_extent_add(struct trace_event_raw_btrfs__ordered_extent *ctx)
+/* The tracepoint's ino is btrfs_ino(), vfs_inode.i_ino on 64-bit; len and disk_len are the ordered
+ * extent's num_bytes and disk_num_bytes. */
+SEC("tp_btf/btrfs_ordered_extent_add")
+int BPF_PROG(on_ordered_extent_add, const struct btrfs_inode *inode, const struct btrfs_ordered_extent *ordered)
 {
-	__u32 type = ctx->compress_type;
+	__u32 type = BPF_CORE_READ(ordered, compress_type);
 
-	if (ino_role(ctx->ino) != ROLE_DATA || !same_fsid(ctx->fsid))
+	if (ino_role(BPF_CORE_READ(inode, vfs_inode.i_ino)) != ROLE_DATA ||
+	    !same_fsid(BPF_CORE_READ(inode, root, fs_info)))
 		return 0;
 	count(VC_OE, 1);
-	count(VC_OE_BYTES, ctx->len);
-	count(VC_OE_DISK_BYTES, ctx->disk_len);
+	count(VC_OE_BYTES, BPF_CORE_READ(ordered, num_bytes));
+	count(VC_OE_DISK_BYTES, BPF_CORE_READ(ordered, disk_num_bytes));
 	if (type < N_COMPRESS)
 		count(VC_OE_COMPRESS + type, 1);
 	return 0;
@@ -651,20 +696,20 @@ int on_ordered_extent_add(struct trace_event_raw_btrfs__ordered_extent *ctx)
 
 /* A committed transaction, and whether the btrfs-transaction kthread committed it (its timer:
  * commit=) rather than an fsync, a sync or space pressure. */
-SEC("tracepoint/btrfs/btrfs_transaction_commit")
-int on_btrfs_commit(struct trace_event_raw_btrfs_transaction_commit *ctx)
+SEC("tp_btf/btrfs_transaction_commit")
+int BPF_PROG(on_btrfs_commit, const struct btrfs_fs_info *fs_info)
 {
 	const char kthread[] = "btrfs-transacti";   /* "btrfs-transaction" as a comm holds it */
 	char comm[16];
 	__u64 by_kthread = 1;
 
-	if (!same_fsid(ctx->fsid))
+	if (!same_fsid(fs_info))
 		return 0;
 	bpf_get_current_comm(comm, sizeof(comm));
 	for (int i = 0; i < sizeof(kthread); i++)
 		if (comm[i] != kthread[i])
 			by_kthread = 0;
 	count(VC_BTRFS_COMMITS, 1);
-	emit(EV_BTRFS_COMMIT, ctx->generation, by_kthread, 0, 0);
+	emit(EV_BTRFS_COMMIT, BPF_CORE_READ(fs_info, generation), by_kthread, 0, 0);
 	return 0;
 }

@@ -25,6 +25,8 @@ char LICENSE[] SEC("license") = "GPL";
 
 #define BDI_NAME_LEN 32           /* the tracepoints' char bdi[32] / name[32] */
 #define WB_PF_KTHREAD 0x00200000  /* PF_KTHREAD (include/linux/sched.h): a #define, not in BTF */
+#define BDEVFS_MAGIC 0x62646576   /* the bdev pseudo filesystem's s_magic (include/uapi/linux/magic.h) */
+#define KBPS_SHIFT 2              /* the tracepoints' KBps(x): x << (PAGE_SHIFT - 10), 4 KiB pages */
 #define TASK_RUNNING_STATE 0
 /* A balance_dirty_pages sleep starts right after its tracepoint; a tracked pause not followed by a
  * sleeping switch-out within this time was not slept (BDP_ASYNC callers return -EAGAIN instead). */
@@ -256,18 +258,41 @@ struct {
 
 /* ---- helpers ---- */
 
-/* The id of a bdi under test, 0 if not. The tracepoints copy the name with strscpy_pad, so the
- * bytes after its end are zero, as in the keys userspace writes. The verifier refuses a copy
- * straight out of the context (an offset into it is a "modified ctx ptr"): read it instead. */
-static __always_inline __u16 bdi_id(const char *name)
+/* The id of a bdi under test, 0 if not: the name the tracepoints record, strscpy_pad(name,
+ * bdi_dev_name(bdi), 32). bdi_dev_name() is "(unknown)" for no bdi or one without a device (never
+ * a bdi under test), else bdi->dev_name; strscpy_pad keeps at most 31 bytes and zeroes the rest,
+ * as a string read into a zeroed key does, and as in the keys userspace writes. */
+static __always_inline __u16 bdi_id(struct backing_dev_info *bdi)
 {
-	struct bdi_name key;
+	struct bdi_name key = {};
 	__u32 *id;
 
-	if (bpf_probe_read_kernel(key.name, BDI_NAME_LEN, name))
+	if (!bdi || !BPF_CORE_READ(bdi, dev))
+		return 0;
+	if (bpf_probe_read_kernel_str(key.name, BDI_NAME_LEN, &bdi->dev_name) < 0)
 		return 0;
 	id = bpf_map_lookup_elem(&traced_bdis, &key);
 	return id ? *id : 0;
+}
+
+/* inode_to_bdi(): an inode of the bdev pseudo filesystem (sb_is_blkdev_sb(), a block device's own
+ * page cache: buffer-head metadata of ext4 and jbd2) writes through its disk's bdi, any other inode
+ * through its superblock's. blockdev_superblock is a variable BPF cannot name; it is the one
+ * superblock with BDEVFS_MAGIC. I_BDEV(): the inode is the vfs_inode of a struct bdev_inode. No
+ * inode: noop_backing_dev_info, "(unknown)", returned as NULL. */
+static __always_inline struct backing_dev_info *inode_bdi(struct inode *inode)
+{
+	struct super_block *sb;
+	struct block_device *bdev;
+
+	if (!inode)
+		return NULL;
+	sb = BPF_CORE_READ(inode, i_sb);
+	if (BPF_CORE_READ(sb, s_magic) == BDEVFS_MAGIC) {
+		bdev = (struct block_device *)((__u64)inode - bpf_core_field_offset(struct bdev_inode, vfs_inode));
+		return BPF_CORE_READ(bdev, bd_disk, bdi);
+	}
+	return BPF_CORE_READ(sb, s_bdi);
 }
 
 /* A per-CPU (or shared) aggregate's value for `key`, created zeroed; NULL (counted) if full. */
@@ -330,20 +355,94 @@ static __always_inline void keep_min_max(__u64 *lo, __u64 *hi, __u64 v, bool fir
 
 /* ---- dirty throttling ---- */
 
+/* balance_dirty_pages' raw arguments. Since 6.15 (the host's 6.18): (wb, dtc, dirty_ratelimit,
+ * task_ratelimit, dirtied, period, pause, start_time), the throttle control itself, and the
+ * tracepoint takes the hard limit from dtc->limit. Before (6.1, 6.12): (wb, thresh, bg_thresh,
+ * dirty, bdi_thresh, bdi_dirty, then the same six) as scalars, and the limit from global_wb_domain.
+ * One series (6.15, and 6.14.y's stable backport) made both changes: the dtc argument, then
+ * dtc->limit (which needs it). So dtc->limit existing is the CO-RE constant that picks the layout;
+ * bpf_core_type_matches() on a flavoured btf_trace_balance_dirty_pages typedef would ask the
+ * prototype itself, but clang 14 (Debian 12's) cannot emit that relocation. A kernel with the
+ * argument but not the field would take the scalar branch and its reads past the prototype: the
+ * verifier refuses the program (left out, not wrong). */
+
+/* global_wb_domain (for 6.1's and 6.12's limit) is in no kernel's BTF (only per-CPU variables
+ * are): its address, from /proc/kallsyms (data symbols need CONFIG_KALLSYMS_ALL, which Debian's
+ * kernels have), and CONFIG_HZ come in the loader's kernel_flags (found once per boot): a __ksym
+ * or __kconfig would make libbpf read kallsyms or the kernel config at every load. */
+#define HZ_IF_UNKNOWN 250          /* Debian's and the host's CONFIG_HZ */
+
+/* The figures of a balance_dirty_pages event the program keeps, as its TP_fast_assign computes
+ * them: freerun = (thresh + bg_thresh) / 2, setpoint = (limit + freerun) / 2, wb_setpoint =
+ * setpoint * wb_thresh / (thresh + 1), ratelimits in KB/s, dirtied an unsigned int. */
+struct bdp_event {
+	__u64 limit, setpoint, dirty, wb_setpoint, wb_dirty;
+	__u64 dirty_ratelimit, task_ratelimit;
+	__u32 dirtied;
+	__s64 pause;       /* jiffies: the tracepoint's pause is pause * 1000 / HZ ms */
+};
+
+/* Which argument layout this kernel has is a CO-RE constant: the other branch, whose context reads
+ * may lie beyond this kernel's prototype, is removed at load. */
+static __always_inline void read_bdp_event(unsigned long long *ctx, struct bdp_event *e)
+{
+	unsigned long thresh, bg_thresh, wb_thresh, freerun;
+
+	if (bpf_core_field_exists(struct dirty_throttle_control, limit)) {
+		struct dirty_throttle_control *dtc = (void *)ctx[1];
+
+		thresh = BPF_CORE_READ(dtc, thresh);
+		bg_thresh = BPF_CORE_READ(dtc, bg_thresh);
+		e->limit = BPF_CORE_READ(dtc, limit);
+		e->dirty = BPF_CORE_READ(dtc, dirty);
+		wb_thresh = BPF_CORE_READ(dtc, wb_thresh);
+		e->wb_dirty = BPF_CORE_READ(dtc, wb_dirty);
+		e->dirty_ratelimit = ctx[2];
+		e->task_ratelimit = ctx[3];
+		e->dirtied = ctx[4];
+		e->pause = ctx[6];
+	} else {
+		thresh = ctx[1];
+		bg_thresh = ctx[2];
+		e->dirty = ctx[3];
+		wb_thresh = ctx[4];
+		e->wb_dirty = ctx[5];
+		e->dirty_ratelimit = ctx[6];
+		e->task_ratelimit = ctx[7];
+		e->dirtied = ctx[8];
+		e->pause = ctx[10];
+		/* global_wb_domain.dirty_limit; 0 if kallsyms did not list it */
+		struct kernel_flags *k = loader_flags();
+
+		if (k && k->global_wb_domain)
+			bpf_probe_read_kernel(&e->limit, sizeof(e->limit),
+					      (const char *)k->global_wb_domain + bpf_core_field_offset(struct wb_domain, dirty_limit));
+	}
+	freerun = (thresh + bg_thresh) / 2;
+	e->setpoint = (e->limit + freerun) / 2;
+	e->wb_setpoint = e->setpoint * wb_thresh / (thresh + 1);
+	e->dirty_ratelimit <<= KBPS_SHIFT;
+	e->task_ratelimit <<= KBPS_SHIFT;
+}
+
 /* writeback:balance_dirty_pages: a task dirtying pages of this bdi is over its share of the dirty
- * limit. Fires in that task, with the pause (ms) it is about to sleep; pause <= 0: no sleep. */
-SEC("tracepoint/writeback/balance_dirty_pages")
-int on_balance_dirty_pages(struct trace_event_raw_balance_dirty_pages *ctx)
+ * limit. Fires in that task, with the pause it is about to sleep; pause <= 0: no sleep. */
+SEC("tp_btf/balance_dirty_pages")
+int BPF_PROG(on_balance_dirty_pages, struct bdi_writeback *wb)
 {
 	struct throttle_val *v;
 	struct throttle_key key = {};
 	static const struct throttle_val zero;
+	struct bdp_event e = {};
 	__u64 now = bpf_ktime_get_ns();
+	struct kernel_flags *k = loader_flags();
+	__u64 hz = k && k->hz ? k->hz : HZ_IF_UNKNOWN;
 	bool first;
 
-	key.bdi = bdi_id(ctx->bdi);
+	key.bdi = bdi_id(BPF_CORE_READ(wb, bdi));
 	if (!key.bdi)
 		return 0;
+	read_bdp_event(ctx, &e);
 	key.phase = current_phase();
 	key.who = current_who(&key.nr);
 	v = lookup_or_init(&throttle, &key, &zero);
@@ -351,22 +450,23 @@ int on_balance_dirty_pages(struct trace_event_raw_balance_dirty_pages *ctx)
 		return 0;
 	first = v->checks == 0;
 	v->checks++;
-	v->dirtied += ctx->dirtied;
+	v->dirtied += e.dirtied;
 	v->last_ns = now;
-	v->limit_last = ctx->limit;
-	v->setpoint_last = ctx->setpoint;
-	v->dirty_last = ctx->dirty;
-	v->dirty_sum += ctx->dirty;
-	v->wb_dirty_last = bdp_wb_dirty(ctx);
-	v->wb_setpoint_last = bdp_wb_setpoint(ctx);
-	v->task_ratelimit_last = ctx->task_ratelimit;
-	v->dirty_ratelimit_last = ctx->dirty_ratelimit;
-	keep_min_max(&v->limit_min, &v->limit_max, ctx->limit, first);
-	keep_min_max(&v->dirty_min, &v->dirty_max, ctx->dirty, first);
-	if (ctx->pause <= 0)
+	v->limit_last = e.limit;
+	v->setpoint_last = e.setpoint;
+	v->dirty_last = e.dirty;
+	v->dirty_sum += e.dirty;
+	v->wb_dirty_last = e.wb_dirty;
+	v->wb_setpoint_last = e.wb_setpoint;
+	v->task_ratelimit_last = e.task_ratelimit;
+	v->dirty_ratelimit_last = e.dirty_ratelimit;
+	keep_min_max(&v->limit_min, &v->limit_max, e.limit, first);
+	keep_min_max(&v->dirty_min, &v->dirty_max, e.dirty, first);
+	/* pause * 1000 / HZ ms is <= 0 exactly when pause is (HZ <= 1000) */
+	if (e.pause <= 0)
 		return 0;
 	v->sleeps++;
-	v->planned_ms += ctx->pause;
+	v->planned_ms += (__u64)e.pause * 1000 / hz;
 
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct pause_pending p = { .start_ns = now, .key = key };
@@ -443,7 +543,11 @@ int BPF_PROG(wb_sched_switch, bool preempt, struct task_struct *prev, struct tas
 
 /* writeback:global_dirty_state: the global dirty and background thresholds (pages), computed by
  * domain_dirty_limits() for the global domain: in balance_dirty_pages, the flusher's background
- * checks and readers of /proc/vmstat. Global: not per device. */
+ * checks and readers of /proc/vmstat. Global: not per device.
+ * A classic tracepoint on purpose: its raw arguments are the two thresholds only; the other five
+ * fields are read from globals in TP_fast_assign (vm_node_stat[] through global_node_page_state(),
+ * global_wb_domain.dirty_limit). No kernel's BTF has those variables, and the host's kallsyms does
+ * not list them (no CONFIG_KALLSYMS_ALL), so a tp_btf program could not read them there. */
 SEC("tracepoint/writeback/global_dirty_state")
 int on_global_dirty_state(struct trace_event_raw_global_dirty_state *ctx)
 {
@@ -474,8 +578,9 @@ int on_global_dirty_state(struct trace_event_raw_global_dirty_state *ctx)
 
 /* ---- flusher work ---- */
 
-/* The fields of a writeback_work_class event, read once at entry: the verifier refuses context
- * loads at an offset the compiler picks at run time, as it does when one load serves two fields. */
+/* The fields of a writeback_work_class event the programs use, as its TP_fast_assign fills them
+ * from (wb, work); cgroup_ino is __trace_wb_assign_cgroup(wb) with CONFIG_CGROUP_WRITEBACK (set in
+ * all three kernels): cgroup_ino(wb->memcg_css->cgroup), the cgroup's kernfs node id. */
 struct work_event {
 	__u64 cgroup_ino;
 	__s64 nr_pages;
@@ -484,14 +589,14 @@ struct work_event {
 	__u8 integrity;    /* sync_mode == WB_SYNC_ALL */
 };
 
-static __always_inline void read_work_event(struct trace_event_raw_writeback_work_class *ctx,
+static __always_inline void read_work_event(struct bdi_writeback *wb, struct wb_writeback_work *work,
 					    struct work_event *e)
 {
-	e->bdi = bdi_id(ctx->name);
-	e->reason = BPF_CORE_READ(ctx, reason);
-	e->integrity = BPF_CORE_READ(ctx, sync_mode) == bpf_core_enum_value(enum writeback_sync_modes, WB_SYNC_ALL);
-	e->nr_pages = BPF_CORE_READ(ctx, nr_pages);
-	e->cgroup_ino = BPF_CORE_READ(ctx, cgroup_ino);
+	e->bdi = bdi_id(BPF_CORE_READ(wb, bdi));
+	e->reason = BPF_CORE_READ(work, reason);
+	e->integrity = BPF_CORE_READ(work, sync_mode) == bpf_core_enum_value(enum writeback_sync_modes, WB_SYNC_ALL);
+	e->nr_pages = BPF_CORE_READ(work, nr_pages);
+	e->cgroup_ino = BPF_CORE_READ(wb, memcg_css, cgroup, kn, id);
 }
 
 static __always_inline struct work_val *work_of(__u16 bdi, __u16 phase, __u8 reason, __u8 integrity)
@@ -504,13 +609,13 @@ static __always_inline struct work_val *work_of(__u16 bdi, __u16 phase, __u8 rea
 
 /* writeback:writeback_queue: a work item is queued for a bdi's flusher (sync, syncfs, fs free
  * space, ...), in the queuer's context. */
-SEC("tracepoint/writeback/writeback_queue")
-int on_writeback_queue(struct trace_event_raw_writeback_work_class *ctx)
+SEC("tp_btf/writeback_queue")
+int BPF_PROG(on_writeback_queue, struct bdi_writeback *wb, struct wb_writeback_work *work)
 {
 	struct work_event e;
 	struct work_val *v;
 
-	read_work_event(ctx, &e);
+	read_work_event(wb, work, &e);
 	if (!e.bdi)
 		return 0;
 	v = work_of(e.bdi, current_phase(), e.reason, e.integrity);
@@ -520,15 +625,15 @@ int on_writeback_queue(struct trace_event_raw_writeback_work_class *ctx)
 }
 
 /* writeback:writeback_exec: the flusher takes a queued work item; the next pass starts its run. */
-SEC("tracepoint/writeback/writeback_exec")
-int on_writeback_exec(struct trace_event_raw_writeback_work_class *ctx)
+SEC("tp_btf/writeback_exec")
+int BPF_PROG(on_writeback_exec, struct bdi_writeback *wb, struct wb_writeback_work *work)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct flusher_state *st;
 	struct work_event e;
 	struct work_val *v;
 
-	read_work_event(ctx, &e);
+	read_work_event(wb, work, &e);
 	if (!e.bdi)
 		return 0;
 	v = work_of(e.bdi, current_phase(), e.reason, e.integrity);
@@ -570,8 +675,8 @@ static __always_inline void record_run_gap(const struct work_event *e, struct fl
  * bdi's dirty inodes for one work item; `reason` says why the work exists. A work item runs one
  * or more passes; a pass that follows writeback_exec, or a pass with another reason or sync mode,
  * starts a new run. */
-SEC("tracepoint/writeback/writeback_start")
-int on_writeback_start(struct trace_event_raw_writeback_work_class *ctx)
+SEC("tp_btf/writeback_start")
+int BPF_PROG(on_writeback_start, struct bdi_writeback *wb, struct wb_writeback_work *work)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	__u64 now = bpf_ktime_get_ns();
@@ -580,7 +685,7 @@ int on_writeback_start(struct trace_event_raw_writeback_work_class *ctx)
 	struct work_event e;
 	struct work_val *v;
 
-	read_work_event(ctx, &e);
+	read_work_event(wb, work, &e);
 	if (!e.bdi)
 		return 0;
 	st = lookup_or_init(&flushers, &tid, &fresh);
@@ -608,12 +713,12 @@ int on_writeback_start(struct trace_event_raw_writeback_work_class *ctx)
 
 /* writeback:writeback_written: the pass ends; nr_pages is what is left of the work's budget, so
  * the pass wrote (nr_pages at start - nr_pages now) pages. */
-SEC("tracepoint/writeback/writeback_written")
-int on_writeback_written(struct trace_event_raw_writeback_work_class *ctx)
+SEC("tp_btf/writeback_written")
+int BPF_PROG(on_writeback_written, struct bdi_writeback *wb, struct wb_writeback_work *work)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct flusher_state *st = bpf_map_lookup_elem(&flushers, &tid);
-	__s64 nr_pages = BPF_CORE_READ(ctx, nr_pages);
+	__s64 nr_pages = BPF_CORE_READ(work, nr_pages);
 	__u64 now = bpf_ktime_get_ns();
 	struct work_val *v;
 
@@ -634,13 +739,13 @@ int on_writeback_written(struct trace_event_raw_writeback_work_class *ctx)
 }
 
 /* writeback:writeback_wait: the flusher found only inodes under writeback and sleeps on one. */
-SEC("tracepoint/writeback/writeback_wait")
-int on_writeback_wait(struct trace_event_raw_writeback_work_class *ctx)
+SEC("tp_btf/writeback_wait")
+int BPF_PROG(on_writeback_wait, struct bdi_writeback *wb, struct wb_writeback_work *work)
 {
 	struct work_event e;
 	struct work_val *v;
 
-	read_work_event(ctx, &e);
+	read_work_event(wb, work, &e);
 	if (!e.bdi)
 		return 0;
 	v = work_of(e.bdi, current_phase(), e.reason, e.integrity);
@@ -651,8 +756,8 @@ int on_writeback_wait(struct trace_event_raw_writeback_work_class *ctx)
 
 /* writeback:writeback_pages_written: the flusher's wb_do_writeback() call (all its runs on one
  * bdi_writeback) wrote `pages` pages. Attributed to the bdi of that call's passes. */
-SEC("tracepoint/writeback/writeback_pages_written")
-int on_writeback_pages_written(struct trace_event_raw_writeback_pages_written *ctx)
+SEC("tp_btf/writeback_pages_written")
+int BPF_PROG(on_writeback_pages_written, long pages_written)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct flusher_state *st = bpf_map_lookup_elem(&flushers, &tid);
@@ -668,18 +773,18 @@ int on_writeback_pages_written(struct trace_event_raw_writeback_pages_written *c
 	v = lookup_or_init(&wb_flush, &key, &zero);
 	if (v) {
 		v->calls++;
-		v->pages += ctx->pages;
+		v->pages += pages_written;
 	}
 	return 0;
 }
 
 /* writeback:writeback_wake_background: a dirtier (balance_dirty_pages) woke the flusher because
  * the background threshold is exceeded. */
-SEC("tracepoint/writeback/writeback_wake_background")
-int on_writeback_wake_background(struct trace_event_raw_writeback_class *ctx)
+SEC("tp_btf/writeback_wake_background")
+int BPF_PROG(on_writeback_wake_background, struct bdi_writeback *wb)
 {
 	static const struct flush_val zero;
-	struct flush_key key = { .bdi = bdi_id(ctx->name), .phase = current_phase() };
+	struct flush_key key = { .bdi = bdi_id(BPF_CORE_READ(wb, bdi)), .phase = current_phase() };
 	struct flush_val *v;
 
 	if (!key.bdi)
@@ -709,10 +814,10 @@ static __always_inline void count_inode_event(__u16 bdi, __u8 event, __u64 pages
 /* writeback:sb_mark_inode_writeback: an inode of superblock `dev` gets its first folio under
  * writeback, in the thread that starts the writeback: fsync/fdatasync/sync_file_range in a traced
  * thread, the flusher, or a filesystem thread. */
-SEC("tracepoint/writeback/sb_mark_inode_writeback")
-int on_sb_mark_inode_writeback(struct trace_event_raw_writeback_inode_template *ctx)
+SEC("tp_btf/sb_mark_inode_writeback")
+int BPF_PROG(on_sb_mark_inode_writeback, struct inode *inode)
 {
-	__u32 dev = ctx->dev;
+	__u32 dev = BPF_CORE_READ(inode, i_sb, s_dev);
 	__u32 *bdi = bpf_map_lookup_elem(&traced_sbs, &dev);
 
 	if (bdi)
@@ -722,22 +827,24 @@ int on_sb_mark_inode_writeback(struct trace_event_raw_writeback_inode_template *
 
 /* writeback:writeback_single_inode: __writeback_single_inode() wrote one inode (the flusher's
  * writeback_sb_inodes, or sync_inode_metadata / write_inode_now in the caller's thread). */
-SEC("tracepoint/writeback/writeback_single_inode")
-int on_writeback_single_inode(struct trace_event_raw_writeback_single_inode_template *ctx)
+SEC("tp_btf/writeback_single_inode")
+int BPF_PROG(on_writeback_single_inode, struct inode *inode, struct writeback_control *wbc,
+	     unsigned long nr_to_write)
 {
-	__u16 bdi = bdi_id(ctx->name);
+	__u16 bdi = bdi_id(inode_bdi(inode));
 
+	/* the tracepoint's wrote: the budget given (nr_to_write) less what is left of it in wbc */
 	if (bdi)
-		count_inode_event(bdi, INODE_WRITTEN, ctx->wrote);
+		count_inode_event(bdi, INODE_WRITTEN, nr_to_write - (unsigned long)BPF_CORE_READ(wbc, nr_to_write));
 	return 0;
 }
 
 /* writeback:folio_wait_writeback: a thread waits for a folio to finish writeback (fsync's wait,
  * or a write to a folio still being written: stable pages). */
-SEC("tracepoint/writeback/folio_wait_writeback")
-int on_folio_wait_writeback(struct trace_event_raw_writeback_folio_template *ctx)
+SEC("tp_btf/folio_wait_writeback")
+int BPF_PROG(on_folio_wait_writeback, struct folio *folio, struct address_space *mapping)
 {
-	__u16 bdi = bdi_id(ctx->name);
+	__u16 bdi = bdi_id(mapping ? inode_bdi(BPF_CORE_READ(mapping, host)) : NULL);
 
 	if (bdi)
 		count_inode_event(bdi, FOLIO_WAITED, 0);

@@ -270,6 +270,30 @@ static __always_inline __u32 iclog_dev(struct xlog_in_core *iclog)
 	return BPF_CORE_READ(iclog, ic_log, l_mp, m_super, s_dev);
 }
 
+/* The dev the XFS tracepoints record: mp->m_super->s_dev (xfs_log_force), log->l_mp->m_super->s_dev
+ * (xfs_loggrant_class), VFS_I(ip)->i_sb->s_dev (xfs_imap_class, xfs_simple_io_class). NULL-checked
+ * first for 6.12's verifier, as iclog_dev. */
+static __always_inline __u32 mount_dev(struct xfs_mount *mp)
+{
+	if (!mp)
+		return 0;
+	return BPF_CORE_READ(mp, m_super, s_dev);
+}
+
+static __always_inline __u32 log_dev(struct xlog *log)
+{
+	if (!log)
+		return 0;
+	return BPF_CORE_READ(log, l_mp, m_super, s_dev);
+}
+
+static __always_inline __u32 inode_dev(struct xfs_inode *ip)
+{
+	if (!ip)
+		return 0;
+	return BPF_CORE_READ(ip, i_vnode.i_sb, s_dev);
+}
+
 static __always_inline struct xlog_counts *counts_of(__u32 dev, __u16 phase)
 {
 	struct xfs_key key = { .dev = dev, .phase = phase };
@@ -333,18 +357,18 @@ static __always_inline void count_u64(void *map, void *key)
 
 /* xfs_log_force (lsn 0: force the whole log), xfs_log_force_seq (lsn = CIL sequence: e.g. fsync),
  * xlog_cil_force_seq inside both, and xlog_cil_flush (AIL). Fires before anything is waited for. */
-SEC("tracepoint/xfs/xfs_log_force")
-int on_log_force(struct trace_event_raw_xfs_log_force *ctx)
+SEC("tp_btf/xfs_log_force")
+int BPF_PROG(on_log_force, struct xfs_mount *mp, xfs_lsn_t lsn, unsigned long caller_ip)
 {
-	struct force_key key = { .dev = ctx->dev };
+	struct force_key key = { .dev = mount_dev(mp) };
 
 	if (!traced_dev(key.dev))
 		return 0;
 	key.phase = current_phase();
-	key.seq = ctx->lsn != 0;
+	key.seq = lsn != 0;
 	key.kthread = in_kthread();
 	key.nr = current_syscall(key.kthread);
-	key.caller_ip = ctx->caller_ip;
+	key.caller_ip = caller_ip;
 	count_u64(&log_forces, &key);
 	return 0;
 }
@@ -595,18 +619,18 @@ static __always_inline void grant_enter(__u32 dev, __u8 regrant)
 }
 
 /* xfs_log_reserve: a new transaction asks for log space (xs_try_logspace counts it too). */
-SEC("tracepoint/xfs/xfs_log_reserve")
-int on_log_reserve(struct trace_event_raw_xfs_loggrant_class *ctx)
+SEC("tp_btf/xfs_log_reserve")
+int BPF_PROG(on_log_reserve, struct xlog *log, struct xlog_ticket *tic)
 {
-	grant_enter(ctx->dev, 0);
+	grant_enter(log_dev(log), 0);
 	return 0;
 }
 
 /* xfs_log_regrant: a rolling transaction's ticket ran out of units and regrants (write head). */
-SEC("tracepoint/xfs/xfs_log_regrant")
-int on_log_regrant(struct trace_event_raw_xfs_loggrant_class *ctx)
+SEC("tp_btf/xfs_log_regrant")
+int BPF_PROG(on_log_regrant, struct xlog *log, struct xlog_ticket *tic)
 {
-	grant_enter(ctx->dev, 1);
+	grant_enter(log_dev(log), 1);
 	return 0;
 }
 
@@ -617,15 +641,15 @@ static __always_inline void grant_exit(void)
 	bpf_map_delete_elem(&grant_state, &tid);
 }
 
-SEC("tracepoint/xfs/xfs_log_reserve_exit")
-int on_log_reserve_exit(struct trace_event_raw_xfs_loggrant_class *ctx)
+SEC("tp_btf/xfs_log_reserve_exit")
+int BPF_PROG(on_log_reserve_exit, struct xlog *log, struct xlog_ticket *tic)
 {
 	grant_exit();
 	return 0;
 }
 
-SEC("tracepoint/xfs/xfs_log_regrant_exit")
-int on_log_regrant_exit(struct trace_event_raw_xfs_loggrant_class *ctx)
+SEC("tp_btf/xfs_log_regrant_exit")
+int BPF_PROG(on_log_regrant_exit, struct xlog *log, struct xlog_ticket *tic)
 {
 	grant_exit();
 	return 0;
@@ -633,10 +657,10 @@ int on_log_regrant_exit(struct trace_event_raw_xfs_loggrant_class *ctx)
 
 /* xlog_grant_head_wait: no log space; the thread sleeps until the AIL moves the tail
  * (xs_sleep_logspace counts each sleep). May repeat in a loop until the space is there. */
-SEC("tracepoint/xfs/xfs_log_grant_sleep")
-int on_grant_sleep(struct trace_event_raw_xfs_loggrant_class *ctx)
+SEC("tp_btf/xfs_log_grant_sleep")
+int BPF_PROG(on_grant_sleep, struct xlog *log, struct xlog_ticket *tic)
 {
-	__u32 tid = (__u32)bpf_get_current_pid_tgid(), dev = ctx->dev;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid(), dev = log_dev(log);
 	struct grant_state *g, fresh = { .dev = dev };
 	struct xlog_counts *c;
 
@@ -666,8 +690,8 @@ int on_grant_sleep(struct trace_event_raw_xfs_loggrant_class *ctx)
 }
 
 /* The same thread back from schedule() in xlog_grant_head_wait. */
-SEC("tracepoint/xfs/xfs_log_grant_wake")
-int on_grant_wake(struct trace_event_raw_xfs_loggrant_class *ctx)
+SEC("tp_btf/xfs_log_grant_wake")
+int BPF_PROG(on_grant_wake, struct xlog *log, struct xlog_ticket *tic)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct grant_state *g = bpf_map_lookup_elem(&grant_state, &tid);
@@ -685,24 +709,26 @@ int on_grant_wake(struct trace_event_raw_xfs_loggrant_class *ctx)
 }
 
 /* xlog_grant_head_wake: space freed, a waiter is woken (runs in the waker: AIL, log I/O end). */
-SEC("tracepoint/xfs/xfs_log_grant_wake_up")
-int on_grant_wake_up(struct trace_event_raw_xfs_loggrant_class *ctx)
+SEC("tp_btf/xfs_log_grant_wake_up")
+int BPF_PROG(on_grant_wake_up, struct xlog *log, struct xlog_ticket *tic)
 {
+	__u32 dev = log_dev(log);
 	struct xlog_counts *c;
 
-	if (traced_dev(ctx->dev) && (c = counts_now(ctx->dev)))
+	if (traced_dev(dev) && (c = counts_now(dev)))
 		c->grant_wake_up++;
 	return 0;
 }
 
 /* xlog_cil_push_background: the CIL is over its hard limit; the committing thread waits for the
  * push to start (xc_push_wait). */
-SEC("tracepoint/xfs/xfs_log_cil_wait")
-int on_cil_wait(struct trace_event_raw_xfs_loggrant_class *ctx)
+SEC("tp_btf/xfs_log_cil_wait")
+int BPF_PROG(on_cil_wait, struct xlog *log, struct xlog_ticket *tic)
 {
+	__u32 dev = log_dev(log);
 	struct xlog_counts *c;
 
-	if (traced_dev(ctx->dev) && (c = counts_now(ctx->dev)))
+	if (traced_dev(dev) && (c = counts_now(dev)))
 		c->cil_throttle++;
 	return 0;
 }
@@ -734,38 +760,48 @@ static __always_inline __u32 log_worker_dev(void *work)
 
 /* A kworker starts a work item: xlog_cil_push_work (the CIL checkpoint that a log force queued
  * and waits for) or xfs_log_worker. The window lasts until the same thread ends the item. */
-SEC("tracepoint/workqueue/workqueue_execute_start")
-int on_work_start(struct trace_event_raw_workqueue_execute_start *ctx)
+SEC("tp_btf/workqueue_execute_start")
+int BPF_PROG(on_work_start, struct work_struct *work)
 {
 	struct xfs_cfg *conf = cfg();
-	__u64 fn = (__u64)ctx->function;
+	__u64 fn;
 	__u32 dev;
 
-	if (!conf || !fn)
+	/* The classic 'function' field is work->func. Checked for NULL before the container_of
+	 * arithmetic below (6.12's verifier). */
+	if (!conf || !work)
+		return 0;
+	fn = (__u64)BPF_CORE_READ(work, func);
+	if (!fn)
 		return 0;
 	if (fn == conf->cil_push_work) {
-		dev = cil_push_dev(ctx->work);
+		dev = cil_push_dev(work);
 		if (traced_dev(dev))
 			worker_begin(WORKER_XFS_CIL_PUSH, dev);
 	} else if (fn == conf->log_worker) {
-		dev = log_worker_dev(ctx->work);
+		dev = log_worker_dev(work);
 		if (traced_dev(dev))
 			worker_begin(WORKER_XFS_LOG_WORKER, dev);
 	}
 	return 0;
 }
 
-SEC("tracepoint/workqueue/workqueue_execute_end")
-int on_work_end(struct trace_event_raw_workqueue_execute_end *ctx)
+/* Raw arguments (struct work_struct *work, work_func_t function). The item may be freed by now:
+ * the classic 'function' field is the second argument (the worker's current_func, what
+ * process_one_work called), not work->func. The verifier refuses a load of a function-pointer
+ * argument ("arg1 type FUNC_PROTO is not a struct"), so it is copied out of the argument array. */
+SEC("tp_btf/workqueue_execute_end")
+int BPF_PROG(on_work_end, struct work_struct *work)
 {
 	struct xfs_cfg *conf = cfg();
-	__u64 fn = (__u64)ctx->function;
+	__u64 fn = 0;
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct worker_window *w;
 	__u32 dev;
 	__u16 phase, which;
 	__u64 start;
 
+	bpf_probe_read_kernel(&fn, sizeof(fn), &ctx[1]);
 	if (!conf || !fn || (fn != conf->cil_push_work && fn != conf->log_worker))
 		return 0;
 	w = bpf_map_lookup_elem(&worker_windows, &tid);
@@ -807,36 +843,42 @@ static __always_inline void count_alloc(__u32 dev, __u8 event, __u64 blocks)
 
 /* xfs_buffered_write_iomap_begin after xfs_bmapi_reserve_delalloc (null startblock: a delayed
  * allocation reserved at write time), or a real allocation (direct I/O, zeroing past EOF). */
-SEC("tracepoint/xfs/xfs_iomap_alloc")
-int on_iomap_alloc(struct trace_event_raw_xfs_imap_class *ctx)
+SEC("tp_btf/xfs_iomap_alloc")
+int BPF_PROG(on_iomap_alloc, struct xfs_inode *ip, xfs_off_t offset, ssize_t count, int whichfork,
+	     struct xfs_bmbt_irec *irec)
 {
-	bool delalloc = (ctx->startblock & STARTBLOCKMASK) == STARTBLOCKMASK;
+	/* As the classic fields: startblock and blockcount are 0 without an irec. */
+	__u64 startblock = irec ? BPF_CORE_READ(irec, br_startblock) : 0;
+	__u64 blockcount = irec ? BPF_CORE_READ(irec, br_blockcount) : 0;
+	bool delalloc = (startblock & STARTBLOCKMASK) == STARTBLOCKMASK;
 
-	count_alloc(ctx->dev, delalloc ? AL_DELALLOC_RESERVE : AL_IOMAP_REAL, ctx->blockcount);
+	count_alloc(inode_dev(ip), delalloc ? AL_DELALLOC_RESERVE : AL_IOMAP_REAL, blockcount);
 	return 0;
 }
 
 /* xfs_map_blocks after xfs_bmapi_convert_delalloc: writeback (flusher or fsync) allocated real
  * blocks for a delalloc range. */
-SEC("tracepoint/xfs/xfs_map_blocks_alloc")
-int on_map_blocks_alloc(struct trace_event_raw_xfs_imap_class *ctx)
+SEC("tp_btf/xfs_map_blocks_alloc")
+int BPF_PROG(on_map_blocks_alloc, struct xfs_inode *ip, xfs_off_t offset, ssize_t count,
+	     int whichfork, struct xfs_bmbt_irec *irec)
 {
-	count_alloc(ctx->dev, AL_WB_CONVERT, ctx->blockcount);
+	count_alloc(inode_dev(ip), AL_WB_CONVERT, irec ? BPF_CORE_READ(irec, br_blockcount) : 0);
 	return 0;
 }
 
 /* xfs_map_blocks: writeback found the range already allocated. */
-SEC("tracepoint/xfs/xfs_map_blocks_found")
-int on_map_blocks_found(struct trace_event_raw_xfs_imap_class *ctx)
+SEC("tp_btf/xfs_map_blocks_found")
+int BPF_PROG(on_map_blocks_found, struct xfs_inode *ip, xfs_off_t offset, ssize_t count,
+	     int whichfork, struct xfs_bmbt_irec *irec)
 {
-	count_alloc(ctx->dev, AL_WB_FOUND, ctx->blockcount);
+	count_alloc(inode_dev(ip), AL_WB_FOUND, irec ? BPF_CORE_READ(irec, br_blockcount) : 0);
 	return 0;
 }
 
 /* xfs_file_buffered_write: a delalloc reservation hit ENOSPC; XFS flushes and retries. */
-SEC("tracepoint/xfs/xfs_delalloc_enospc")
-int on_delalloc_enospc(struct trace_event_raw_xfs_simple_io_class *ctx)
+SEC("tp_btf/xfs_delalloc_enospc")
+int BPF_PROG(on_delalloc_enospc, struct xfs_inode *ip, xfs_off_t offset, ssize_t count)
 {
-	count_alloc(ctx->dev, AL_DELALLOC_ENOSPC, 0);
+	count_alloc(inode_dev(ip), AL_DELALLOC_ENOSPC, 0);
 	return 0;
 }

@@ -5,7 +5,9 @@ these from its `kernel_flags` map, which the loader fills from here. Each value 
 the kernel itself publishes: its BTF's enumerators (6.12 has the request flags in an anonymous
 enum), the print format of a tracepoint that prints the flags (inode state, #defines on 6.1 and
 6.12), and for the request flags of 6.1 (#defines printed nowhere) the values of its blk-mq.h.
-A value not found is 0: the figure that needs it is then not split by it.
+A value not found is 0: the figure that needs it is then not split by it. Also what no BTF holds
+and libbpf would otherwise look up at every load (a __kconfig or __ksym): CONFIG_HZ, and the
+address of global_wb_domain (balance_dirty_pages' limit on 6.1 and 6.12) from /proc/kallsyms.
 """
 
 import json
@@ -15,14 +17,16 @@ import re
 import subprocess
 from pathlib import Path
 
-from ..machine import tracefs
+from ..machine import conditions, tracefs
 
 CACHE_DIR = Path(os.environ.get("FSPROF_CORE_BTF_DIR", "/var/tmp/fsprof/cache/core-btf"))
-FIELDS = ("rqf_flush_seq", "rqf_use_sched", "i_dirty_sync", "i_dirty_datasync", "i_dirty_time")
+FIELDS = ("rqf_flush_seq", "rqf_use_sched", "i_dirty_sync", "i_dirty_datasync", "i_dirty_time", "hz",
+          "global_wb_domain")
 # include/linux/blk-mq.h of 6.1: RQF_FLUSH_SEQ (1 << 4); RQF_ELV (1 << 22), renamed RQF_USE_SCHED in 6.5.
 _RQF_6_1 = {"rqf_flush_seq": 1 << 4, "rqf_use_sched": 1 << 22}
 _ENUMERATORS = {"rqf_flush_seq": "__RQF_FLUSH_SEQ", "rqf_use_sched": "__RQF_USE_SCHED"}   # bit numbers
 _INODE_FLAGS = {"i_dirty_sync": "I_DIRTY_SYNC", "i_dirty_datasync": "I_DIRTY_DATASYNC", "i_dirty_time": "I_DIRTY_TIME"}
+CACHE_VERSION = 2   # raised when FIELDS change, so that a boot's older cache is not read
 _EXPR = re.compile(r"^[0-9xXa-fA-F()<|\s]+$")
 
 
@@ -67,7 +71,22 @@ def _find():
             out[field] = _RQF_6_1[field] if platform.release().startswith("6.1.") else 0
     for field, name in _INODE_FLAGS.items():
         out[field] = enums[name] if name in enums else (_from_print_format(name) or 0)
+    out["hz"] = conditions.kernel_hz() or 0
+    out["global_wb_domain"] = _kallsyms_address("global_wb_domain")
     return out
+
+
+def _kallsyms_address(symbol):
+    """A kernel data symbol's address from /proc/kallsyms (listed with CONFIG_KALLSYMS_ALL; shown
+    as 0 under kptr_restrict), or 0."""
+    try:
+        with open("/proc/kallsyms") as f:
+            for line in f:
+                if line.endswith(f" {symbol}\n"):
+                    return int(line.split(None, 1)[0], 16)
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def values():
@@ -76,7 +95,7 @@ def values():
         boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         boot = "unknown"
-    cache = CACHE_DIR / f"kernel-flags-{boot}.json"
+    cache = CACHE_DIR / f"kernel-flags-{CACHE_VERSION}-{boot}.json"
     try:
         return json.loads(cache.read_text())
     except (OSError, ValueError):

@@ -69,7 +69,8 @@ class Filter(c.Structure):
 class KernelFlags(c.Structure):
     """struct kernel_flags (bpf/compat.h); filled by the loader from profiler/trace/kernel_flags.py."""
     _fields_ = [("rqf_flush_seq", c.c_uint32), ("rqf_use_sched", c.c_uint32), ("i_dirty_sync", c.c_uint32),
-                ("i_dirty_datasync", c.c_uint32), ("i_dirty_time", c.c_uint32), ("pad", c.c_uint32)]
+                ("i_dirty_datasync", c.c_uint32), ("i_dirty_time", c.c_uint32), ("hz", c.c_uint32),
+                ("global_wb_domain", c.c_uint64)]
 
 
 class PhaseState(c.Structure):
