@@ -190,9 +190,13 @@ static __always_inline __u32 fs_info_dev(const struct btrfs_fs_info *fs_info)
 	return dev ? *dev : 0;
 }
 
-/* Events that take a btrfs_inode: their fs_info is inode->root->fs_info. */
+/* Events that take a btrfs_inode: their fs_info is inode->root->fs_info. Pointer arguments are
+ * NULL-checked before a field address is taken from them: 6.12's verifier types them
+ * trusted_ptr_or_null and refuses that arithmetic before the check. */
 static __always_inline __u32 inode_dev(const struct btrfs_inode *inode)
 {
+	if (!inode)
+		return 0;
 	return fs_info_dev(BPF_CORE_READ(inode, root, fs_info));
 }
 
@@ -248,8 +252,11 @@ static __always_inline void hist_add(__u32 dev, __u16 phase, __u16 which, __u64 
 SEC("tp_btf/btrfs_sync_file")
 int BPF_PROG(on_sync_file, const struct file *file, int datasync)
 {
-	__u32 dev = fs_info_dev(BPF_CORE_READ(file, f_path.dentry, d_sb, s_fs_info));
+	__u32 dev;
 
+	if (!file)
+		return 0;
+	dev = fs_info_dev(BPF_CORE_READ(file, f_path.dentry, d_sb, s_fs_info));
 	if (dev)
 		count_event(dev, BT_SYNC_FILE, datasync ? 1 : 0, -1, 0, 0);
 	return 0;
@@ -322,13 +329,17 @@ static __always_inline int super_mirror(__u64 sector)
 SEC("tp_btf/block_bio_queue")
 int BPF_PROG(on_bio_queue, struct bio *bio)
 {
-	struct gendisk *disk = BPF_CORE_READ(bio, bi_bdev, bd_disk);
-	__u32 dev = (__u32)BPF_CORE_READ(disk, major) << 20 | (__u32)BPF_CORE_READ(disk, first_minor);
-	__u64 *start = bpf_map_lookup_elem(&super_devs, &dev);
 	__u32 op_mask = (1U << bpf_core_enum_value(enum req_flag_bits, __REQ_FAILFAST_DEV)) - 1;
-	__u32 nr_sector;
+	struct gendisk *disk;
+	__u32 dev, nr_sector;
+	__u64 *start;
 	int mirror;
 
+	if (!bio)
+		return 0;
+	disk = BPF_CORE_READ(bio, bi_bdev, bd_disk);
+	dev = (__u32)BPF_CORE_READ(disk, major) << 20 | (__u32)BPF_CORE_READ(disk, first_minor);
+	start = bpf_map_lookup_elem(&super_devs, &dev);
 	if (!start)
 		return 0;
 	mirror = super_mirror(BPF_CORE_READ(bio, bi_iter.bi_sector) - *start);
@@ -375,7 +386,7 @@ int BPF_PROG(on_oe_add, const struct btrfs_inode *inode, const struct btrfs_orde
 	struct oe_key key = {};
 	struct oe_val val = {};
 
-	if (!dev)
+	if (!dev || !ordered)
 		return 0;
 	count_event(dev, BT_OE_ADD, ordered_type(BPF_CORE_READ(ordered, flags)), -1,
 		    BPF_CORE_READ(ordered, num_bytes), 0);
@@ -394,7 +405,7 @@ int BPF_PROG(on_oe_start, const struct btrfs_inode *inode, const struct btrfs_or
 {
 	__u32 dev = inode_dev(inode);
 
-	if (dev)
+	if (dev && ordered)
 		count_event(dev, BT_OE_START, 0, -1, BPF_CORE_READ(ordered, num_bytes), 0);
 	return 0;
 }
@@ -418,7 +429,7 @@ int BPF_PROG(on_oe_remove, const struct btrfs_inode *inode, const struct btrfs_o
 	struct oe_key key = {};
 	struct oe_val *added;
 
-	if (!dev)
+	if (!dev || !ordered)
 		return 0;
 	count_event(dev, BT_OE_REMOVE, 0, -1, BPF_CORE_READ(ordered, num_bytes), 0);
 	oe_key_of(&key, dev, inode, ordered);

@@ -237,6 +237,19 @@ struct {
 
 const struct jbd2_val zero_jbd2 = {};
 
+/* Entries of commit_block_wait: sched_switch, which runs for every switch on the machine, returns
+ * at once while it is 0 (always with barrier=0, whose commit blocks carry no flush). Never below
+ * the true count: entries userspace clears at a reset are not subtracted (sched_switch then only
+ * looks up in vain). */
+__s64 commit_blocks_waiting;
+
+/* Forgets the thread's commit block wait, if it has one. */
+static __always_inline void commit_block_forget(__u32 thread)
+{
+	if (bpf_map_delete_elem(&commit_block_wait, &thread) == 0)
+		__sync_fetch_and_add(&commit_blocks_waiting, -1);
+}
+
 static __always_inline bool traced_dev(__u32 dev)
 {
 	return bpf_map_lookup_elem(&ext4_devs, &dev) != NULL;
@@ -416,7 +429,8 @@ int BPF_PROG(on_bio_queue, struct bio *bio)
 		return 0;
 	cb.start_ns = bpf_ktime_get_ns();
 	cb.commit = *commit;
-	bpf_map_update_elem(&commit_block_wait, &thread, &cb, BPF_NOEXIST);
+	if (bpf_map_update_elem(&commit_block_wait, &thread, &cb, BPF_NOEXIST) == 0)
+		__sync_fetch_and_add(&commit_blocks_waiting, 1);
 	return 0;
 }
 
@@ -425,10 +439,15 @@ SEC("tp_btf/sched_switch")
 int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
 {
-	__u32 prev_tid = BPF_CORE_READ(prev, pid), next_tid = BPF_CORE_READ(next, pid);
+	__u32 prev_tid, next_tid;
 	struct commit_block *cb;
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now;
 
+	if (commit_blocks_waiting <= 0)
+		return 0;
+	prev_tid = BPF_CORE_READ(prev, pid);
+	next_tid = BPF_CORE_READ(next, pid);
+	now = bpf_ktime_get_ns();
 	cb = bpf_map_lookup_elem(&commit_block_wait, &prev_tid);
 	/* Preempted while runnable is CPU contention, not the device. */
 	if (cb && !preempt && prev_state != 0)
@@ -455,7 +474,7 @@ static __always_inline void commit_block_done(struct jbd2_val *v, __u64 now)
 		__sync_fetch_and_add(&v->commit_block_ns, now - cb->start_ns);
 		__sync_fetch_and_add(&v->commit_block_offcpu_ns, cb->offcpu_ns);
 	}
-	bpf_map_delete_elem(&commit_block_wait, &thread);
+	commit_block_forget(thread);
 }
 
 /* Only the thread matters here, none of the event's fields. */
@@ -532,7 +551,7 @@ int BPF_PROG(on_jbd2_end_commit, journal_t *journal, transaction_t *commit_trans
 		return 0;
 	worker_end();
 	bpf_map_delete_elem(&committing, &thread);
-	bpf_map_delete_elem(&commit_block_wait, &thread);
+	commit_block_forget(thread);
 	st = bpf_map_lookup_elem(&commits_inflight, &key);
 	if (!st)
 		return 0;

@@ -65,6 +65,17 @@ struct {
 	__type(value, struct worker_window);
 } worker_windows SEC(".maps");
 
+/* How many worker windows are open: sched_switch, which runs for every switch on the machine,
+ * skips its two worker_windows lookups while none is. Never below the true count (an LRU eviction
+ * is not subtracted) but for a window opened while userspace resets the maps, whose switches are
+ * then missed until it ends. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __s64);
+} workers_open SEC(".maps");
+
 /* Off-CPU time of workers inside their windows, by (dev, kind, phase, stack, runnable). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
@@ -89,15 +100,39 @@ static __always_inline __u16 current_phase(void)
 	return ps ? ps->current : 0;
 }
 
+static __always_inline __s64 *workers_open_count(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&workers_open, &zero);
+}
+
 /* The current thread starts work of `kind` for `dev` (a begin tracepoint of bpf/<fs>.bpf.c). */
 static __always_inline void worker_begin(__u16 kind, __u32 dev)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct worker_window w = { .start_ns = bpf_ktime_get_ns(), .dev = dev, .kind = kind,
 				   .phase = current_phase(), .out_stack = -1 };
+	__s64 *open;
+	long err;
 
-	if (bpf_map_update_elem(&worker_windows, &tid, &w, BPF_ANY))
+	err = bpf_map_update_elem(&worker_windows, &tid, &w, BPF_NOEXIST);
+	if (err == -ERR_EEXIST) {  /* a window left open (its end missed): replaced, not counted again */
+		err = bpf_map_update_elem(&worker_windows, &tid, &w, BPF_ANY);
+	} else if (!err && (open = workers_open_count())) {
+		__sync_fetch_and_add(open, 1);
+	}
+	if (err)
 		count_drop(DROP_WORKER_FULL);
+}
+
+/* Forgets the thread's window, if it has one. */
+static __always_inline void worker_forget(__u32 tid)
+{
+	__s64 *open;
+
+	if (bpf_map_delete_elem(&worker_windows, &tid) == 0 && (open = workers_open_count()) && *open > 0)
+		__sync_fetch_and_add(open, -1);
 }
 
 /* The current thread's window ends; returns when it began (0 if no window was open). */
@@ -108,7 +143,7 @@ static __always_inline __u64 worker_end(void)
 	__u64 start = w ? w->start_ns : 0;
 
 	if (w)
-		bpf_map_delete_elem(&worker_windows, &tid);
+		worker_forget(tid);
 	return start;
 }
 #endif

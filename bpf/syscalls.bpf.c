@@ -439,6 +439,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	__u32 prev_tid = BPF_CORE_READ(prev, pid), next_tid = BPF_CORE_READ(next, pid);
 	struct inflight *op;
 	__u64 now = bpf_ktime_get_ns();
+	__s64 *open;
 
 	/* prev is the current task here, so the stack taken is the one it is leaving at. */
 	op = bpf_map_lookup_elem(&inflight, &prev_tid);
@@ -455,8 +456,10 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	op = bpf_map_lookup_elem(&inflight, &next_tid);
 	if (op && op->out_ns)
 		off_interval_end(op, now);
-	worker_switch_out(prev_tid, ctx, preempt || prev_state == 0, now);
-	worker_switch_in(next_tid, now);
+	if ((open = workers_open_count()) && *open > 0) {
+		worker_switch_out(prev_tid, ctx, preempt || prev_state == 0, now);
+		worker_switch_in(next_tid, now);
+	}
 	return 0;
 }
 
@@ -508,7 +511,7 @@ int BPF_PROG(on_exit, struct task_struct *p)
 	__u32 tid = (__u32)id, tgid = id >> 32;
 
 	bpf_map_delete_elem(&inflight, &tid);
-	bpf_map_delete_elem(&worker_windows, &tid);
+	worker_forget(tid);
 	/* Threads were added by tid when they were created; the process leaves with its last thread
 	 * (whichever that is). */
 	if (tid != tgid)

@@ -202,6 +202,13 @@ def check_oracles(ctx):
     return last_line(out)
 
 
+def verifier_refusals(log):
+    """Programs a check's output says the verifier refused ("left out: verifier: ..."), once each."""
+    log.seek(0)
+    found = re.findall(r"([\w:]+):? \(?left out: verifier: ([^;)]*)", log.read())
+    return [f"{prog.rstrip(':')}: {why.strip()}" for prog, why in dict(found).items()]
+
+
 IN_VM = False  # set by --inside: the checks run in a guest (under TCG, slow)
 
 # name, time limit under TCG (s), check. A host row gets the same limits (it needs a tenth).
@@ -233,6 +240,9 @@ def run_checks(outdir, names):
             ctx = Ctx(work, log, start + limit)
             try:
                 note, ok = check(ctx) or "", True
+                refused = verifier_refusals(log)
+                if refused:  # a kernel lacking a tracepoint is fine; a program we wrote wrong is not
+                    note, ok = f"the verifier refused {len(refused)} program(s): {refused[0]}", False
             except CheckFailed as e:
                 note, ok = str(e), False
             except Exception as e:  # a check's own error is that check's FAIL, not the run's end

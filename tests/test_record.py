@@ -6,7 +6,9 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -60,6 +62,40 @@ def test_record_mount_sees_every_process_on_that_filesystem_only(tmp_path):
     assert fs["syscalls"]["fsync"]["count"] == 100  # two processes, 50 each; the third was elsewhere
     assert fs["phases"]["record"]["attribution"]["fsync"]["causes"]
     assert result["workload"]["ended_by"] == "interrupted"
+
+
+def fsprof_program_names():
+    """The names the kernel gives fsprof's programs (function symbols of build/*.bpf.o; the kernel
+    keeps 15 characters)."""
+    names = set()
+    for obj in (Path(REPO) / "build").glob("*.bpf.o"):
+        syms = subprocess.run(["llvm-objdump", "-t", str(obj)], capture_output=True, text=True).stdout
+        names |= {line.split()[-1][:15] for line in syms.splitlines() if " g     F " in line}
+    return names
+
+
+def loaded_fsprof_programs(names):
+    out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True).stdout
+    return sorted({p.get("name") for p in json.loads(out)} & names)
+
+
+def test_record_for_a_duration_leaves_no_program_loaded(tmp_path):
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        rec = subprocess.run([sys.executable, "-m", "profiler", "record", "--pid", str(sleeper.pid),
+                              "--duration", "1s", "-o", str(tmp_path / "rec")], cwd=REPO, capture_output=True,
+                             text=True, timeout=120)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert rec.returncode == 0, rec.stderr
+    # Links go with the process; a tp_btf program is freed a grace period after its link.
+    names = fsprof_program_names()
+    assert {"on_sys_enter", "on_switch"} <= names
+    deadline = time.monotonic() + 5
+    while loaded_fsprof_programs(names) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert loaded_fsprof_programs(names) == []
 
 
 @pytest.mark.slow

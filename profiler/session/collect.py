@@ -18,7 +18,7 @@ DEFAULT_SAMPLE_HZ = 999
 # given to every object, which then all read and write the same maps.
 SHARED_MAPS = (("phase_state", c.c_uint32, maps.PhaseState), ("drops", c.c_uint32, c.c_uint64),
                ("stacks", c.c_uint32, maps.Stack), ("stacks_spill", c.c_uint32, maps.Stack),
-               ("worker_windows", c.c_uint32, maps.WorkerWindow),
+               ("worker_windows", c.c_uint32, maps.WorkerWindow), ("workers_open", c.c_uint32, c.c_int64),
                ("worker_offcpu", maps.WorkerKey, maps.OffVal))
 
 
@@ -48,6 +48,7 @@ class Collector:
             self.drops = shared["drops"]
             self.stacks, self.stacks_spill = shared["stacks"], shared["stacks_spill"]
             self.worker_windows = shared["worker_windows"]
+            self.workers_open = shared["workers_open"]
             self.worker_offcpu = shared["worker_offcpu"]
             self.op_hist = m("op_hist", maps.OpKey, maps.Hist)
             self.offcpu = m("offcpu", maps.OffKey, maps.OffVal)
@@ -155,6 +156,7 @@ class Collector:
         for m in (self.op_hist, self.offcpu, self.samples, self.stacks, self.stacks_spill, self.tgids,
                   self.worker_offcpu, self.worker_windows):
             m.clear()
+        self.workers_open.update(c.c_uint32(0), c.c_int64(0))  # worker_windows is empty now
         for probe in self.probes.values():
             probe.reset()
         self.phase.update(c.c_uint32(0), maps.PhaseState())
