@@ -167,12 +167,14 @@ WHY_NOTE = [
     "the ext4 delayed-allocation probes (about 100 ns a run, about ten runs per entry: per page "
     "written) are the cost.",
     "",
-    "Stop: `Collector.close()` takes about 2.4 s (see Start-up). Each of the 63 classic tracepoint "
-    "programs waits at detach for the kernel's tracepoint_synchronize_unregister, under the global "
-    "event_mutex, when the tracepoint's last perf user goes; fsprof destroys links side by side, "
-    "which halves the serial 4.7 s, and the rest queues on that mutex (0.06 s when another tracer "
-    "holds the same tracepoints). raw_tp and tp_btf links detach in under 1 ms: moving those "
-    "programs to tp_btf would remove it.",
+    "Stop (see Start-up for `Collector.close()`): every program but writeback's global_dirty_state "
+    "is tp_btf, whose link detaches at once (its program is freed a grace period later, which "
+    "nothing waits for). That one classic tracepoint's detach waits for "
+    "tracepoint_synchronize_unregister under the kernel's event_mutex (60-110 ms here; 63 such "
+    "links took 2.4 s when the programs were classic): it is destroyed on a thread of its own "
+    "while the result is written, and the process waits for it before exiting. Its raw arguments "
+    "lack the dirty counts and the smoothed limit the tracepoint reads from globals that no BTF "
+    "holds and the host's kallsyms does not list (docs/kernel-notes.md).",
 ]
 
 

@@ -214,8 +214,8 @@ class Collector:
                 "drops": dict(zip(maps.DROP_REASONS, drops))}
 
     def close(self):
-        """Detach everything at once: each classic tracepoint detach waits in the kernel, and side by side
-        the waits overlap in part (bpf.py, above destroy_links)."""
+        """Detach everything; the one classic tracepoint's link, whose detach waits in the kernel,
+        goes on a thread of its own that the process waits for before exiting (bpf.destroy_links)."""
         close_all(reversed(self.objects))
         self.objects = []
 

@@ -511,7 +511,7 @@ class BpfObject:
             raise FsprofError(f"{self.path} is not built; run `make build`")
         if not VMLINUX_BTF.exists():
             raise FsprofError("this kernel has no BTF (/sys/kernel/btf/vmlinux); fsprof's CO-RE programs need CONFIG_DEBUG_INFO_BTF=y")
-        self.links, self.skipped = [], {}
+        self.links, self.slow_links, self.skipped = [], [], {}
         self._maps, self._obj = {}, None
         required = set(required or ())
         refused = {}
@@ -628,7 +628,8 @@ class BpfObject:
         if not link:
             err = _c.get_errno()
             raise FsprofError(f"could not attach {pname} ({self.programs[pname][1]}): {_errno_text(err)}")
-        self.links.append(link)
+        # A classic tracepoint's link waits for grace periods when destroyed (above destroy_links).
+        (self.slow_links if _TP_SECTION.match(self.programs[pname][1]) else self.links).append(link)
 
     def attach_all(self):
         """Attach every loaded program that libbpf can attach by its section (not perf_event ones)."""
@@ -672,43 +673,65 @@ class BpfObject:
 
 # Detaching a classic tracepoint program waits in the kernel twice: for an RCU tasks-trace grace
 # period (perf_event_detach_bpf_prog), and, when the tracepoint's last perf user goes, in
-# perf_trace_event_unreg -> tracepoint_synchronize_unregister, which holds the global event_mutex.
-# One after another, fsprof's 63 tracepoint links took 4.7 s here. Destroyed side by side, the
-# first waits overlap and the second ones queue on the mutex: 2.4 s (0.06 s when another process
-# still traces the same tracepoints). raw_tp and tp_btf links detach without waiting (under 1 ms),
-# so moving the classic tracepoint programs to tp_btf is what would remove the rest.
-_MAX_DETACH_THREADS = 128
+# perf_trace_event_unreg -> tracepoint_synchronize_unregister, which holds the global event_mutex:
+# 60-110 ms for one link here (63 of them, side by side, took 2.4 s). raw_tp, tp_btf and perf
+# event links detach without waiting; their programs are freed a grace period later, which
+# nothing waits for. All of fsprof's programs but global_dirty_state's are tp_btf now
+# (docs/kernel-notes.md): the classic links are destroyed on a thread of their own that close()
+# does not wait for, so that the result is written meanwhile; the process waits for that thread
+# before it exits (not a daemon), and wait_detached() waits for it explicitly.
+_MAX_DETACH_THREADS = 4
+_detaching = []
 
 
-def destroy_links(links):
-    """bpf_link__destroy every link, concurrently; returns when all are detached."""
+def destroy_links(links, slow_links=()):
+    """bpf_link__destroy every link: `links` before returning, `slow_links` (classic tracepoints)
+    on a thread of their own (see wait_detached)."""
     lib = libbpf()
+    slow = list(slow_links)
+    if slow:
+        def destroy_slow():
+            for link in slow:
+                lib.bpf_link__destroy(link)
+        try:
+            thread = threading.Thread(target=destroy_slow, name="fsprof-detach-classic")
+            thread.start()
+            _detaching.append(thread)
+        except RuntimeError:  # no thread could be started (interpreter shutdown): here and now
+            destroy_slow()
     links = list(links)
-    if len(links) < 2:
+    if len(links) < 8:
         for link in links:
             lib.bpf_link__destroy(link)
         return
     done = 0
     try:
-        with ThreadPoolExecutor(max_workers=min(len(links), _MAX_DETACH_THREADS),
-                                thread_name_prefix="fsprof-detach") as pool:
+        with ThreadPoolExecutor(max_workers=_MAX_DETACH_THREADS, thread_name_prefix="fsprof-detach") as pool:
             for link in links:
                 pool.submit(lib.bpf_link__destroy, link)
                 done += 1
-    except RuntimeError:  # no thread could be started (interpreter shutdown): one at a time
+    except RuntimeError:  # as above
         for link in links[done:]:
             lib.bpf_link__destroy(link)
 
 
+def wait_detached():
+    """Returns once every link handed to destroy_links is detached."""
+    while _detaching:
+        _detaching.pop().join()
+
+
 def close_all(objects):
-    """Detach every link of these objects together, then free the objects in the order given.
-    A signal cannot cut it in half (the detach threads inherit the blocked signals)."""
+    """Detach every link of these objects together (a classic tracepoint's on a thread of its own:
+    destroy_links), then free the objects in the order given. A signal cannot cut it in half (the
+    detach threads inherit the blocked signals)."""
     objects = list(objects)
     with signals.deferred():
-        links = []
+        links, slow = [], []
         for obj in objects:
             links.extend(obj.links)
-            obj.links = []
-        destroy_links(links)
+            slow.extend(obj.slow_links)
+            obj.links, obj.slow_links = [], []
+        destroy_links(links, slow)
         for obj in objects:
             obj._free()
