@@ -25,8 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
-from common import (QUICK, Bpftrace, BpfStats, Fsprof, Gated, LibbpfTools, NoTracer, fmt, interleaved,  # noqa: E402
-                    sh, spread)
+from common import (QUICK, Bpftrace, BpfStats, Fsprof, Gated, LibbpfTools, NoTracer, busy, fmt,  # noqa: E402
+                    interleaved, sh, spread)
 from profiler.machine.scratch import Changes  # noqa: E402
 from profiler.signals import install_handlers  # noqa: E402
 
@@ -175,6 +175,8 @@ def summarize(runs):
         if base and name != "untraced":
             s["overhead"] = spread([1 - r["rate"] / b["rate"] for r, b in zip(rs, base)])
             s["cpu_overhead"] = spread([r["cpu_us"] / b["cpu_us"] - 1 for r, b in zip(rs, base)])
+        s["load"] = spread([r.get("load_before") for r in rs])
+        s["busy"] = sum(1 for r in rs if busy(r))
         lost = [r.get("lost") for r in rs]
         s["lost"] = None if name == "untraced" or any(v is None for v in lost) else sum(lost)
         s["drops"] = {}
@@ -189,8 +191,9 @@ def summarize(runs):
 
 def render(results, args):
     lines = ["| workload | tracer | throughput: median (min – max) | overhead vs untraced, same round | "
-             "workload's CPU per request | its increase, same round | lost events (all rounds) |",
-             "|---|---|---|---|---|---|---|"]
+             "workload's CPU per request | its increase, same round | lost events (all rounds) | "
+             "load average before each run |",
+             "|---|---|---|---|---|---|---|---|"]
     for key, res in results.items():
         unit = "req/s" if WORKLOADS[key]["kind"] == "fsync" else "entries/s"
         for name, s in res["summary"].items():
@@ -199,9 +202,15 @@ def render(results, args):
                 lost += " (" + ", ".join(f"{k} {v:,}" for k, v in s["drops"].items()) + ")"
             over = fmt(s.get("overhead"), 1, pct=True) if name != "untraced" else "—"
             cpu_over = fmt(s.get("cpu_overhead"), 1, pct=True) if name != "untraced" else "—"
+            load = fmt(s.get("load"), 2)
+            if s.get("busy"):
+                load += f" **busy: {s['busy']} of {s['rate']['n']} runs**"
             lines.append(f"| {key} | {name} | {fmt(s['rate'], 0)} {unit} | {over} | {fmt(s['cpu_us'], 1, ' µs')} | "
-                         f"{cpu_over} | {lost} |")
-    lines += ["", "Workloads (" + f"{args.rounds} rounds" + "):", ""]
+                         f"{cpu_over} | {lost} | {load} |")
+    lines += ["", f"Load average: the 1-minute load average as each run began (median (min – max)); a run "
+              f"that began above {os.cpu_count()} (this machine's CPUs: more runnable tasks than cores, even "
+              "counting the tail of the run before it) is counted as taken on a busy machine.",
+              "", "Workloads (" + f"{args.rounds} rounds" + "):", ""]
     for key, res in results.items():
         extra = f" ({res['entries']:,} entries)" if res.get("entries") else ""
         lines.append(f"- **{key}**: {res['title']}{extra}.")

@@ -58,17 +58,27 @@ def interleaved(variants, rounds, warmup=0, log=print):
     """Runs every variant once per round, the order rotated by one each round (A B C, B C A, ...),
     so that a machine drifting slower or faster falls on every variant alike; a ratio is taken
     within one round. `variants` is [(name, fn)]; returns {name: [fn()'s result per counted round]}.
-    Warm-up rounds run the same way and are discarded."""
+    Warm-up rounds run the same way and are discarded. A result that is a dict also gets the 1-minute
+    load average before and after its run (load_before, load_after: see busy())."""
     out = {name: [] for name, _ in variants}
     for r in range(warmup + rounds):
         k = r % len(variants)
         for name, fn in variants[k:] + variants[:k]:
+            before = os.getloadavg()[0]
             value = fn()
+            if isinstance(value, dict):
+                value.update(load_before=before, load_after=os.getloadavg()[0])
             counted = r >= warmup
             if counted:
                 out[name].append(value)
             log(f"  {'round ' + str(r - warmup + 1) if counted else 'warm-up':>8} {name}: {brief(value)}")
     return out
+
+
+def busy(result):
+    """Whether a run began on a busy machine: a 1-minute load average above the number of CPUs
+    (more runnable tasks than cores, even counting the tail of the run before it)."""
+    return result.get("load_before", 0) > (os.cpu_count() or 1)
 
 
 def brief(value):
