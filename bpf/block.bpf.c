@@ -116,14 +116,6 @@ static __always_inline __u8 dev_flags(__u32 dev)
 	return f ? *f : 0;
 }
 
-/* REQ_* bit values are read from this kernel's enum req_flag_bits (CO-RE), not copied. */
-#define REQ_BIT(name) (1U << bpf_core_enum_value(enum req_flag_bits, name))
-
-static __always_inline __u32 op_of(__u32 flags)
-{
-	/* The op is the low bits below the first flag bit (REQ_OP_BITS). */
-	return flags & (REQ_BIT(__REQ_FAILFAST_DEV) - 1);
-}
 
 static __always_inline __u16 classify(__u32 flags, __u32 bytes)
 {

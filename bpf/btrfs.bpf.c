@@ -18,6 +18,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
+#include "compat.h"
 #include <bpf/bpf_tracing.h>
 #include "fsprof.h"
 #include "shared_maps.h"
@@ -329,7 +330,6 @@ static __always_inline int super_mirror(__u64 sector)
 SEC("tp_btf/block_bio_queue")
 int BPF_PROG(on_bio_queue, struct bio *bio)
 {
-	__u32 op_mask = (1U << bpf_core_enum_value(enum req_flag_bits, __REQ_FAILFAST_DEV)) - 1;
 	struct gendisk *disk;
 	__u32 dev, nr_sector;
 	__u64 *start;
@@ -345,7 +345,7 @@ int BPF_PROG(on_bio_queue, struct bio *bio)
 	mirror = super_mirror(BPF_CORE_READ(bio, bi_iter.bi_sector) - *start);
 	if (mirror < 0)
 		return 0;
-	if ((BPF_CORE_READ(bio, bi_opf) & op_mask) != bpf_core_enum_value(enum req_op, REQ_OP_WRITE))
+	if (op_of(BPF_CORE_READ(bio, bi_opf)) != bpf_core_enum_value(enum req_op, REQ_OP_WRITE))
 		return 0;
 	nr_sector = BPF_CORE_READ(bio, bi_iter.bi_size) >> 9;
 	count_event(dev, BT_SUPER_WRITE, mirror, get_stack(ctx), (__u64)nr_sector << 9, 0);

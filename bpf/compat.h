@@ -80,4 +80,26 @@ static __always_inline __u32 i_dirty_time(void)
 	return k ? k->i_dirty_time : 0;
 }
 
+/* global_wb_domain.dirty_limit, balance_dirty_pages' limit before 6.15 (after, dtc->limit): no
+ * kernel's BTF has the variable, so its address comes from the loader (kallsyms); 0 if unlisted. */
+static __always_inline __u64 global_dirty_limit(void)
+{
+	struct kernel_flags *k = loader_flags();
+	__u64 limit = 0;
+
+	if (k && k->global_wb_domain)
+		bpf_probe_read_kernel(&limit, sizeof(limit),
+				      (const char *)k->global_wb_domain + bpf_core_field_offset(struct wb_domain, dirty_limit));
+	return limit;
+}
+
+/* Request and bio flags: REQ_* bit numbers from this kernel's enum req_flag_bits (CO-RE), never
+ * copied; the op is the bits below the first flag bit (REQ_OP_MASK). */
+#define REQ_BIT(name) (1U << bpf_core_enum_value(enum req_flag_bits, name))
+
+static __always_inline __u32 op_of(__u32 flags)
+{
+	return flags & (REQ_BIT(__REQ_FAILFAST_DEV) - 1);
+}
+
 #endif

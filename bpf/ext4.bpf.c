@@ -402,8 +402,6 @@ int BPF_PROG(on_jbd2_commit_logging, journal_t *journal, transaction_t *commit_t
 
 /* ---- the commit block ---- */
 
-/* REQ_* bit values are read from this kernel's enum req_flag_bits (CO-RE), not copied. */
-#define REQ_BIT(name) (1U << bpf_core_enum_value(enum req_flag_bits, name))
 
 /* A bio queued by a commit thread with REQ_PREFLUSH and data ("FWFS..." in rwbs): the commit
  * block, which with barriers on carries the cache flush and the FUA write. (jbd2 runs
@@ -425,7 +423,7 @@ int BPF_PROG(on_bio_queue, struct bio *bio)
 		return 0;
 	opf = BPF_CORE_READ(bio, bi_opf);
 	if (!(opf & REQ_BIT(__REQ_PREFLUSH)) &&
-	    (opf & (REQ_BIT(__REQ_FAILFAST_DEV) - 1)) != bpf_core_enum_value(enum req_op, REQ_OP_FLUSH))
+	    op_of(opf) != bpf_core_enum_value(enum req_op, REQ_OP_FLUSH))
 		return 0;
 	cb.start_ns = bpf_ktime_get_ns();
 	cb.commit = *commit;

@@ -292,13 +292,6 @@ static __always_inline bool same_fsid(const struct btrfs_fs_info *fs_info)
 
 /* ---- barriers: the bio level (what the filesystem asked for) and the request level ---- */
 
-/* REQ_* bit values come from this kernel's enum req_flag_bits (CO-RE), never copied. */
-#define REQ_BIT(name) (1U << bpf_core_enum_value(enum req_flag_bits, name))
-
-static __always_inline __u32 op_of(__u32 flags)
-{
-	return flags & (REQ_BIT(__REQ_FAILFAST_DEV) - 1);
-}
 
 /* submit_bio_noacct() has already dropped REQ_PREFLUSH/REQ_FUA here when the device has no
  * volatile write cache (and completed an empty flush bio without queueing it): on such a device
@@ -417,8 +410,8 @@ int on_global_dirty_state(struct trace_event_raw_global_dirty_state *ctx)
 /* The raw arguments differ: (wb, dtc, dirty_ratelimit, task_ratelimit, dirtied, period, pause,
  * start_time) since 6.15, where the tracepoint's limit is dtc->limit; (wb, thresh, bg_thresh,
  * dirty, bdi_thresh, bdi_dirty, dirty_ratelimit, task_ratelimit, dirtied, period, pause,
- * start_time) on 6.1 and 6.12, where it is global_wb_domain.dirty_limit (its address from the
- * loader's kernel_flags; bpf/writeback.bpf.c reads it the same way). dtc->limit existing is the
+ * start_time) on 6.1 and 6.12, where it is global_wb_domain.dirty_limit (global_dirty_limit(),
+ * compat.h). dtc->limit existing is the
  * CO-RE constant that picks the layout (clang 14 cannot ask the prototype itself). */
 SEC("tp_btf/balance_dirty_pages")
 int BPF_PROG(on_balance_dirty_pages, struct bdi_writeback *wb)
@@ -437,13 +430,9 @@ int BPF_PROG(on_balance_dirty_pages, struct bdi_writeback *wb)
 		limit = BPF_CORE_READ(dtc, limit);
 		paused = (long)args[6] > 0;
 	} else {
-		struct kernel_flags *k = loader_flags();
-
 		paused = (long)args[10] > 0;
 		barrier_var(paused);
-		if (k && k->global_wb_domain)
-			bpf_probe_read_kernel(&limit, sizeof(limit),
-					      (const char *)k->global_wb_domain + bpf_core_field_offset(struct wb_domain, dirty_limit));
+		limit = global_dirty_limit();
 	}
 	count(VC_BDP, 1);
 	if (paused)

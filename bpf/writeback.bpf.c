@@ -366,10 +366,9 @@ static __always_inline void keep_min_max(__u64 *lo, __u64 *hi, __u64 v, bool fir
  * argument but not the field would take the scalar branch and its reads past the prototype: the
  * verifier refuses the program (left out, not wrong). */
 
-/* global_wb_domain (for 6.1's and 6.12's limit) is in no kernel's BTF (only per-CPU variables
- * are): its address, from /proc/kallsyms (data symbols need CONFIG_KALLSYMS_ALL, which Debian's
- * kernels have), and CONFIG_HZ come in the loader's kernel_flags (found once per boot): a __ksym
- * or __kconfig would make libbpf read kallsyms or the kernel config at every load. */
+/* 6.1's and 6.12's limit is global_dirty_limit() (compat.h). CONFIG_HZ, like global_wb_domain's
+ * address, comes in the loader's kernel_flags (found once per boot): a __kconfig or __ksym would
+ * make libbpf read the kernel config or kallsyms at every load. */
 #define HZ_IF_UNKNOWN 250          /* Debian's and the host's CONFIG_HZ */
 
 /* The figures of a balance_dirty_pages event the program keeps, as its TP_fast_assign computes
@@ -411,12 +410,7 @@ static __always_inline void read_bdp_event(unsigned long long *ctx, struct bdp_e
 		e->task_ratelimit = ctx[7];
 		e->dirtied = ctx[8];
 		e->pause = ctx[10];
-		/* global_wb_domain.dirty_limit; 0 if kallsyms did not list it */
-		struct kernel_flags *k = loader_flags();
-
-		if (k && k->global_wb_domain)
-			bpf_probe_read_kernel(&e->limit, sizeof(e->limit),
-					      (const char *)k->global_wb_domain + bpf_core_field_offset(struct wb_domain, dirty_limit));
+		e->limit = global_dirty_limit();
 	}
 	freerun = (thresh + bg_thresh) / 2;
 	e->setpoint = (e->limit + freerun) / 2;

@@ -301,6 +301,7 @@ class Row:
     def __init__(self, label, kernel):
         self.label, self.kernel = label, kernel  # kernel: None for the host
         self.release, self.how, self.results, self.seconds, self.boot_s, self.skipped = label, "", {}, 0.0, None, ""
+        self.said = set()  # checks whose result was already printed (as the row ran)
 
 
 def run_host_row(row, names, logdir, say):
@@ -323,12 +324,13 @@ def run_vm_row(row, names, logdir, accel, say):
     say(f"   {why}")
     shared = Path(tempfile.mkdtemp(prefix="fsprof-kernels-"))
     limit = sum(lim for n, lim, _ in CHECKS if n in names) + 120
+    progress = Progress(shared, names, say)
     try:
         with open(logdir / "console.log", "wb") as console:
             out = vm.boot_and_run(row.kernel, [PY, "-m", "kernels.matrix", "--inside", str(shared),
                                                "--checks", ",".join(names)],
                                   accel=how, cwd=REPO, timeout=limit, boot_timeout=900, rwdirs=[shared],
-                                  output=console, verbose=True, watch=Progress(shared, names, say))
+                                  output=console, verbose=True, watch=progress)
         row.results = read_results(shared)
     except vm.VMError as e:
         row.skipped = str(e)
@@ -339,6 +341,7 @@ def run_vm_row(row, names, logdir, accel, say):
                 shutil.copy(f, logdir / f.name)
         shutil.rmtree(shared, ignore_errors=True)
         row.seconds = time.monotonic() - start
+        row.said = progress.said
     row.boot_s = out.boot_s
     if out.status != "done":  # what the guest's kernel said last: a panic, a lockup, a hung task
         say(f"   the VM ended early: {out.message}; the end of its kernel log:")
@@ -362,6 +365,7 @@ class Progress:
         self.shared, self.say = shared, say
         self.pending = [(n, lim) for n, lim, _ in CHECKS if n in names]
         self.since = None  # when the running check started, as the host saw it
+        self.said = set()
 
     def __call__(self):
         now = time.monotonic()
@@ -370,12 +374,18 @@ class Progress:
         done = read_results(self.shared)
         while self.pending and self.pending[0][0] in done:
             res = done[self.pending.pop(0)[0]]
-            self.say(f"   {'PASS' if res['ok'] else 'FAIL'} {res['check']} ({res['seconds']:.0f} s)")
+            self.say(result_line(res))
+            self.said.add(res["check"])
             self.since = now
         if self.pending and now - self.since > self.pending[0][1] + self.GRACE_S:
             name, lim = self.pending[0]
             return f"check {name} ran past its {lim} s limit by {self.GRACE_S} s: the VM was stopped"
         return None
+
+
+def result_line(res):
+    return (f"   {'PASS' if res['ok'] else 'FAIL'} {res['check']} ({res['seconds']:.0f} s)"
+            + (f": {res['note']}" if res["note"] else ""))
 
 
 def kernel_log_tail(console, lines=25):
@@ -524,10 +534,8 @@ def main(argv=None):
             if r.skipped:
                 say(f"   skipped: {r.skipped}")
             for n in names:
-                res = r.results.get(n)
-                if res:
-                    say(f"   {'PASS' if res['ok'] else 'FAIL'} {n} ({res['seconds']:.0f} s)"
-                        + (f": {res['note']}" if res["note"] else ""))
+                if n in r.results and n not in r.said:
+                    say(result_line(r.results[n]))
     except KeyboardInterrupt:
         say("interrupted: the VM (if any) was stopped and its images removed")
         return 130

@@ -134,6 +134,12 @@ def finish(proc, timeout):
         raise
 
 
+def kernel_programs():
+    """Every BPF program the kernel holds, as `bpftool prog show -j` lists them (id, name, ...)."""
+    return json.loads(subprocess.run(["bpftool", "prog", "show", "-j"], capture_output=True, text=True,
+                                     check=True).stdout)
+
+
 def kernel_stack(pid):
     """A process's kernel stack (and its threads'), one line, for a failure message."""
     frames = []

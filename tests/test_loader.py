@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import kernel_programs
 from profiler.trace import maps, syscalls
 from profiler.trace.bpf import BUILD_DIR, BpfObject
 from profiler.errors import FsprofError
@@ -194,5 +195,4 @@ def test_collector_loads_side_by_side_and_leaves_no_program_behind():
 
 
 def kernel_program_ids():
-    return {p["id"] for p in json.loads(subprocess.run(["bpftool", "prog", "show", "-j"], capture_output=True,
-                                                       text=True, check=True).stdout)}
+    return {p["id"] for p in kernel_programs()}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, assert_invariants, run_fsprof
+from conftest import REPO, assert_invariants, kernel_programs, run_fsprof
 from profiler.machine import scratch
 from profiler.session.record import cgroup2_root
 
@@ -75,8 +75,7 @@ def fsprof_program_names():
 
 
 def loaded_fsprof_programs(names):
-    out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True).stdout
-    return sorted({p.get("name") for p in json.loads(out)} & names)
+    return sorted({p.get("name") for p in kernel_programs()} & names)
 
 
 def test_record_for_a_duration_leaves_no_program_loaded(tmp_path):

@@ -177,8 +177,8 @@ def checks():
         out.append((f"tracepoints {group}", bool(events), tracepoint_check(group, events)))
     out += [
         ("fsprof's programs", True, check_fsprof_programs),
-        # Nearly every program is tp_btf (a classic tracepoint's detach waits for an RCU grace
-        # period); two dirty-limit readers of bpf/writeback.bpf.c stay classic (docs/kernels.md).
+        # Every program but global_dirty_state's (writeback.bpf.c, verify.bpf.c) is tp_btf: a
+        # classic tracepoint's detach waits for an RCU grace period (docs/kernel-notes.md).
         ("attach tp_btf", True, attach_check("tp_btf_switch", "BTF tracepoint")),
         ("attach raw_tp", True, attach_check("raw_tp_switch", "raw tracepoint")),
         ("attach tracepoint", True, attach_check("tp_switch", "classic tracepoint")),

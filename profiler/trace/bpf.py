@@ -679,14 +679,13 @@ class BpfObject:
 # nothing waits for. All of fsprof's programs but global_dirty_state's are tp_btf now
 # (docs/kernel-notes.md): the classic links are destroyed on a thread of their own that close()
 # does not wait for, so that the result is written meanwhile; the process waits for that thread
-# before it exits (not a daemon), and wait_detached() waits for it explicitly.
+# before it exits (not a daemon).
 _MAX_DETACH_THREADS = 4
-_detaching = []
 
 
 def destroy_links(links, slow_links=()):
     """bpf_link__destroy every link: `links` before returning, `slow_links` (classic tracepoints)
-    on a thread of their own (see wait_detached)."""
+    on a thread of their own."""
     lib = libbpf()
     slow = list(slow_links)
     if slow:
@@ -694,9 +693,7 @@ def destroy_links(links, slow_links=()):
             for link in slow:
                 lib.bpf_link__destroy(link)
         try:
-            thread = threading.Thread(target=destroy_slow, name="fsprof-detach-classic")
-            thread.start()
-            _detaching.append(thread)
+            threading.Thread(target=destroy_slow, name="fsprof-detach-classic").start()
         except RuntimeError:  # no thread could be started (interpreter shutdown): here and now
             destroy_slow()
     links = list(links)
@@ -713,12 +710,6 @@ def destroy_links(links, slow_links=()):
     except RuntimeError:  # as above
         for link in links[done:]:
             lib.bpf_link__destroy(link)
-
-
-def wait_detached():
-    """Returns once every link handed to destroy_links is detached."""
-    while _detaching:
-        _detaching.pop().join()
 
 
 def close_all(objects):

@@ -10,6 +10,7 @@ and libbpf would otherwise look up at every load (a __kconfig or __ksym): CONFIG
 address of global_wb_domain (balance_dirty_pages' limit on 6.1 and 6.12) from /proc/kallsyms.
 """
 
+import hashlib
 import json
 import os
 import platform
@@ -26,7 +27,6 @@ FIELDS = ("rqf_flush_seq", "rqf_use_sched", "i_dirty_sync", "i_dirty_datasync", 
 _RQF_6_1 = {"rqf_flush_seq": 1 << 4, "rqf_use_sched": 1 << 22}
 _ENUMERATORS = {"rqf_flush_seq": "__RQF_FLUSH_SEQ", "rqf_use_sched": "__RQF_USE_SCHED"}   # bit numbers
 _INODE_FLAGS = {"i_dirty_sync": "I_DIRTY_SYNC", "i_dirty_datasync": "I_DIRTY_DATASYNC", "i_dirty_time": "I_DIRTY_TIME"}
-CACHE_VERSION = 2   # raised when FIELDS change, so that a boot's older cache is not read
 _EXPR = re.compile(r"^[0-9xXa-fA-F()<|\s]+$")
 
 
@@ -95,7 +95,9 @@ def values():
         boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         boot = "unknown"
-    cache = CACHE_DIR / f"kernel-flags-{CACHE_VERSION}-{boot}.json"
+    # Named by FIELDS too: a cache an older fsprof wrote this boot, with fewer fields, is not read.
+    fields = hashlib.sha1(",".join(FIELDS).encode()).hexdigest()[:8]
+    cache = CACHE_DIR / f"kernel-flags-{fields}-{boot}.json"
     try:
         return json.loads(cache.read_text())
     except (OSError, ValueError):
