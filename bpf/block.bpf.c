@@ -106,7 +106,7 @@ const struct blk_val zero_val = {};
 static __always_inline __u32 rq_dev(struct request *rq)
 {
 	/* What the block tracepoints print as dev: the whole disk's dev_t. */
-	return BPF_CORE_READ(rq, q, disk, part0, bd_dev);
+	return rq->q->disk->part0->bd_dev;
 }
 
 static __always_inline __u8 dev_flags(__u32 dev)
@@ -257,20 +257,23 @@ static __always_inline __u32 flushes_asked(__u32 flags, __u16 cls, __u8 devf)
 SEC("tp_btf/block_io_start")
 int BPF_PROG(on_io_start, struct request *rq)
 {
-	__u32 dev = rq_dev(rq);
-	__u8 devf = dev_flags(dev);
 	__u64 ptr = (__u64)rq;
-	__u32 flags, asked;
+	__u32 dev, flags, asked;
 	struct rq_info info = {};
 	struct blk_val *v;
+	__u8 devf;
 
+	if (!rq)   /* never, but 6.12 marks tp_btf pointers maybe-NULL */
+		return 0;
+	dev = rq_dev(rq);
+	devf = dev_flags(dev);
 	if (!devf)
 		return 0;
 	count_lost(ptr);
-	flags = BPF_CORE_READ(rq, cmd_flags);
+	flags = rq->cmd_flags;
 	info.born_ns = info.start_ns = bpf_ktime_get_ns();
 	info.dev = dev;
-	info.cls = classify(flags, BPF_CORE_READ(rq, __data_len));
+	info.cls = classify(flags, rq->__data_len);
 	info.phase = current_phase();
 	submitter(info.who);
 	if (bpf_map_update_elem(&rqs, &ptr, &info, BPF_ANY))
@@ -300,10 +303,13 @@ int BPF_PROG(on_io_start, struct request *rq)
 SEC("tp_btf/block_rq_insert")
 int BPF_PROG(on_rq_insert, struct request *rq)
 {
-	__u32 dev = rq_dev(rq);
 	__u64 ptr = (__u64)rq, now;
 	struct rq_info *info, fresh = {};
+	__u32 dev;
 
+	if (!rq)   /* never, but 6.12 marks tp_btf pointers maybe-NULL */
+		return 0;
+	dev = rq_dev(rq);
 	if (!dev_flags(dev))
 		return 0;
 	now = bpf_ktime_get_ns();
@@ -313,11 +319,11 @@ int BPF_PROG(on_rq_insert, struct request *rq)
 		return 0;
 	}
 	/* Started before tracing began (or a passthrough request): its queue time starts here. */
-	fresh.born_ns = BPF_CORE_READ(rq, start_time_ns) ?: now;
+	fresh.born_ns = rq->start_time_ns ?: now;
 	fresh.start_ns = now;
 	fresh.insert_ns = now;
 	fresh.dev = dev;
-	fresh.cls = classify(BPF_CORE_READ(rq, cmd_flags), BPF_CORE_READ(rq, __data_len));
+	fresh.cls = classify(rq->cmd_flags, rq->__data_len);
 	submitter(fresh.who);
 	if (bpf_map_update_elem(&rqs, &ptr, &fresh, BPF_ANY))
 		count_drop(DROP_RQ_FULL);
@@ -328,25 +334,28 @@ int BPF_PROG(on_rq_insert, struct request *rq)
 SEC("tp_btf/block_rq_issue")
 int BPF_PROG(on_rq_issue, struct request *rq)
 {
-	__u32 dev = rq_dev(rq), bytes;
 	__u64 ptr = (__u64)rq, now, queued_at;
 	struct rq_info *info, fresh = {};
 	struct blk_val *v;
+	__u32 dev, bytes;
 	__u16 phase;
 
+	if (!rq)   /* never, but 6.12 marks tp_btf pointers maybe-NULL */
+		return 0;
+	dev = rq_dev(rq);
 	if (!dev_flags(dev))
 		return 0;
 	now = bpf_ktime_get_ns();
 	phase = current_phase();
-	bytes = BPF_CORE_READ(rq, __data_len);
+	bytes = rq->__data_len;
 	count_lost(ptr);
 	info = bpf_map_lookup_elem(&rqs, &ptr);
 	if (!info || info->ended || info->issue_ns) {
 		/* The queue's flush request, or one started before tracing began: classified from its
 		 * flags now; queued since the kernel's own start time (blk_kick_flush for a flush). */
 		fresh.dev = dev;
-		fresh.cls = classify(BPF_CORE_READ(rq, cmd_flags), bytes);
-		fresh.born_ns = fresh.start_ns = BPF_CORE_READ(rq, start_time_ns);
+		fresh.cls = classify(rq->cmd_flags, bytes);
+		fresh.born_ns = fresh.start_ns = rq->start_time_ns;
 		if (fresh.cls != BLK_FLUSH)
 			submitter(fresh.who);
 		bpf_map_update_elem(&rqs, &ptr, &fresh, BPF_ANY);
@@ -422,7 +431,7 @@ int BPF_PROG(on_rq_complete, struct request *rq, blk_status_t error, unsigned in
 	__u32 flush_seq = rqf_flush_seq();
 	struct blk_val *v;
 
-	if (!info || info->ended)
+	if (!info || info->ended || !rq)
 		return 0;
 	if (info->issue_ns && !info->device_done) {
 		info->device_done = 1;
@@ -432,8 +441,8 @@ int BPF_PROG(on_rq_complete, struct request *rq, blk_status_t error, unsigned in
 			hist_add(&v->device, now - info->issue_ns);
 		}
 	}
-	if ((BPF_CORE_READ(rq, rq_flags) & flush_seq) &&
-	    op_of(BPF_CORE_READ(rq, cmd_flags)) != bpf_core_enum_value(enum req_op, REQ_OP_FLUSH))
+	if ((rq->rq_flags & flush_seq) &&
+	    op_of(rq->cmd_flags) != bpf_core_enum_value(enum req_op, REQ_OP_FLUSH))
 		return 0;   /* more to come */
 	info->ended = 1;
 	if (!info->issue_ns) {

@@ -82,13 +82,23 @@ struct inflight {
 	struct off_slot slots[OFF_SLOTS];
 };
 
-/* The syscall each traced thread is in, by tid. */
+/* The syscall each traced thread is in (start_ns 0: none). Task-local storage: sched_switch and
+ * sched_waking, which run for every switch and wakeup on the machine, find it (or that a task
+ * has none) through the task itself instead of hashing its tid; it goes with the task. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32);
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
 	__type(value, struct inflight);
 } inflight SEC(".maps");
+
+/* The record of a task inside a traced syscall, or NULL. */
+static __always_inline struct inflight *inflight_of(struct task_struct *task)
+{
+	struct inflight *op = bpf_task_storage_get(&inflight, task, 0, 0);
+
+	return op && op->start_ns ? op : NULL;
+}
 
 /* Wall time per (filesystem, syscall, phase). A value is 4.7 KiB: one shared, preallocated copy
  * updated with atomic adds, rather than one per CPU (which grows with the machine) or allocated on
@@ -182,21 +192,21 @@ static __always_inline void set_phase(__u64 index)
 
 /* The raw syscall tracepoints give the registers: on x86-64 a syscall's arguments are in di, si,
  * dx, r10, r8, r9 and its number in orig_ax (what raw_syscalls' own fields are copied from). */
-#define SYSCALL_ARG0(regs) BPF_CORE_READ(regs, di)
-#define SYSCALL_ARG1(regs) BPF_CORE_READ(regs, si)
+#define SYSCALL_ARG0(regs) ((regs)->di)
+#define SYSCALL_ARG1(regs) ((regs)->si)
 
 SEC("tp_btf/sys_enter")
 int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 {
-	__u32 nr = id, tid = (__u32)bpf_get_current_pid_tgid();
+	__u32 nr = id;
 	struct task_struct *task;
-	struct inflight op = {};
+	struct inflight op = {}, *rec;
 	struct filter *f;
 	__u64 arg0;
 	__u8 *src;
 
 	src = bpf_map_lookup_elem(&syscall_dev_source, &nr);
-	if (!src || *src == DEV_SRC_NONE || !(f = get_filter()) || !is_traced(f))
+	if (!src || *src == DEV_SRC_NONE || !regs || !(f = get_filter()) || !is_traced(f))
 		return 0;
 	arg0 = SYSCALL_ARG0(regs);
 	if (*src == DEV_SRC_MARKER) {
@@ -228,7 +238,10 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 	op.op.phase = current_phase();
 	op.out_stack = -1;
 	op.start_ns = bpf_ktime_get_ns();
-	if (bpf_map_update_elem(&inflight, &tid, &op, BPF_ANY))
+	rec = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (rec)
+		__builtin_memcpy(rec, &op, sizeof(op));
+	else
 		count_drop(DROP_INFLIGHT_FULL);
 	return 0;
 }
@@ -282,18 +295,22 @@ static __always_inline void add_op(struct op_key *key, __u64 delta, long ret)
 SEC("tp_btf/sys_exit")
 int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 {
-	__u32 nr = BPF_CORE_READ(regs, orig_ax), tid = (__u32)bpf_get_current_pid_tgid();
 	struct inflight *op;
 	struct op_key key;
 	struct filter *f;
 	__u64 delta;
+	__u32 nr;
 	__u8 *src;
+
+	if (!regs)
+		return 0;
+	nr = regs->orig_ax;
 
 	/* An array lookup first: most syscalls on the machine are not traced ones. */
 	src = bpf_map_lookup_elem(&syscall_dev_source, &nr);
 	if (!src || *src == DEV_SRC_NONE || *src == DEV_SRC_MARKER)
 		return 0;
-	op = bpf_map_lookup_elem(&inflight, &tid);
+	op = inflight_of(bpf_get_current_task_btf());
 	if (!op)
 		return 0;
 	delta = bpf_ktime_get_ns() - op->start_ns;
@@ -311,7 +328,8 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 					   op->slots[i].count, op->slots[i].total_ns);
 		}
 	}
-	bpf_map_delete_elem(&inflight, &tid);
+	op->start_ns = 0;
+	op->out_ns = 0;
 	return 0;
 }
 
@@ -373,9 +391,11 @@ static __always_inline void off_interval_end(struct inflight *op, __u64 now)
 SEC("tp_btf/sched_waking")
 int BPF_PROG(on_waking, struct task_struct *p)
 {
-	__u32 tid = BPF_CORE_READ(p, pid);
-	struct inflight *op = bpf_map_lookup_elem(&inflight, &tid);
+	struct inflight *op;
 
+	if (!p)
+		return 0;
+	op = inflight_of(p);
 	if (!op || !op->out_ns || op->woken_ns)
 		return 0;
 	if (!op->out_runnable) {
@@ -436,13 +456,14 @@ SEC("tp_btf/sched_switch")
 int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
 {
-	__u32 prev_tid = BPF_CORE_READ(prev, pid), next_tid = BPF_CORE_READ(next, pid);
 	struct inflight *op;
 	__u64 now = bpf_ktime_get_ns();
 	__s64 *open;
 
+	if (!prev || !next)
+		return 0;
 	/* prev is the current task here, so the stack taken is the one it is leaving at. */
-	op = bpf_map_lookup_elem(&inflight, &prev_tid);
+	op = inflight_of(prev);
 	if (op) {
 		op->out_ns = now;
 		op->woken_ns = 0;
@@ -453,12 +474,12 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 		if (op->out_stack < 0)
 			count_drop(DROP_OFFCPU_STACK);
 	}
-	op = bpf_map_lookup_elem(&inflight, &next_tid);
+	op = inflight_of(next);
 	if (op && op->out_ns)
 		off_interval_end(op, now);
 	if ((open = workers_open_count()) && *open > 0) {
-		worker_switch_out(prev_tid, ctx, preempt || prev_state == 0, now);
-		worker_switch_in(next_tid, now);
+		worker_switch_out(prev->pid, ctx, preempt || prev_state == 0, now);
+		worker_switch_in(next->pid, now);
 	}
 	return 0;
 }
@@ -467,8 +488,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 SEC("perf_event")
 int on_sample(struct bpf_perf_event_data *ctx)
 {
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct inflight *op = bpf_map_lookup_elem(&inflight, &tid);
+	struct inflight *op = inflight_of(bpf_get_current_task_btf());
 	struct sample_key key = {};
 	__u64 *n, zero = 0;
 
@@ -509,8 +529,10 @@ int BPF_PROG(on_exit, struct task_struct *p)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)id, tgid = id >> 32;
+	struct inflight *op = inflight_of(bpf_get_current_task_btf());
 
-	bpf_map_delete_elem(&inflight, &tid);
+	if (op)   /* exit inside a syscall (exit_group): no sys_exit, and its last switch is no wait */
+		op->start_ns = 0;
 	worker_forget(tid);
 	/* Threads were added by tid when they were created; the process leaves with its last thread
 	 * (whichever that is). */
