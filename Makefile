@@ -92,7 +92,9 @@ test: setup
 # against bpftrace and libbpf-tools, start-up, capacity, report) and each bundled workload against
 # its reference tool; writes docs/benchmarks.md (bench/run_all.py). `make bench BENCH_LONG=1`: the
 # 10-minute capacity run; BENCH_QUICK=1: few, short repeats; BENCH_WORKLOADS=0: fsprof's cost only.
-BENCH_PKGS := libbpf-tools
+# postgresql: bench/bench_pgbench.py runs a cluster of its own on a scratch filesystem (Debian's
+# package may also create and start its default cluster on port 5432; the bench does not use it).
+BENCH_PKGS := libbpf-tools postgresql
 bench: setup
 	@missing=$$(for p in $(BENCH_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \

@@ -3,7 +3,7 @@
 attached (it prints "recording" on stderr then), against bpftrace attaching the same attach points
 (a script generated from fsprof's own programs: every tracepoint, the 999 Hz profile) and attaching
 bench/peer.bt, and against libbpf-tools' offcputime and biolatency. Interleaved, the order rotated
-each round. Also: the whole `fsprof record` wall time for a 1 s recording (start, detach, report
+each round. Also: the whole `fsprof record` wall time for a 2 s recording (start, detach, report
 and flame graphs), the CPU time fsprof spent until attached, the Collector's load / attach /
 close inside one process, and the cost of starting Python and the CLI (`python -m profiler --help`).
 
@@ -41,10 +41,10 @@ def sleeper():
 
 
 def fsprof_record(pid):
-    """(seconds until "recording", CPU seconds until then, seconds until exit) of a 1 s recording."""
+    """(seconds until "recording", CPU seconds until then, seconds until exit) of a 2 s recording."""
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as out:
         start = time.monotonic()
-        proc = subprocess.Popen([*FSPROF, "record", "--pid", str(pid), "--duration", "1s", "-o", f"{out}/run"],
+        proc = subprocess.Popen([*FSPROF, "record", "--pid", str(pid), "--duration", "2s", "-o", f"{out}/run"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO)
         attached = cpu = None
         for line in proc.stderr:
@@ -166,7 +166,7 @@ def main():
 
 def render(summary, phases, cli, args):
     ms = dict(digits=0, unit=" ms", scale=1000)
-    lines = ["| tool | until attached | CPU until attached | whole run (1 s recording) |", "|---|---|---|---|"]
+    lines = ["| tool | until attached | CPU until attached | whole run (2 s recording) |", "|---|---|---|---|"]
     for name, s in summary.items():
         total = fmt(s["total_s"], **ms) if name == "fsprof record" else "—"
         lines.append(f"| {name} | {fmt(s['attached_s'], **ms)} | {fmt(s['cpu_s'], **ms)} | {total} |")
@@ -187,7 +187,7 @@ HOW = """How: `make bench` (or `.venv/bin/python bench/bench_startup.py`). The p
 attached: fsprof record's "recording" line on stderr; bpftrace's BEGIN output (bpftrace runs BEGIN
 after attaching every other probe); a libbpf tool holding as many BPF links as programs in
 /proc/PID/fd. "CPU" is the tool's user+system time read from /proc/PID/stat at that moment.
-fsprof's "whole run" is `fsprof record --pid P --duration 1s` from start to exit: start-up, 1 s of
+fsprof's "whole run" is `fsprof record --pid P --duration 2s` from start to exit (target: 2.3 s): start-up, 2 s of
 recording, snapshot, detach, result.json and the flame graphs. The bpftrace equivalent has one
 classic tracepoint per fsprof program (bpftrace 0.17 has no raw_tp/tp_btf probes) and
 `profile:hz:999` for the sampling program."""

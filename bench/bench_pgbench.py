@@ -1,0 +1,279 @@
+#!/usr/bin/env python3
+"""Benchmark: what tracing costs a real database. PostgreSQL (Debian's packages) runs on a scratch
+ext4 (loop-backed, barriers on): initdb, `pgbench -i`, then interleaved rounds of pgbench's TPC-B-like
+script, untraced and under `fsprof record --pid POSTMASTER` (the command a user would run: the
+postmaster, its existing children and every backend it forks for pgbench's clients are traced), the
+order alternated each round; the ratio of tps is taken within each round.
+
+Then the attach window: pgbench runs with a per-transaction log; a few seconds in, `fsprof record
+--pid POSTMASTER --duration 3s` starts. The transactions that completed between its start and its
+"recording" line (every probe attached) give the tps during attaching, against the tps of the
+3 seconds before it started; the seconds while it records give the traced tps against the same.
+
+    .venv/bin/python bench/bench_pgbench.py [--rounds 5] [--time 20] [--clients 4] [--scale 10]
+    BENCH_QUICK=1 ...   # 2 rounds of 5 s: checks the script, not for quoting
+"""
+
+import argparse
+import glob
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common  # noqa: E402
+from common import PY, QUICK, REPO, fmt, interleaved, spread  # noqa: E402
+from profiler.machine import scratch  # noqa: E402
+from profiler.machine.scratch import Changes  # noqa: E402
+from profiler.signals import install_handlers  # noqa: E402
+
+FSPROF = [PY, "-m", "profiler"]
+PORT = 54329          # not PostgreSQL's default: a server the machine runs is left alone
+BEFORE_S = 3.0        # the attach window's baseline: tps of the seconds before fsprof starts
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=2 if QUICK else 5, help="interleaved rounds (default 5)")
+    ap.add_argument("--time", type=int, default=5 if QUICK else 20, help="pgbench seconds per run (default 20)")
+    ap.add_argument("--clients", type=int, default=4, help="pgbench clients (default 4)")
+    ap.add_argument("--scale", type=int, default=10, help="pgbench scale factor (default 10: 1M accounts)")
+    ap.add_argument("--attach-rounds", type=int, default=2 if QUICK else 5,
+                    help="attach-window measurements (default 5)")
+    return ap.parse_args()
+
+
+def pg_bin(name):
+    """A PostgreSQL server program from Debian's packages (the newest installed major version)."""
+    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), key=lambda p: int(p.split("/")[4]))
+    if not found:
+        raise SystemExit("bench_pgbench: PostgreSQL is not installed (make bench installs Debian's postgresql)")
+    return found[-1]
+
+
+class Server:
+    """A PostgreSQL cluster of its own on the scratch filesystem: a Unix socket in its data
+    directory, no TCP. The postmaster is a process group of its own, journaled, so that an
+    interrupted bench kills it (and its backends) before the filesystem is unmounted."""
+
+    def __init__(self, changes, mountpoint):
+        self.user = pwd.getpwnam("postgres")
+        self.data = os.path.join(mountpoint, "pgdata")
+        # The scratch directory is root's alone (0700); the postgres user must pass through it.
+        os.chmod(os.path.dirname(mountpoint), 0o711)
+        os.makedirs(self.data, mode=0o700)
+        os.chown(self.data, self.user.pw_uid, self.user.pw_gid)
+        self._as_postgres([pg_bin("initdb"), "-D", self.data, "-U", "postgres", "--auth=trust", "-E", "UTF8"])
+        self.log = open(os.path.join(mountpoint, "postgres.log"), "w")
+        self.proc = subprocess.Popen([pg_bin("postgres"), "-D", self.data, "-k", self.data, "-p", str(PORT),
+                                      "-c", "listen_addresses="], user=self.user.pw_uid, group=self.user.pw_gid,
+                                     cwd=self.data, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        scratch.record_process(changes, self.proc.pid)
+        self.pid = self.proc.pid
+        deadline = time.monotonic() + 60
+        while subprocess.run(self.client("pg_isready"), capture_output=True).returncode != 0:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"bench_pgbench: PostgreSQL did not start; see {self.log.name}")
+            time.sleep(0.2)
+
+    def _as_postgres(self, argv):
+        # Its own data directory as working directory: the postgres user may not enter ours.
+        proc = subprocess.run(argv, capture_output=True, text=True, user=self.user.pw_uid, group=self.user.pw_gid,
+                              cwd=self.data)
+        if proc.returncode != 0:
+            raise SystemExit(f"bench_pgbench: {os.path.basename(argv[0])} failed: {proc.stderr.strip()[-300:]}")
+
+    def client(self, program, *args):
+        return [shutil.which(program) or program, "-h", self.data, "-p", str(PORT), "-U", "postgres", *args]
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)   # fast shutdown
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.log.close()
+
+
+def pgbench(server, args, seconds, log_prefix=None):
+    """Runs pgbench for `seconds`; returns (tps, stdout). With log_prefix, a per-transaction log."""
+    argv = server.client("pgbench", "-c", str(args.clients), "-j", str(min(args.clients, 2)), "-T", str(seconds),
+                         "--no-vacuum")
+    if log_prefix:
+        argv += ["-l", f"--log-prefix={log_prefix}"]
+    proc = subprocess.run(argv + ["postgres"], capture_output=True, text=True,
+                          cwd=os.path.dirname(log_prefix) if log_prefix else None)
+    if proc.returncode != 0:
+        raise SystemExit(f"bench_pgbench: pgbench failed: {proc.stderr.strip()[-300:]}")
+    tps = next(float(line.split("=")[1].split()[0]) for line in proc.stdout.splitlines()
+               if line.startswith("tps ="))
+    return tps, proc.stdout
+
+
+class Record:
+    """`fsprof record --pid POSTMASTER` as a user runs it, until SIGINT (Ctrl-C)."""
+
+    def __init__(self, pid, duration=None, out=None):
+        self.out = out or tempfile.mkdtemp(prefix="bench-pgbench-", dir="/var/tmp")
+        argv = [*FSPROF, "record", "--pid", str(pid), "-o", os.path.join(self.out, "run")]
+        if duration:
+            argv += ["--duration", duration]
+        self.started = time.time()
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                                     start_new_session=True)
+        self.attached = None
+        for line in self.proc.stderr:
+            if "recording" in line:
+                self.attached = time.time()
+                break
+        if self.attached is None:
+            raise SystemExit(f"bench_pgbench: fsprof record failed: {self.proc.communicate()[1].strip()[-300:]}")
+
+    def wait(self, interrupt=False):
+        if interrupt:
+            self.proc.send_signal(signal.SIGINT)
+        err = self.proc.communicate(timeout=120)[1]
+        self.ended = time.time()
+        shutil.rmtree(self.out, ignore_errors=True)
+        if self.proc.returncode != 0:
+            raise SystemExit(f"bench_pgbench: fsprof record failed ({self.proc.returncode}): {err.strip()[-300:]}")
+
+
+def run_round(server, args, traced):
+    if not traced:
+        tps, _ = pgbench(server, args, args.time)
+        return {"tps": tps}
+    rec = Record(server.pid)
+    try:
+        tps, _ = pgbench(server, args, args.time)
+    finally:
+        rec.wait(interrupt=True)
+    return {"tps": tps, "attach_s": rec.attached - rec.started}
+
+
+def completions(log_prefix):
+    """Completion times (epoch seconds) of every transaction in pgbench's per-transaction logs."""
+    out = []
+    for path in glob.glob(f"{log_prefix}*"):
+        with open(path) as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) >= 6:
+                    out.append(int(fields[4]) + int(fields[5]) / 1e6)
+    return out
+
+
+def attach_window(server, args):
+    """pgbench with a per-transaction log; fsprof starts a few seconds in, records 3 s and stops.
+    Returns tps before it started, while it attached, while it recorded."""
+    settle = BEFORE_S + 2
+    with tempfile.TemporaryDirectory(prefix="bench-pgbench-log-", dir="/var/tmp") as logdir:
+        prefix = os.path.join(logdir, "tx")
+        result = {}
+
+        def trace():
+            time.sleep(settle)
+            rec = Record(server.pid, duration="3s")
+            rec.wait()
+            result["rec"] = rec
+
+        t = threading.Thread(target=trace)
+        t.start()
+        pgbench(server, args, int(settle + 8), log_prefix=prefix)
+        t.join()
+        rec = result.get("rec")
+        if rec is None:
+            raise SystemExit("bench_pgbench: the attach-window recording did not finish")
+        done = completions(prefix)
+
+    def tps(a, b):
+        return sum(a <= t < b for t in done) / (b - a) if b > a else None
+
+    before = tps(rec.started - BEFORE_S, rec.started)
+    attaching = tps(rec.started, rec.attached)
+    recording = tps(rec.attached, rec.attached + 3.0)
+    return {"before": before, "attaching": attaching, "recording": recording,
+            "attach_s": rec.attached - rec.started,
+            "attach_dip": 1 - attaching / before if before and attaching is not None else None,
+            "recording_dip": 1 - recording / before if before and recording is not None else None}
+
+
+def main():
+    args = parse_args()
+    install_handlers()
+    with Changes() as changes:
+        sfs = common.provision(changes, "ext4", "bench-pgbench", 2)
+        server = Server(changes, sfs.mountpoint)
+        try:
+            subprocess.run(server.client("pgbench", "-i", "-q", "-s", str(args.scale), "postgres"), check=True,
+                           capture_output=True)
+            print(f"pgbench: scale {args.scale}, {args.clients} clients, {args.time} s runs, "
+                  f"PostgreSQL {Path(pg_bin('postgres')).parts[4]} on scratch ext4", flush=True)
+            pgbench(server, args, min(args.time, 10))   # warm-up: caches, WAL segments
+            runs = interleaved([("untraced", lambda: run_round(server, args, False)),
+                                ("fsprof", lambda: run_round(server, args, True))], args.rounds)
+            windows = []
+            for i in range(args.attach_rounds):
+                w = attach_window(server, args)
+                print(f"  attach window {i + 1}: " + common.brief(w), flush=True)
+                windows.append(w)
+        finally:
+            server.stop()
+    ratios = [t["tps"] / u["tps"] for u, t in zip(runs["untraced"], runs["fsprof"])]
+    summary = {"untraced": spread([r["tps"] for r in runs["untraced"]]),
+               "fsprof": spread([r["tps"] for r in runs["fsprof"]]),
+               "overhead": spread([1 - r for r in ratios]),
+               "attach_s": spread([w["attach_s"] for w in windows]),
+               "attach_dip": spread([w["attach_dip"] for w in windows]),
+               "recording_dip": spread([w["recording_dip"] for w in windows])}
+    md = render(runs, ratios, windows, summary, args)
+    print("\n" + md)
+    common.save("pgbench", {"runs": runs, "windows": windows, "summary": summary, "markdown": md, "how": HOW,
+                            "args": vars(args)})
+
+
+def render(runs, ratios, windows, s, args):
+    lines = ["| round | untraced tps | under `fsprof record` tps | ratio |", "|---|---|---|---|"]
+    for i, (u, t, r) in enumerate(zip(runs["untraced"], runs["fsprof"], ratios), 1):
+        lines.append(f"| {i} | {u['tps']:,.0f} | {t['tps']:,.0f} | {r:.3f} |")
+    lines += ["", f"Throughput cost (1 - ratio, median of rounds): {fmt(s['overhead'], 1, pct=True)}.", "",
+              "| attach window | tps before | tps while attaching | tps while recording | attaching took |",
+              "|---|---|---|---|---|"]
+    for i, w in enumerate(windows, 1):
+        lines.append(f"| {i} | {w['before']:,.0f} | {w['attaching']:,.0f} ({-w['attach_dip'] * 100:+.1f}%) | "
+                     f"{w['recording']:,.0f} ({-w['recording_dip'] * 100:+.1f}%) | {w['attach_s'] * 1000:.0f} ms |")
+    lines += ["", f"Dip while attaching (median): {fmt(s['attach_dip'], 1, pct=True)}; while recording: "
+              f"{fmt(s['recording_dip'], 1, pct=True)} (a positive figure is tps lost).", "",
+              f"pgbench -c {args.clients} -j {min(args.clients, 2)} -T {args.time}, scale {args.scale}, "
+              f"{args.rounds} rounds, {len(windows)} attach windows."]
+    return "\n".join(lines)
+
+
+HOW = ("How: `make bench` (or `.venv/bin/python bench/bench_pgbench.py`). PostgreSQL from Debian's "
+       "`postgresql` package, a cluster of its own (initdb, trust auth, a Unix socket only, port "
+       f"{PORT}, default settings: fsync and synchronous_commit on, so every commit fsyncs the WAL) on a "
+       "fresh 2 GiB loop-backed ext4 with barriers on; `pgbench -i -s SCALE`, one untraced warm-up run, then "
+       "rounds of the default TPC-B-like script, untraced and under `fsprof record --pid POSTMASTER` "
+       "(started before pgbench, stopped with Ctrl-C after it: result and flame graphs written after "
+       "the measured run), the order alternated each round. The attach window: pgbench's "
+       "per-transaction log (`-l`) timestamps every commit; fsprof starts 5 s into the run; tps between "
+       "its start and its \"recording\" line is compared with the 3 s before it started. Those windows "
+       "are a few hundred ms, so each holds a few hundred transactions: one window's figure is noisy, "
+       "the median of several less so.")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except KeyboardInterrupt:
+        raise SystemExit("bench_pgbench: interrupted; the server and scratch filesystem are undone")
