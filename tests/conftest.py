@@ -196,3 +196,14 @@ def kernel_has(event, group):
     """Whether this kernel has tracepoint group:event (tests of figures that need it)."""
     tracefs.ensure_mounted()
     return tracefs.has_event(event, group)
+
+
+def check_adds_up(cmp):
+    """A decomposition an expert can sign: contributions (listed, the rest together, the residual)
+    sum to the measured difference; no share above 100%; no cause in two lists."""
+    listed = sum(c["diff_us"] for c in cmp["causes"])
+    a, b = cmp["us_per_op"]
+    assert listed + cmp["not_different_us"] + cmp["residual_us"] == pytest.approx(b - a, abs=1e-6)
+    assert all(0 < c["share_of_gross"] <= 1 + 1e-9 for c in cmp["causes"]), cmp["causes"]
+    named = [c["cause"] for c in cmp["causes"]] + [c["cause"] for c in cmp["not_different"]]
+    assert len(named) == len(set(named)), named

@@ -4,12 +4,13 @@
 
 import gzip
 import hashlib
+import json
 import shutil
 from pathlib import Path
 
 import pytest
 
-from conftest import run_fsprof
+from conftest import check_adds_up, run_fsprof
 
 STORED = Path(__file__).resolve().parent / "data" / "stored-run"
 
@@ -33,6 +34,9 @@ def test_same_output_as_before(run_dir, args, expected):
     proc = run_fsprof(args[0], str(run_dir), *args[1:])
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == (STORED / expected).read_text()
+    if "--json" in args:
+        for cmp in json.loads(proc.stdout):
+            check_adds_up(cmp)
 
 
 def test_report_writes_the_same_flame_graph_stacks(run_dir):

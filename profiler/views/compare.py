@@ -5,8 +5,10 @@ latency and workload-time ratios, then the causes that make up the difference in
 ranked, each with its evidence in counts, then what does not differ. A cause a filesystem thread
 works off (a journal commit, a log force, a transaction commit) is followed into that thread's
 own time, so "journal commit wait" becomes "journal commit wait > cache flush" when the commit
-thread spent its time flushing. With repeats (a spec's rep<N> runs), a difference within the
-run-to-run spread is called noise, not explained. Runs of different workloads are never set
+thread spent its time flushing. The contributions add up to the difference, each with its share
+of the gross increase or decrease. With repeats (a spec's rep<N> runs), a difference counts
+only if the repeats separate (an exact rank test, profiler/analysis/repeats.py); without, the
+output says that noise was not measured. Runs of different workloads are never set
 against each other: a spec's output with several workloads is compared per workload.
 
 Reads result.json files only.
@@ -22,6 +24,7 @@ from ..trace.maps import BLK_WRITE_CLASSES
 from ..rundir import INDEX_FILE, RESULT_FILE, load, load_index
 from .. import behind
 from ..causes import TABLE as CAUSES
+from ..analysis import repeats
 
 # A wait that a filesystem thread ends, and the worker whose own time explains it (XFS's log force
 # wait has none: the fsync waits for iclog I/O the CIL push submits but does not wait on); which
@@ -238,37 +241,80 @@ def compare_pair(base, other, op):
     if a is None or b is None:
         missing = base.name if a is None else other.name
         raise FsprofError(f"{missing} has no {op} calls to compare", exit_code=2)
-    noise = max(base.spread(lat) or 0, other.spread(lat) or 0)
-    repeats = min(len(base.entries), len(other.entries))
-    diff = b - a
-    significant = abs(diff) > max(noise, MIN_SHARE * max(a, b), MIN_US)
+    per_repeat = [[v for v in g.per_run(lat) if v is not None] for g in (base, other)]
+    threshold = max(MIN_US, MIN_SHARE * max(a, b))
+    verdict = repeats.judge(*per_repeat, min_effect=threshold)
     causes = {}
     for g, side in ((base, 0), (other, 1)):
         for _, fs in g.entries:
             for cause, us in expanded_causes(fs, op).items():
                 causes.setdefault(cause, [0.0, 0.0])[side] += us / len(g.entries)
+    return {
+        "base": base.name, "other": other.name, "op": op, "repeats": min(len(base.entries), len(other.entries)),
+        "us_per_op": [a, b], "ratio": _ratio(a, b), "us_per_repeat": per_repeat,
+        "statistics": {k: verdict[k] for k in ("median", "p", "ratio_ci", "separated", "measured")},
+        "significant": verdict["significant"],
+        "p50_us": [base.mean(p50), other.mean(p50)], "p99_us": [base.mean(p99), other.mean(p99)],
+        "elapsed_s": [base.mean(lambda fs: fs["elapsed_s"]), other.mean(lambda fs: fs["elapsed_s"])],
+        **decompose(causes, b - a, threshold),
+        "phases": phase_times(base, other),
+        "evidence": _evidence_pairs(base, other, op),
+    }
+
+
+def decompose(causes, diff, threshold):
+    """The difference of mean us per op as signed contributions of causes ({cause: [base, other]}).
+    They add up to it: the causes above the threshold, largest magnitude first, then the rest
+    together ("not different"), then what the causes' sum misses of the wall time (the residual of
+    the sum invariant). A contribution's share is of the gross change on its own side (of all
+    increases, or of all decreases), so no share exceeds 100% and the two sides do not cancel."""
     ranked = sorted(causes.items(), key=lambda kv: -abs(kv[1][1] - kv[1][0]))
-    differing = [(c, x, y) for c, (x, y) in ranked if abs(y - x) >= max(MIN_US, MIN_SHARE * max(a, b))]
-    same = [c for c, (x, y) in ranked if abs(y - x) < max(MIN_US, MIN_SHARE * max(a, b)) and max(x, y) >= MIN_US]
-    # A count one side's filesystem does not have (jbd2 commits on XFS) is None there, not 0.
+    up = sum(y - x for _, (x, y) in ranked if y > x)
+    down = sum(x - y for _, (x, y) in ranked if y < x)
+    listed, rest = [], []
+    for c, (x, y) in ranked:
+        d = y - x
+        if abs(d) >= threshold:
+            listed.append({"cause": c, "us_per_op": [x, y], "diff_us": d,
+                           "share_of_gross": d / up if d > 0 else -d / down})
+        elif max(x, y) >= MIN_US or d:
+            rest.append({"cause": c, "us_per_op": [x, y], "diff_us": d})
+    explained = sum(y - x for _, (x, y) in ranked)
+    return {"causes": listed, "not_different": rest, "gross_us": [up, down],
+            "not_different_us": sum(r["diff_us"] for r in rest), "residual_us": diff - explained}
+
+
+def _evidence_pairs(base, other, op):
+    """{count: [base, other]}, each side the mean over its repeats. A count one side's filesystem
+    does not have (jbd2 commits on XFS) is None there, not 0."""
     ev = {}
     for g, side in ((base, 0), (other, 1)):
         for _, fs in g.entries:
             for k, v in evidence(fs, op).items():
                 pair = ev.setdefault(k, [None, None])
                 pair[side] = (pair[side] or 0.0) + v / len(g.entries)
-    return {
-        "base": base.name, "other": other.name, "op": op, "repeats": repeats,
-        "us_per_op": [a, b], "ratio": _ratio(a, b), "noise_us": noise, "significant": significant,
-        "p50_us": [base.mean(p50), other.mean(p50)], "p99_us": [base.mean(p99), other.mean(p99)],
-        "elapsed_s": [base.mean(lambda fs: fs["elapsed_s"]), other.mean(lambda fs: fs["elapsed_s"])],
-        "causes": [{"cause": c, "us_per_op": [x, y], "diff_us": y - x,
-                    "share_of_difference": (y - x) / diff if diff else 0.0} for c, x, y in differing],
-        "not_different": same,
-        "small_shifts": [{"cause": c, "diff_us": y - x} for c, (x, y) in ranked if c in same],
-        "phases": phase_times(base, other),
-        "evidence": {k: v for k, v in ev.items()},
-    }
+    return ev
+
+
+def _fmt_signed(us):
+    return f"{'+' if us >= 0 else '-'}{_fmt_us(abs(us))}"
+
+
+def _statistics_line(cmp):
+    """What the repeats say (per-repeat figures, medians, interval, test), or that noise was not measured."""
+    st, (ra, rb) = cmp["statistics"], cmp["us_per_repeat"]
+    if not st["measured"]:
+        return (f"  (one run each: run-to-run noise not measured; {repeats.repeats_needed()} repeats of each "
+                "configuration (a spec's `repeat`) measure it)")
+    ma, mb = st["median"]
+    ci = st["ratio_ci"]
+    where = {1: f"every repeat of {cmp['other']} above every one of {cmp['base']}",
+             -1: f"every repeat of {cmp['other']} below every one of {cmp['base']}",
+             0: "the repeats overlap"}[st["separated"]]
+    return (f"  Repeats (us per op): {cmp['base']} " + ", ".join(_fmt_us(v) for v in ra) + f"; {cmp['other']} " +
+            ", ".join(_fmt_us(v) for v in rb) + f". Medians {_fmt_us(mb)} vs {_fmt_us(ma)}, ratio "
+            f"{mb / ma if ma else float('inf'):.2f}" + (f" (95% bootstrap interval {ci[0]:.2f}-{ci[1]:.2f})" if ci else "") +
+            f"; {where} (Mann-Whitney U, exact two-sided p = {st['p']:.2f}).")
 
 
 def sentences(cmp):
@@ -280,49 +326,59 @@ def sentences(cmp):
     lines = [f"{other}: {op} {cmp['ratio']:.2f}x {base}'s ({_fmt_us(b)} vs {_fmt_us(a)} per op; "
              f"p50 {_fmt_us(p50b)} vs {_fmt_us(p50a)}, p99 {_fmt_us(cmp['p99_us'][1])} vs "
              f"{_fmt_us(cmp['p99_us'][0])}); the workload took {eb:.2f} s vs {ea:.2f} s."]
+    lines.append(_statistics_line(cmp))
     if not cmp["significant"]:
-        why = (f"within the run-to-run spread of {_fmt_us(cmp['noise_us'])} over {cmp['repeats']} repeats"
-               if cmp["repeats"] > 1 else f"under {MIN_SHARE:.0%} of the op's time")
-        lines.append(f"  No significant difference: {_fmt_us(abs(b - a))} per op is {why}.")
+        st = cmp["statistics"]
+        if st["measured"] and st["p"] > repeats.ALPHA:
+            why = (f"the repeats do not separate (p = {st['p']:.2f} > {repeats.ALPHA:.2f})")
+        else:
+            why = f"under {MIN_SHARE:.0%} of the op's time"
+        lines.append(f"  No significant difference: {_fmt_us(abs(b - a))} per op; {why}.")
         return lines
     if len(cmp["phases"]) > 1:
         lines.append("  By phase (workload time, " + f"{other} vs {base}): " + "; ".join(
             f"{p['phase']} {p['elapsed_s'][1]:.2f} vs {p['elapsed_s'][0]:.2f} s" for p in cmp["phases"]) +
             " (`--phase NAME` explains one).")
-    if cmp["repeats"] < 2:
-        lines.append("  (one run each: run-to-run noise not measured; a spec with repeats measures it)")
     both = {k: (x, y) for k, (x, y) in cmp["evidence"].items() if x is not None and y is not None}
     moved = {k: (x, y) for k, (x, y) in both.items() if abs(y - x) > 0.05 * max(abs(x), abs(y), 1e-9)}
     used = set()
-    lines.append(f"  The difference ({'+' if b >= a else '-'}{_fmt_us(abs(b - a))}/op) is made of "
-                 f"(figures: {other} vs {base}):")
+    up, down = cmp["gross_us"]
+    gross = " or ".join(f"of all {side}, {_fmt_signed(us)}/op" for side, us in (("increases", up), ("decreases", -down))
+                        if us)
+    lines.append(f"  The difference ({_fmt_signed(b - a)}/op) adds up from these contributions (figures: {other} vs "
+                 f"{base}; a share is {gross or 'of nothing: no cause moved'}):")
     if not cmp["causes"]:
-        small = sorted(cmp["small_shifts"], key=lambda c: -abs(c["diff_us"]))[:3]
-        lines.append("    no single cause moved by the threshold; the largest shifts: " + "; ".join(
-            f"{c['cause']} {'+' if c['diff_us'] >= 0 else '-'}{_fmt_us(abs(c['diff_us']))}/op" for c in small) + ".")
-    for c in cmp["causes"][:6]:
+        lines.append("    no single cause moved by the threshold "
+                     f"({MIN_SHARE:.0%} of the op's time, at least {MIN_US:.0f} us).")
+    for c in cmp["causes"]:
         x, y = c["us_per_op"]
-        delta = f"{'+' if c['diff_us'] >= 0 else '-'}{_fmt_us(abs(c['diff_us']))}/op"
-        share = c["share_of_difference"]
-        head = (f"{100 * share:.0f}% is {c['cause']} ({delta}: {_fmt_us(y)} vs {_fmt_us(x)})"
-                if 0 < share <= 1.5 else f"{c['cause']} {delta} ({_fmt_us(y)} vs {_fmt_us(x)})")
+        side = "increases" if c["diff_us"] > 0 else "decreases"
         words = EVIDENCE_WORDS.get(c["cause"].split(" > ")[0], []) + \
             ([c["cause"].rsplit(": ", 1)[-1]] if " > " in c["cause"] else [])
         mine = [k for k in moved if k not in used and any(w in k.replace(f" per {op}", "") for w in words)]
         used.update(mine)
-        lines.append(f"    {head}" + ("; " + "; ".join(f"{k} {_fmt_n(moved[k][1])} vs {_fmt_n(moved[k][0])}" for k in mine)
-                                       if mine else "") + ".")
-    rest = [k for k in moved if k not in used]
+        lines.append(f"    {_fmt_signed(c['diff_us'])}/op {c['cause']} ({_fmt_us(y)} vs {_fmt_us(x)}; "
+                     f"{c['share_of_gross']:.0%} of the {side})"
+                     + ("; " + "; ".join(f"{k} {_fmt_n(moved[k][1])} vs {_fmt_n(moved[k][0])}" for k in mine)
+                        if mine else "") + ".")
+    rest = cmp["not_different"]
     if rest:
+        lines.append(f"    {_fmt_signed(cmp['not_different_us'])}/op together, each under the threshold "
+                     "(not different): " + ", ".join(f"{r['cause']} {_fmt_signed(r['diff_us'])}" for r in rest) + ".")
+    if abs(cmp["residual_us"]) >= 0.05:
+        lines.append(f"    {_fmt_signed(cmp['residual_us'])}/op not attributed (the causes' sum against the "
+                     "wall time).")
+    others = [k for k in moved if k not in used]
+    if others:
         lines.append("  Other counts that differ: " + "; ".join(f"{k} {_fmt_n(moved[k][1])} vs {_fmt_n(moved[k][0])}"
-                                                               for k in rest) + ".")
+                                                                 for k in others) + ".")
     for side, name in ((1, other), (0, base)):
         only = {k: v[side] for k, v in cmp["evidence"].items() if v[side] and v[1 - side] is None}
         if only:
             lines.append(f"  Only {name} has: " + "; ".join(f"{k} {_fmt_n(v)}" for k, v in only.items()) + ".")
     steady = [k for k, (x, y) in both.items() if (x or y) and k not in moved]
-    if cmp["not_different"] or steady:
-        lines.append("  Not different: " + ", ".join(cmp["not_different"] + steady) + ".")
+    if steady:
+        lines.append("  Counts that do not differ: " + ", ".join(steady) + ".")
     return lines
 
 

@@ -1,0 +1,86 @@
+"""compare's verdicts on planted differences. The repeats are a real recorded run
+(tests/data/stored-run: ext4's fsyncs) copied into a spec's output with each copy's fsync time
+scaled by a planted factor (its causes alike, so each copy still adds up): the difference and
+its noise are known by construction."""
+
+import copy
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import check_adds_up, run_fsprof
+from profiler.analysis import repeats
+from profiler.rundir import INDEX_SCHEMA
+
+STORED = Path(__file__).resolve().parent / "data" / "stored-run" / "result.json.gz"
+
+
+def spec_output(tmp_path, factors):
+    """A spec's output: configs {name: [factor per repeat]} of the stored run's ext4 fsyncs."""
+    with gzip.open(STORED) as f:
+        stored = json.load(f)
+    ext4 = next(fs for fs in stored["filesystems"] if fs["label"] == "ext4")
+    runs = []
+    for config, per_repeat in factors.items():
+        for i, factor in enumerate(per_repeat, 1):
+            fs = copy.deepcopy(ext4)
+            fsync = fs["attribution"]["fsync"]
+            fsync["wall_ns"] = round(fsync["wall_ns"] * factor)
+            fsync["causes"] = {k: v * factor for k, v in fsync["causes"].items()}
+            run_dir = tmp_path / f"{config}-rep{i}"
+            run_dir.mkdir()
+            (run_dir / "result.json").write_text(json.dumps({**stored, "filesystems": [fs]}))
+            runs.append({"workload": "fsync-loop", "config": config, "dir": run_dir.name})
+    (tmp_path / "index.json").write_text(json.dumps({"schema": INDEX_SCHEMA, "runs": runs}))
+    return tmp_path
+
+
+def compare(out):
+    proc = run_fsprof("compare", str(out), "--op", "fsync", "--json")
+    assert proc.returncode == 0, proc.stderr
+    text = run_fsprof("compare", str(out), "--op", "fsync").stdout
+    print(text)
+    (cmp,) = json.loads(proc.stdout)
+    check_adds_up(cmp)
+    return cmp, text
+
+
+def test_a_consistent_2x_with_one_outlier_is_significant(tmp_path):
+    """Every repeat of b is at least 2.3x every repeat of a, one of them 6x: the spread (max - min)
+    of b is wider than the difference, which a spread rule calls noise; the ranks do not."""
+    cmp, text = compare(spec_output(tmp_path, {"a": [1.0, 1.02, 0.98], "b": [2.3, 2.35, 6.0]}))
+    assert cmp["significant"] and cmp["statistics"]["separated"] == 1
+    assert cmp["statistics"]["p"] == pytest.approx(0.1)
+    low, high = cmp["statistics"]["ratio_ci"]
+    assert low > 1.5 and "No significant difference" not in text
+    assert "every repeat of fsync-loop/b above every one of fsync-loop/a" in text, text
+
+
+def test_a_3_percent_difference_inside_10_percent_noise_is_not(tmp_path):
+    cmp, text = compare(spec_output(tmp_path, {"a": [1.0, 1.10, 0.95, 1.05, 0.90],
+                                               "b": [1.03, 1.13, 0.98, 1.08, 0.93]}))
+    assert not cmp["significant"] and cmp["statistics"]["separated"] == 0
+    assert cmp["statistics"]["p"] > 0.3
+    low, high = cmp["statistics"]["ratio_ci"]
+    assert low < 1 < high
+    assert "No significant difference" in text and "the repeats overlap" in text, text
+
+
+def test_one_run_each_says_noise_was_not_measured(tmp_path):
+    cmp, text = compare(spec_output(tmp_path, {"a": [1.0], "b": [2.0]}))
+    assert cmp["significant"] and not cmp["statistics"]["measured"]
+    assert "run-to-run noise not measured; 3 repeats of each configuration" in text, text
+
+
+@pytest.mark.parametrize("a, b, p", [
+    ([1, 2, 3], [4, 5, 6], 0.1),           # separated, three each: 2 / C(6, 3)
+    ([1, 2], [3, 4], 1 / 3),               # separated, two each: cannot reach 0.10
+    ([1, 2, 3, 4], [5, 6, 7, 8], 2 / 70),
+    ([1, 3, 5], [2, 4, 6], 0.7),           # interleaved
+])
+def test_exact_rank_test_p_values(a, b, p):
+    """Exact two-sided Mann-Whitney U p-values, checked against the counts of the splits by hand."""
+    assert repeats.rank_test(a, b) == pytest.approx(p)
+    assert repeats.repeats_needed() == 3
