@@ -173,39 +173,63 @@ def completions(log_prefix):
     return out
 
 
-def attach_window(server, args):
-    """pgbench with a per-transaction log; fsprof starts a few seconds in, records 3 s and stops.
-    Returns tps before it started, while it attached, while it recorded."""
+def during(server, args, event):
+    """pgbench with a per-transaction log; `event()` starts a few seconds in and returns the
+    epoch-second (start, end) of the window it disturbs and, optionally, a second window after it.
+    Returns the tps of the seconds before the window and inside each window."""
     settle = BEFORE_S + 2
     with tempfile.TemporaryDirectory(prefix="bench-pgbench-log-", dir="/var/tmp") as logdir:
         prefix = os.path.join(logdir, "tx")
-        result = {}
+        windows = []
 
-        def trace():
+        def later():
             time.sleep(settle)
-            rec = Record(server.pid, duration="3s")
-            rec.wait()
-            result["rec"] = rec
+            windows.extend(event())
 
-        t = threading.Thread(target=trace)
+        t = threading.Thread(target=later)
         t.start()
         pgbench(server, args, int(settle + 8), log_prefix=prefix)
         t.join()
-        rec = result.get("rec")
-        if rec is None:
-            raise SystemExit("bench_pgbench: the attach-window recording did not finish")
+        if not windows:
+            raise SystemExit("bench_pgbench: the measured event did not finish")
         done = completions(prefix)
 
     def tps(a, b):
         return sum(a <= t < b for t in done) / (b - a) if b > a else None
 
-    before = tps(rec.started - BEFORE_S, rec.started)
-    attaching = tps(rec.started, rec.attached)
-    recording = tps(rec.attached, rec.attached + 3.0)
-    return {"before": before, "attaching": attaching, "recording": recording,
-            "attach_s": rec.attached - rec.started,
+    before = tps(windows[0][0] - BEFORE_S, windows[0][0])
+    return before, [tps(a, b) for a, b in windows], [b - a for a, b in windows]
+
+
+def attach_window(server, args):
+    """fsprof record starts, records 3 s and stops: tps before, while attaching, while recording."""
+    def event():
+        rec = Record(server.pid, duration="3s")
+        rec.wait()
+        return [(rec.started, rec.attached), (rec.attached, rec.attached + 3.0)]
+
+    before, (attaching, recording), (attach_s, _) = during(server, args, event)
+    return {"before": before, "attaching": attaching, "recording": recording, "attach_s": attach_s,
             "attach_dip": 1 - attaching / before if before and attaching is not None else None,
             "recording_dip": 1 - recording / before if before and recording is not None else None}
+
+
+# The control: as much CPU as fsprof's start-up uses (bench/bench_startup.py: about 300 ms), spent
+# by a pure-Python loop at the lowest CPU priority there is (SCHED_IDLE), which any runnable task
+# preempts. Its dip is what being on a CPU at all costs the server on this machine.
+CONTROL = [shutil.which("chrt") or "chrt", "-i", "0", sys.executable, "-c",
+           "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass"]
+
+
+def control_window(server, args):
+    def event():
+        start = time.time()
+        subprocess.run(CONTROL, check=True)
+        return [(start, time.time())]
+
+    before, (inside,), (seconds,) = during(server, args, event)
+    return {"before": before, "inside": inside, "seconds": seconds,
+            "dip": 1 - inside / before if before and inside is not None else None}
 
 
 def main():
@@ -222,11 +246,14 @@ def main():
             pgbench(server, args, min(args.time, 10))   # warm-up: caches, WAL segments
             runs = interleaved([("untraced", lambda: run_round(server, args, False)),
                                 ("fsprof", lambda: run_round(server, args, True))], args.rounds)
-            windows = []
+            windows, controls = [], []
             for i in range(args.attach_rounds):
                 w = attach_window(server, args)
                 print(f"  attach window {i + 1}: " + common.brief(w), flush=True)
                 windows.append(w)
+                w = control_window(server, args)
+                print(f"  control window {i + 1}: " + common.brief(w), flush=True)
+                controls.append(w)
         finally:
             server.stop()
     ratios = [t["tps"] / u["tps"] for u, t in zip(runs["untraced"], runs["fsprof"])]
@@ -235,14 +262,15 @@ def main():
                "overhead": spread([1 - r for r in ratios]),
                "attach_s": spread([w["attach_s"] for w in windows]),
                "attach_dip": spread([w["attach_dip"] for w in windows]),
-               "recording_dip": spread([w["recording_dip"] for w in windows])}
-    md = render(runs, ratios, windows, summary, args)
+               "recording_dip": spread([w["recording_dip"] for w in windows]),
+               "control_dip": spread([w["dip"] for w in controls])}
+    md = render(runs, ratios, windows, controls, summary, args)
     print("\n" + md)
-    common.save("pgbench", {"runs": runs, "windows": windows, "summary": summary, "markdown": md, "how": HOW,
+    common.save("pgbench", {"runs": runs, "windows": windows, "controls": controls, "summary": summary, "markdown": md, "how": HOW,
                             "args": vars(args)})
 
 
-def render(runs, ratios, windows, s, args):
+def render(runs, ratios, windows, controls, s, args):
     lines = ["| round | untraced tps | under `fsprof record` tps | ratio |", "|---|---|---|---|"]
     for i, (u, t, r) in enumerate(zip(runs["untraced"], runs["fsprof"], ratios), 1):
         lines.append(f"| {i} | {u['tps']:,.0f} | {t['tps']:,.0f} | {r:.3f} |")
@@ -253,9 +281,12 @@ def render(runs, ratios, windows, s, args):
         lines.append(f"| {i} | {w['before']:,.0f} | {w['attaching']:,.0f} ({-w['attach_dip'] * 100:+.1f}%) | "
                      f"{w['recording']:,.0f} ({-w['recording_dip'] * 100:+.1f}%) | {w['attach_s'] * 1000:.0f} ms |")
     lines += ["", f"Dip while attaching (median): {fmt(s['attach_dip'], 1, pct=True)}; while recording: "
-              f"{fmt(s['recording_dip'], 1, pct=True)} (a positive figure is tps lost).", "",
+              f"{fmt(s['recording_dip'], 1, pct=True)} (a positive figure is tps lost). The control, 300 ms of "
+              f"CPU at SCHED_IDLE in the same place of the same pgbench run (windows "
+              + ", ".join(f"{c['seconds'] * 1000:.0f}" for c in controls) + " ms): "
+              f"{fmt(s['control_dip'], 1, pct=True)}.", "",
               f"pgbench -c {args.clients} -j {min(args.clients, 2)} -T {args.time}, scale {args.scale}, "
-              f"{args.rounds} rounds, {len(windows)} attach windows."]
+              f"{args.rounds} rounds, {len(windows)} attach and control windows."]
     return "\n".join(lines)
 
 
@@ -269,7 +300,11 @@ HOW = ("How: `make bench` (or `.venv/bin/python bench/bench_pgbench.py`). Postgr
        "per-transaction log (`-l`) timestamps every commit; fsprof starts 5 s into the run; tps between "
        "its start and its \"recording\" line is compared with the 3 s before it started. Those windows "
        "are a few hundred ms, so each holds a few hundred transactions: one window's figure is noisy, "
-       "the median of several less so.")
+       "the median of several less so. The control window is the same measurement around a process "
+       "that spends 300 ms of CPU at SCHED_IDLE (the lowest priority: a waking backend preempts it): "
+       "it says what any CPU use costs the server on this machine, whoever uses it and at whatever "
+       "priority. On this host (2 vCPUs under nested virtualization) that is most of the attach dip; "
+       "a woken backend appears to wait for a vCPU that is running anything at all.")
 
 
 if __name__ == "__main__":
