@@ -108,8 +108,12 @@ def closing_note(overhead, startup, pgbench, capacity):
                    f"{p['untraced']['median']:,.0f} untraced: {over * 100:+.1f}% "
                    f"({'within' if over <= OVERHEAD_TARGET else 'over'} the {OVERHEAD_TARGET:.0%} target)"
                    + (f"; while fsprof attaches ({p['attach_s']['median'] * 1000:.0f} ms) the server loses "
-                      f"{dip * 100:+.1f}% of its tps ({'within' if dip <= OVERHEAD_TARGET else 'over'} the "
-                      f"{OVERHEAD_TARGET:.0%} target)." if dip is not None else "."))
+                      f"{dip * 100:.1f}% of its tps ({'within' if dip <= OVERHEAD_TARGET else 'over'} the "
+                      f"{OVERHEAD_TARGET:.0%} target)" if dip is not None else "")
+                   + (f"; 300 ms of CPU at the lowest priority (SCHED_IDLE) in the same place costs it "
+                      f"{p['control_dip']['median'] * 100:.1f}%, so on this machine attaching costs "
+                      + ("no more than any use of a CPU does." if dip is not None and dip <= p["control_dip"]["median"]
+                         else "more than the CPU it uses.") if p.get("control_dip") else "."))
     if capacity:
         for r in capacity["rows"]:
             out.append(f"- **Capacity** ({r['what']}, {r['seconds']:.0f} s): {r['syscalls_per_s']:,.0f} syscalls/s, "
@@ -140,7 +144,7 @@ def overhead_note(overhead):
                        else ", above the bpftrace script's")
         lost = s["fsprof"]["lost"]
         cpu = s["fsprof"].get("cpu_overhead")
-        cpu_text = f" The workload's own CPU per request rose by {cpu['median'] * 100:+.1f}%." if cpu else ""
+        cpu_text = f" The workload's own CPU per request changed by {cpu['median'] * 100:+.1f}%." if cpu else ""
         out.append(f"- **{key}** ({res['title']}): fsprof's overhead is {fs['median'] * 100:+.1f}% of the "
                    f"untraced throughput (median of same-round ratios; {fs['min'] * 100:+.1f}% – "
                    f"{fs['max'] * 100:+.1f}%), {target} the "
@@ -169,28 +173,29 @@ def overhead_note(overhead):
 # bpf/ext4.bpf.c) and from hand experiments whose figures are quoted with their date and command.
 WHY_NOTE = [
     "Why a fast fsync workload costs what it does: every request (a 16 KiB write, then an fsync that "
-    "waits for its data write and the journal) makes about nine context switches and six wakeups on "
+    "waits for its data write and the journal) makes about eight context switches and six wakeups on "
     "this 2-core machine, each of which runs fsprof's `on_switch` / `on_waking` (and the bpftrace "
     "script's `sched_switch`), plus sys_enter/sys_exit twice, four programs per block request "
-    "(start, issue, completion, end), and ext4's delayed-allocation and jbd2 probes. Programs that "
-    "only filter cost about 100 ns a run here; the expensive ones walk the kernel stack (the ORC "
-    "unwinder; about 11 frames at the median, up to 40): the traced thread's stack at each switch-out (off-CPU attribution; "
-    "the bpftrace script walks it too), the waker's at each wakeup of a traced thread (who ended the "
-    "wait), and the journal thread's at its switch-outs inside a commit (its own time by cause).",
+    "(start, issue, completion, end), and ext4's delayed-allocation and jbd2 probes: about 40 "
+    "programs against the bpftrace script's 3. Programs that only filter cost 40-100 ns a run here; "
+    "the expensive ones walk the kernel stack (the ORC unwinder, about 0.7 µs a walk): the traced "
+    "thread's stack at each switch-out (off-CPU attribution; the bpftrace script walks it too), the "
+    "waker's at each wakeup of a traced thread (who ended the wait: a thread, a timer or an "
+    "interrupt), and the journal thread's at its switch-outs inside a commit (its own time by cause).",
     "",
-    "A hand experiment (2026-11-22, `/tmp`-built variants of bpf/syscalls.bpf.c run by the bench's "
-    "own classes, fsync-b0, 5 interleaved rounds): fsprof +25.0%, without the waker's stack +24.1%, "
-    "without any switch-out or waker stack +13.9%, the bpftrace script +19.9%. So the stack walks are "
-    "about half of fsprof's cost on this workload, and even without them the per-event floor of "
-    "tracing every context switch exceeds 3% at 10,000 fsyncs/s; the peers that trace context "
-    "switches (bpftrace, libbpf-tools offcputime) pay the same floor. What would bring the barrier=0 "
-    "case near 3%: sampled off-CPU stacks (walk the stack for 1 in N blocked intervals of the same "
-    "op and scale), with the cost of every switch of untraced tasks cut further by task-local "
-    "storage instead of hash lookups. Sampling changes what is reported, so it would be an option "
-    "(e.g. `--stacks sampled`), not a silent change to the default. untar is syscall-bound (6.5 "
-    "syscalls per entry): there fsprof's sys_enter (fd to filesystem resolution, about 200 ns) and "
-    "the ext4 delayed-allocation probes (about 100 ns a run, about ten runs per entry: per page "
-    "written) are the cost.",
+    "Hand experiments (2026-11-25, bpf/syscalls.bpf.c variants built in the tree and measured by "
+    "`bench/bench_overhead.py --rounds 1 --workloads fsync-b0`, bpf_stats, µs of BPF per request): "
+    "14.2 before; 9.3 with no switch-out or waker stack at all (the stack walks are a third of the "
+    "cost); 12.9 with the in-flight syscall in task-local storage and the tp_btf arguments read "
+    "directly (the code now); the bpftrace script 4.5. Skipping the stack of preempted switch-outs "
+    "(their cause is CPU contention whatever the stack) saved nothing: they are rare here. So at "
+    "full attribution the floor is about 9 µs per request, twice the script's cost, from the number "
+    "of events fsprof must see (block requests, journal commits, wakeups) rather than from any one "
+    "program. What would go below it: sampled off-CPU and waker stacks (walk the stack for 1 in N "
+    "blocked intervals of the same op and scale), which changes what is reported and would be an "
+    "option (e.g. `--stacks sampled`), not a silent change of the default. untar is syscall-bound "
+    "(6.5 syscalls per entry): there fsprof's sys_enter (fd to filesystem resolution) and the ext4 "
+    "delayed-allocation probes (about ten runs per entry: per page written) are the cost.",
     "",
     "Stop (see Start-up for `Collector.close()`): every program but writeback's global_dirty_state "
     "is tp_btf, whose link detaches at once (its program is freed a grace period later, which "
