@@ -153,7 +153,7 @@ def main():
     install_handlers()
     with Changes() as changes:
         os.makedirs(args.scratch_dir, exist_ok=True)
-        sfs = provision(changes, FsConfig("ext4", size_bytes=args.image_size << 30, label="bench-bonnie"),
+        sfs = provision(changes, FsConfig("ext4", size_bytes=args.image_size << 30, label="bench-bonnie", loop_io="buffered"),
                         scratch_dir=args.scratch_dir)
         workdir = os.path.join(sfs.mountpoint, "work")
         os.mkdir(workdir)

@@ -151,7 +151,7 @@ def bench(args):
     tar_path, meta = prepare_tarball(args)
     with Changes() as changes:
         os.makedirs(args.scratch_dir, exist_ok=True)
-        sfs = provision(changes, FsConfig("ext4", size_bytes=args.image_size << 30, label="bench-untar"),
+        sfs = provision(changes, FsConfig("ext4", size_bytes=args.image_size << 30, label="bench-untar", loop_io="buffered"),
                         scratch_dir=args.scratch_dir)
         ours, theirs = [], []
         for i in range(args.warmup + args.repeats):

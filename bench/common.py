@@ -164,8 +164,10 @@ def sh(*argv, **kw):
 def provision(changes, fs, label, size_gib=1, mount_options=""):
     """A fresh loop-backed filesystem, journaled (undone on exit, error, Ctrl-C, SIGTERM)."""
     os.makedirs(SCRATCH_DIR, exist_ok=True)
+    # Buffered loop devices (docs/test-bed.md): the most events per second for a given workload, the
+    # hardest case for a tracer; the figures in docs/benchmarks.md were taken so.
     config = scratch.FsConfig(fs, mkfs_options=filesystems.mkfs_defaults(fs), mount_options=mount_options, size_bytes=size_gib << 30,
-                              label=label)
+                              label=label, loop_io="buffered")
     return scratch.provision(changes, config, scratch_dir=SCRATCH_DIR)
 
 

@@ -190,7 +190,7 @@ def test_backing_device_is_reported_apart(three_fs):
         backing = fs["behind"]["block"]["backing"]
         assert list(backing) == [host] and backing[host]["for"] == [name]
         assert host not in fs["block"] and host not in fs["kernel_counters"]
-        # The loop driver's worker writes the image and flushes it at each loop flush (buffered loop).
+        # The loop driver's worker writes the image and flushes it at each loop flush.
         who = {e["who"] for ranked in backing[host]["submitters"].values() for e in ranked}
         assert f"kworker:{name}" in who, who
         assert "explain" not in backing[host]  # other users' I/O is in it: no per-fsync figures
@@ -201,7 +201,8 @@ def test_report_prints_each_device_and_its_backing_disk(three_fs):
     for fs in entries.values():
         name, _ = under_test(fs)
         assert f"block requests to {name} (under test)" in stdout
-        assert f"backing {disk_of(tmp)} (under {name}, buffered)" in stdout
+        how = "direct I/O" if fs["device"]["test_bed"]["direct_io"] else "buffered"
+        assert f"backing {disk_of(tmp)} (under {name}, {how})" in stdout
 
 
 @pytest.mark.parametrize("barrier, flushes", [("barrier=0", False), ("barrier=1", True)])

@@ -15,8 +15,8 @@ import random
 import re
 import subprocess
 
-from .common import (Progress, UsageError, WorkloadError, WorkloadParser, engine_path, run_main,
-                     write_result)
+from .common import (Progress, UsageError, WorkloadError, WorkloadParser, buffered_loop_under, engine_path,
+                     run_main, write_result)
 
 NAME = "bonnie"
 MIB = 1 << 20
@@ -286,6 +286,16 @@ def _figures(name, raw, plan):
     return fig
 
 
+def caches_note(plan):
+    if not plan.drop_caches:
+        return "caches: kept between tests (--no-drop-caches); reads may come from the page cache"
+    loop = buffered_loop_under(".")
+    if loop:
+        return (f"{DROP_NOTE}; but {loop} is a loop device over a buffered image file, whose pages the host "
+                "keeps: reads may still come from host memory")
+    return DROP_NOTE
+
+
 def build_result(plan, raw):
     tests = {name: _figures(name, fig, plan) for name, fig in raw["tests"].items()}
     if "seeks" in tests:
@@ -294,8 +304,7 @@ def build_result(plan, raw):
         "workload": NAME,
         "params": dataclasses.asdict(plan) | {"files": plan.files},
         "phases": raw["phases"],
-        "caches": DROP_NOTE if plan.drop_caches else
-                  "caches: kept between tests (--no-drop-caches); reads may come from the page cache",
+        "caches": caches_note(plan),
         "stdio_buffer": raw["stdio_buffer"],
         "tests": tests,
         "elapsed_ns": int(raw["elapsed_s"] * 1e9),

@@ -5,10 +5,8 @@ submitted it. A loop device's backing device is watched too and reported apart (
 mixed with the device under test. See docs/behind-block.md."""
 
 import ctypes as c
-import os
-from pathlib import Path
 
-from ..machine import blockdev, mounts
+from ..machine import blockdev
 from ..trace import hist, maps
 
 NAME = "block"
@@ -48,55 +46,6 @@ class RqInfo(c.Structure):
                 ("ended", c.c_uint8), ("pad", c.c_uint16 * 3), ("who", c.c_char * SUBMITTER_LEN)]
 
 
-# Where a loop device's I/O lands.
-
-def _disks_below(name):
-    """The disks carrying block device `name`: itself, its whole disk for a partition, or the disks
-    under a device-mapper/md device (bio-based: requests are only seen on the disks below)."""
-    disk = blockdev.whole_disk(name)
-    slaves = blockdev.SYS_BLOCK / disk / "slaves"
-    below = sorted(os.listdir(slaves)) if slaves.is_dir() else []
-    if not below:
-        return [disk]
-    return [d for s in below for d in _disks_below(s)]
-
-
-def _block_dev_of_file(path):
-    """The block device the filesystem holding `path` lives on, or None (tmpfs, network, ...)."""
-    st = os.stat(path)
-    node = Path(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}")
-    if node.exists():
-        return node.resolve().name
-    # btrfs (and overlay) files carry an anonymous st_dev: the mount's source names the device.
-    real = os.path.realpath(path)
-    best = None
-    for m in mounts.mounts():
-        t = m["target"].rstrip("/") + "/"
-        if real.startswith(t) and (best is None or len(t) > len(best["target"].rstrip("/") + "/")):
-            best = m
-    if best and best["source"].startswith("/dev/") and os.path.exists(best["source"]):
-        return os.path.basename(os.path.realpath(best["source"]))
-    return None
-
-
-def backing_of(name):
-    """{"file", "direct_io", "disks": [names]} for loop device `name`; None for any other device."""
-    loop = blockdev.SYS_BLOCK / name / "loop"
-    try:
-        path = (loop / "backing_file").read_text().strip()
-    except OSError:
-        return None
-    try:
-        dio = (loop / "dio").read_text().strip() == "1"
-    except OSError:
-        dio = False
-    try:
-        dev = _block_dev_of_file(path.removesuffix(" (deleted)"))
-    except OSError:
-        dev = None
-    return {"file": path, "direct_io": dio, "disks": _disks_below(dev) if dev else []}
-
-
 def _fua(name):
     try:
         return (blockdev.SYS_BLOCK / name / "queue" / "fua").read_text().strip() == "1"
@@ -134,7 +83,7 @@ class Probe:
         self.names = {kdev: name for t in targets for kdev, name in t.block_devs.items()}
         self.backing = {}
         for name in self.names.values():
-            below = backing_of(name)
+            below = blockdev.backing_of(name)
             for disk in (below or {}).get("disks", []):
                 kdev = blockdev.kdev_of_block(disk)
                 if kdev in self.names:

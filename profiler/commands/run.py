@@ -6,7 +6,10 @@ import sys
 from .. import rundir
 from ..machine import spec
 from ..session.run import run, run_spec
+from ..machine.scratch import LOOP_IO, FsConfig
 from .arguments import positive, sample_hz, size
+
+DEFAULT_LOOP_IO = FsConfig.loop_io
 from .report import print_result, write_html_if_asked
 
 USAGE = "fsprof run [options] [--workload NAME [workload options]] [-- CMD ARGS] | --spec FILE"
@@ -20,7 +23,7 @@ TAKES_UNKNOWN_OPTIONS = True   # the workload's, or `-- CMD ARGS`
 DEFAULT_FS = "ext4,xfs,btrfs"
 # `fsprof run` options that a spec file sets per configuration instead.
 SPEC_SETS = ("fs", "workload", "mkfs_options", "mount_options", "sysctl", "scheduler", "image_size", "device",
-             "drop_caches", "erase_device", "force_erase", "json")
+             "drop_caches", "erase_device", "force_erase", "json", "loop_io")
 
 
 def add_arguments(p):
@@ -40,6 +43,10 @@ def add_arguments(p):
     p.add_argument("--drop-caches", action="store_true", help="drop the page cache before the workload")
     p.add_argument("--image-size", type=size, default=None,
                    help="scratch image size (default 1G, or the workload's own: untar 3G)")
+    p.add_argument("--loop-io", choices=LOOP_IO, default=None,
+                   help="how a scratch loop device reaches its image file: direct (O_DIRECT: writes, reads and "
+                        f"flushes reach the disk, as on a real one) or buffered (the host's page cache); "
+                        f"default {DEFAULT_LOOP_IO} (docs/test-bed.md)")
     p.add_argument("--devices", type=positive, default=1, help="btrfs only: loop images in one filesystem")
     p.add_argument("--scratch-dir", default="/var/tmp/fsprof/scratch", help="where scratch images live")
     p.add_argument("--device", help="use this block device instead of a scratch image (erases it)")
@@ -68,6 +75,9 @@ def check_arguments(ap, args, rest, command):
     if any(a == "--result" or a.startswith("--result=") for a in rest):
         ap.error("--result is set by fsprof (the workload's figures go into the run's result.json)")
     args.workload = args.workload or "fsync-loop"
+    if args.loop_io and args.device:
+        ap.error("--loop-io is for scratch loop devices; --device names a real one")
+    args.loop_io = args.loop_io or DEFAULT_LOOP_IO
 
 
 def main(args):

@@ -1,8 +1,11 @@
 """Block devices as sysfs shows them: the /sys/block/<dev>/stat counters (an oracle for what the
 BPF probes count), queue settings, and the kernel's dev_t encoding used in tracepoints."""
 
+import os
 import time
 from pathlib import Path
+
+from .mounts import mounts
 
 SYS_BLOCK = Path("/sys/block")
 CLASS_BLOCK = Path("/sys/class/block")  # disks and partitions alike
@@ -94,3 +97,77 @@ def queue_info(name):
         active = None
     return {"write_cache": read("write_cache"), "fua": read("fua") == "1", "scheduler": active,
             "rotational": read("rotational") == "1"}
+
+
+# Where a loop device's I/O lands.
+
+def disks_below(name):
+    """The disks carrying block device `name`: itself, its whole disk for a partition, or the disks
+    under a device-mapper/md device (bio-based: requests are only seen on the disks below)."""
+    disk = whole_disk(name)
+    slaves = SYS_BLOCK / disk / "slaves"
+    below = sorted(os.listdir(slaves)) if slaves.is_dir() else []
+    if not below:
+        return [disk]
+    return [d for s in below for d in disks_below(s)]
+
+
+def block_dev_of_file(path):
+    """The block device the filesystem holding `path` lives on, or None (tmpfs, network, ...)."""
+    st = os.stat(path)
+    node = Path(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}")
+    if node.exists():
+        return node.resolve().name
+    # btrfs (and overlay) files carry an anonymous st_dev: the mount's source names the device.
+    real = os.path.realpath(path)
+    best = None
+    for m in mounts():
+        t = m["target"].rstrip("/") + "/"
+        if real.startswith(t) and (best is None or len(t) > len(best["target"].rstrip("/") + "/")):
+            best = m
+    if best and best["source"].startswith("/dev/") and os.path.exists(best["source"]):
+        return os.path.basename(os.path.realpath(best["source"]))
+    return None
+
+
+def backing_of(name):
+    """{"file", "direct_io", "disks": [names]} for loop device `name`; None for any other device."""
+    loop = SYS_BLOCK / name / "loop"
+    try:
+        path = (loop / "backing_file").read_text().strip()
+    except OSError:
+        return None
+    try:
+        dio = (loop / "dio").read_text().strip() == "1"
+    except OSError:
+        dio = False
+    try:
+        dev = block_dev_of_file(path.removesuffix(" (deleted)"))
+    except OSError:
+        dev = None
+    return {"file": path, "direct_io": dio, "disks": disks_below(dev) if dev else []}
+
+
+def _read(path):
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
+
+
+def test_bed(name):
+    """What stands behind a block device, as far as it changes what a measurement means:
+    {"kind": "loop" | "zram" | "disk", ...}. For a loop device: its backing file, whether it
+    passes I/O through (direct I/O: reads and flushes reach the backing disk) or goes through
+    the host's page cache (buffered), and that disk's write cache and rotation."""
+    below = backing_of(name)
+    if below:
+        disk = below["disks"][0] if below["disks"] else None
+        out = {"kind": "loop", "backing_file": below["file"], "direct_io": below["direct_io"], "backing_disk": disk}
+        if disk:
+            q = queue_info(disk)
+            out.update(backing_write_cache=q["write_cache"], backing_rotational=q["rotational"])
+        return out
+    if name.startswith("zram"):
+        return {"kind": "zram"}
+    return {"kind": "disk"}

@@ -534,6 +534,9 @@ def drop_caches():
 # Provisioning
 
 
+LOOP_IO = ("direct", "buffered")
+
+
 @dataclasses.dataclass
 class FsConfig:
     fs: str
@@ -542,9 +545,15 @@ class FsConfig:
     size_bytes: int = GIB
     devices: int = 1
     label: str = None
+    # How a loop device reaches its image: "direct" (O_DIRECT: writes, reads and flushes reach the
+    # backing disk, as on a real one) or "buffered" (through the host's page cache: a flush writes
+    # the host's cache, reads may never reach a disk). docs/test-bed.md.
+    loop_io: str = "direct"
 
     def __post_init__(self):
         filesystems.row(self.fs)
+        if self.loop_io not in LOOP_IO:
+            raise FsprofError(f"loop I/O '{self.loop_io}' is not one of {', '.join(LOOP_IO)}")
         self.mkfs_options = tuple(self.mkfs_options)
         self.label = self.label or self.fs
         if self.devices < 1:
@@ -578,7 +587,7 @@ def provision(changes, config, scratch_dir=SCRATCH_DIR):
     filesystems.load_modules([config.fs], loop=True)  # modules on distribution kernels
     base = _make_label_dir(changes, scratch_dir, config.label)
     images = [_create_image(changes, scratch_dir, base, i, config.size_bytes) for i in range(config.devices)]
-    devices = [_attach_loop(changes, image) for image in images]
+    devices = [_attach_loop(changes, image, config.loop_io == "direct") for image in images]
     _mkfs(config, devices)
     return _mount(changes, config, devices, images, base)
 
@@ -661,11 +670,14 @@ def _create_image(changes, scratch_dir, base, index, size):
     return path
 
 
-def _attach_loop(changes, image):
+def _attach_loop(changes, image, direct_io=False):
     # Recorded before attaching: the undo finds the device by its backing file, so even a kill between
-    # the attach and losetup printing the name cannot leak a loop device.
+    # the attach and losetup printing the name cannot leak a loop device. Direct I/O is asked for;
+    # the kernel keeps it off where the backing filesystem cannot do it (blockdev.test_bed() reads
+    # back what it did, and the run says so).
     changes.record("loop", backing_file=image)
-    proc = _run(["losetup", "--find", "--show", image], "attaching a loop device")
+    argv = ["losetup", "--find", "--show"] + (["--direct-io=on"] if direct_io else []) + [image]
+    proc = _run(argv, "attaching a loop device")
     if proc.returncode != 0:
         raise FsprofError(f"losetup could not attach {image}: {_first_line(proc)}")
     return proc.stdout.strip()

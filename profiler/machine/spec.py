@@ -18,7 +18,7 @@ from .workload import WORKLOADS, WorkloadSpec, check_args, image_size
 DEVICE_KINDS = ("loop", "zram")
 _TOP_KEYS = {"description", "repeats", "drop_caches", "sample_hz", "image_size", "config", "workload"}
 _CONFIG_KEYS = {"name", "fs", "mkfs_options", "mount_options", "sysctls", "scheduler", "device", "devices",
-                "image_size", "erase_device"}
+                "image_size", "erase_device", "loop_io"}
 _WORKLOAD_KEYS = {"name", "workload", "args", "command"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=,-]*$")
 
@@ -35,11 +35,12 @@ class Config:
     devices: int
     image_size: int | None
     erase_device: bool
+    loop_io: str = scratch.FsConfig.loop_io   # a loop device's: "direct" or "buffered"
 
     def fs_config(self):
         return scratch.FsConfig(fs=self.fs, mkfs_options=filesystems.mkfs_defaults(self.fs) + self.mkfs_options,
                                 mount_options=self.mount_options, size_bytes=self.image_size,
-                                devices=self.devices, label=self.name)
+                                devices=self.devices, label=self.name, loop_io=self.loop_io)
 
     def provision(self, changes, scratch_dir, erased):
         """This configuration's filesystem, made in scratch_dir (loop, zram) or on its device.
@@ -150,6 +151,9 @@ def _config(path, i, t, default_size):
         _fail(path, where, f"device {device} would be erased: say erase_device = true to allow it")
     if t.get("scheduler") is not None and (device == "zram" or not isinstance(t["scheduler"], str)):
         _fail(path, where, "scheduler must be a name like mq-deadline, and zram (bio-based) has none")
+    loop_io = t.get("loop_io", scratch.FsConfig.loop_io)
+    if loop_io not in scratch.LOOP_IO or ("loop_io" in t and device != "loop"):
+        _fail(path, where, f"loop_io must be one of {', '.join(scratch.LOOP_IO)}, for device = \"loop\" only")
     devices = t.get("devices", 1)
     if not isinstance(devices, int) or devices < 1 or (
             devices > 1 and (not filesystems.TABLE[fs].multi_device or device != "loop")):
@@ -158,7 +162,7 @@ def _config(path, i, t, default_size):
                   sysctls={k: str(v) for k, v in sysctls.items()}, scheduler=t.get("scheduler"),
                   device=device, devices=devices,
                   image_size=_size(path, where, t["image_size"]) if "image_size" in t else default_size,
-                  erase_device=erase)
+                  erase_device=erase, loop_io=loop_io)
 
 
 def _workload(path, i, t):

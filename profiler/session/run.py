@@ -5,6 +5,7 @@ point the probes at its devices -> launch the workload gated -> snapshot in-kern
 /sys/block counters -> undo the filesystem. Sysctls hold for the whole run.
 """
 
+import os
 import platform
 import shlex
 import subprocess
@@ -72,7 +73,7 @@ def build_configs(args):
         opts = filesystems.mkfs_defaults(name) + shlex.split(mkfs.get(name, ""))
         configs.append(scratch.FsConfig(fs=name, mkfs_options=opts, mount_options=mount.get(name, ""),
                                         size_bytes=args.image_size or image_size(args.workload), devices=args.devices if name in multi else 1,
-                                        label=label))
+                                        label=label, loop_io=getattr(args, "loop_io", scratch.FsConfig.loop_io)))
     return configs
 
 
@@ -124,7 +125,8 @@ def measure(collector, sfs, workload, out_dir, drop_caches, changes=None):
         "label": sfs.config.label, "fs": sfs.config.fs,
         "mkfs_options": list(sfs.config.mkfs_options), "mount_options": sfs.config.mount_options,
         "device": {"name": first, "dev": blockdev.kdev_str(sfs.block_devs[0][1]),
-                   "all": [name for name, _ in sfs.block_devs], **blockdev.queue_info(first)},
+                   "all": [name for name, _ in sfs.block_devs], **blockdev.queue_info(first),
+                   "test_bed": blockdev.test_bed(first)},
         # What the kernel took, not what was asked: options it ignored or defaulted show here.
         "mount_options_in_force": (mount_of(sfs.mountpoint) or {}).get("options", ""),
         "caches_dropped": bool(drop_caches),
@@ -159,15 +161,31 @@ def check_settings(sfs, sysctls, scheduler, go_on, progress=None):
     silently ignored compares something else. Refuses unless go_on; returns (verify's report as
     data or None, warnings)."""
     expectations = expectations_for(sfs.config, sysctls, scheduler)
+    loop = loop_io_warnings(sfs)
     if not expectations:
-        return None, []
+        return None, loop
     report = verify_scratch(sfs, expectations, progress=progress)
     warnings = report.summary_lines()
     if warnings and not go_on:
         raise FsprofError("a setting did not take effect, so this run would not measure what it names: "
                           + "; ".join(warnings) + " (`fsprof verify` shows the evidence; --go-on runs anyway "
                           "and puts this warning at the top of the report)", exit_code=1)
-    return report.to_json(), warnings
+    return report.to_json(), warnings + loop
+
+
+def loop_io_warnings(sfs):
+    """Direct I/O asked of a scratch loop device and kept off by the kernel (its backing filesystem
+    cannot do it, e.g. tmpfs): the run goes on, buffered, and says so (docs/test-bed.md)."""
+    if not sfs.images or sfs.config.loop_io != "direct":
+        return []
+    out = []
+    for dev in sfs.devices:
+        bed = blockdev.test_bed(os.path.basename(dev))
+        if bed["kind"] == "loop" and not bed["direct_io"]:
+            out.append(f"{os.path.basename(dev)}: direct I/O was asked (--loop-io direct) but the kernel kept it "
+                       f"off (the filesystem holding {bed['backing_file']} cannot do it): its reads and flushes "
+                       "go through the host's page cache")
+    return out
 
 
 def _say(line):

@@ -18,7 +18,6 @@ from ..machine import blockdev, mounts, scratch
 from ..machine.conditions import kernel_hz
 from ..errors import FsprofError
 from ..behind import Target
-from ..behind.block import _disks_below
 from ..behind.writeback import reason_names, target_bdis
 from ..trace.bpf import BpfObject
 
@@ -149,7 +148,7 @@ def _disks_of(names):
     """The disks carrying these devices: a partition's disk, a device-mapper device's disks."""
     disks = []
     for name in names:
-        for disk in _disks_below(name):
+        for disk in blockdev.disks_below(name):
             if disk not in [d for d, _ in disks]:
                 disks.append((disk, _kdev_of(disk)))
     return disks

@@ -296,6 +296,51 @@ def _evidence_pairs(base, other, op):
     return ev
 
 
+# Causes whose time a loop device over a buffered file does not measure as a disk would.
+FLUSH_CAUSE_WORDS = ("flush", "FUA")
+READ_CAUSE_WORDS = ("read I/O",)
+SEEK_CAUSE_WORDS = ("read I/O", "writeback", "flush", "FUA", "log block writes")
+
+
+def test_bed_notes(base, other, cmp):
+    """Sentences on where the test bed (docs/test-bed.md) can make the difference: a loop device
+    over a buffered file (its flushes are host writeback, its reads may be host page cache), a RAM
+    device, a backing disk that does not seek. Only for the causes this comparison lists."""
+    causes = [c["cause"] for c in cmp["causes"]]
+    has = lambda words: any(w in c for c in causes for w in words)  # noqa: E731
+    buffered, ram, no_seek = {}, set(), {}
+    for g in (base, other):
+        for _, fs in g.entries:
+            dev = fs["device"]
+            bed = dev.get("test_bed") or {}
+            if bed.get("kind") == "loop" and not bed.get("direct_io"):
+                buffered[dev["name"]] = bed.get("backing_disk") or "the backing filesystem"
+            if bed.get("kind") == "zram":
+                ram.add(dev["name"])
+            disk = bed.get("backing_disk") if bed.get("kind") == "loop" else dev["name"]
+            rotational = bed.get("backing_rotational") if bed.get("kind") == "loop" else dev.get("rotational")
+            if bed.get("kind") != "zram" and disk and rotational is False:
+                no_seek[disk] = True
+    notes = []
+    loops = ", ".join(sorted(buffered))
+    disks = ", ".join(sorted(set(buffered.values())))
+    if buffered and has(FLUSH_CAUSE_WORDS):
+        notes.append(f"{loops}: a loop device over a buffered image file: its cache flush is an fsync of the image "
+                     f"file, whose pages the host writes back to {disks}; with barriers off nothing reaches "
+                     f"{disks} at all. Flush times here are the host's, not a disk write cache's "
+                     "(`--loop-io direct` passes I/O through).")
+    if buffered and has(READ_CAUSE_WORDS):
+        notes.append(f"{loops}: reads of a buffered image may be served from the host's page cache (drop_caches "
+                     "keeps the image's dirty pages): read waits can be shorter than a disk's, and cold reads "
+                     "warm (`--loop-io direct` makes them reach the disk).")
+    if ram and (has(FLUSH_CAUSE_WORDS) or has(READ_CAUSE_WORDS)):
+        notes.append(f"{', '.join(sorted(ram))}: a RAM device (zram): no write cache to flush, no seeks.")
+    if no_seek and has(SEEK_CAUSE_WORDS):
+        notes.append(f"{', '.join(sorted(no_seek))} does not rotate: differences that a rotating disk's seeks "
+                     "would make do not show here.")
+    return notes
+
+
 def _fmt_signed(us):
     return f"{'+' if us >= 0 else '-'}{_fmt_us(abs(us))}"
 
@@ -335,6 +380,7 @@ def sentences(cmp):
             why = f"under {MIN_SHARE:.0%} of the op's time"
         lines.append(f"  No significant difference: {_fmt_us(abs(b - a))} per op; {why}.")
         return lines
+    lines += [f"  Test bed: {note}" for note in cmp.get("test_bed_notes", [])]
     if len(cmp["phases"]) > 1:
         lines.append("  By phase (workload time, " + f"{other} vs {base}): " + "; ".join(
             f"{p['phase']} {p['elapsed_s'][1]:.2f} vs {p['elapsed_s'][0]:.2f} s" for p in cmp["phases"]) +
@@ -416,8 +462,10 @@ def compare(paths, op=None, phase=None):
             if op and len(workloads) > 1:
                 continue  # --op names an operation this workload does not make
             raise
-        comparisons += [{"workload": name, **compare_pair(groups[0], g, wl_op),
-                         "warnings": _warnings(groups[0]) + _warnings(g)} for g in groups[1:]]
+        for g in groups[1:]:
+            cmp = {"workload": name, **compare_pair(groups[0], g, wl_op), "warnings": _warnings(groups[0]) + _warnings(g)}
+            cmp["test_bed_notes"] = test_bed_notes(groups[0], g, cmp) if cmp["significant"] else []
+            comparisons.append(cmp)
     if not comparisons:
         raise FsprofError(f"no workload of these runs has {op} calls", exit_code=2)
     return comparisons

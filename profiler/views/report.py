@@ -59,12 +59,30 @@ def attribution_table(breakdowns, indent="   ", top=4, min_share=0.01):
     return lines
 
 
+def test_bed_line(bed):
+    """What stands behind the device, in one phrase (docs/test-bed.md), or None for a disk."""
+    if not bed or bed["kind"] == "disk":
+        return None
+    if bed["kind"] == "zram":
+        return "a RAM device (zram): no write cache to flush, no seeks"
+    disk = bed.get("backing_disk")
+    under = (f" on {disk} (write cache {bed.get('backing_write_cache')}, "
+             f"{'rotational' if bed.get('backing_rotational') else 'not rotational'})") if disk else ""
+    if bed.get("direct_io"):
+        return f"loop device, direct I/O to {bed.get('backing_file')}{under}: its I/O and flushes reach the disk"
+    return (f"loop device over the buffered file {bed.get('backing_file')}{under}: flushes are host writeback, "
+            "reads may come from the host's page cache")
+
+
 def render_fs(fs):
     dev = fs["device"]
     lines = [f"== {fs['label']} ({fs['fs']}) on {dev['name']} ({dev['dev']}), "
              f"mkfs: {' '.join(fs['mkfs_options']) or 'defaults'}, mount: {fs['mount_options'] or 'defaults'}",
              f"   device: write cache {dev['write_cache']}, FUA {'yes' if dev['fua'] else 'no'}, "
              f"scheduler {dev['scheduler']}"]
+    bed = test_bed_line(dev.get("test_bed"))
+    if bed:
+        lines.append(f"   test bed: {bed}")
     if fs.get("mount_options_in_force"):
         lines.append(f"   in force: {fs['mount_options_in_force']}"
                      + (", page cache dropped before the workload" if fs.get("caches_dropped") else ""))

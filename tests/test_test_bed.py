@@ -1,0 +1,64 @@
+"""The test bed is part of the result: a scratch loop device reaches its image through the host's
+page cache (buffered) or directly (--loop-io direct), result.json says which (checked against
+losetup's own listing, taken by the workload while it runs), and a comparison whose difference
+lies in flushes warns that on a buffered loop they are host writeback (docs/test-bed.md)."""
+
+import json
+
+import pytest
+
+from conftest import check_adds_up, run_fsprof
+
+pytestmark = pytest.mark.slow
+COUNT = 300
+# The workload lists the loop devices (losetup's own columns) while the filesystem is mounted.
+LIST_LOOPS = ["sh", "-c", "losetup --list --noheadings --output NAME,DIO,BACK-FILE > {out}; "
+              "i=0; while [ $i -lt 300 ]; do echo x >> f; sync f; i=$((i+1)); done"]
+
+
+def run(tmp_path, name, *args):
+    out = tmp_path / name
+    listing = tmp_path / "loops"   # one path: the command (the workload compare matches) is the same
+    cmd = [LIST_LOOPS[0], LIST_LOOPS[1], LIST_LOOPS[2].format(out=listing)]
+    proc = run_fsprof("run", "--fs", "ext4", "--scratch-dir", str(tmp_path / "scratch"), "-o", str(out), *args,
+                      "--", *cmd)
+    assert proc.returncode == 0, proc.stderr
+    (fs,) = json.loads((out / "result.json").read_text())["filesystems"]
+    # Independent: losetup's listing of the device under test, during the run.
+    rows = [line.split(None, 2) for line in listing.read_text().splitlines()]
+    name_, dio, backing = next(r for r in rows if r[0] == f"/dev/{fs['device']['name']}")
+    bed = fs["device"]["test_bed"]
+    assert bed["kind"] == "loop" and bed["backing_file"] == backing.strip(), (bed, rows)
+    assert bed["direct_io"] == (dio == "1"), (bed, rows)
+    assert bed["backing_disk"], bed
+    return out, bed
+
+
+def compare(a, b):
+    proc = run_fsprof("compare", str(a), str(b), "--json")
+    assert proc.returncode == 0, proc.stderr
+    (cmp,) = json.loads(proc.stdout)
+    check_adds_up(cmp)
+    text = run_fsprof("compare", str(a), str(b)).stdout
+    print(text)
+    return cmp, text
+
+
+@pytest.mark.parametrize("loop_io", ["buffered", "direct"])
+def test_barrier_difference_warns_only_on_a_buffered_loop(tmp_path, loop_io):
+    on, bed = run(tmp_path, "on", "--loop-io", loop_io)
+    off, _ = run(tmp_path, "off", "--loop-io", loop_io, "--mount-options", "barrier=0")
+    assert bed["direct_io"] == (loop_io == "direct"), bed
+    cmp, text = compare(on, off)
+    assert cmp["significant"] and any("flush" in c["cause"] or "FUA" in c["cause"] for c in cmp["causes"]), text
+    warned = [n for n in cmp["test_bed_notes"] if "buffered image file" in n]
+    if loop_io == "buffered":
+        assert warned and "Test bed:" in text and "host" in warned[0], text
+    else:
+        assert not warned and "buffered image file" not in text, text
+
+
+def test_report_names_the_test_bed(tmp_path):
+    out, bed = run(tmp_path, "a", "--loop-io", "direct")
+    text = run_fsprof("report", str(out)).stdout
+    assert f"test bed: loop device, direct I/O to {bed['backing_file']}" in text, text
