@@ -21,6 +21,7 @@ COMMANDS = {
     "verify": "check that barrier, writeback, journal and mount settings took effect, from what the kernel did",
     "doctor": "what this kernel supports and what fsprof can therefore do",
     "cleanup": "undo what a killed fsprof run left behind",
+    "phase": "from inside `fsprof run -- CMD`: a phase named NAME begins now",
 }
 
 
@@ -80,10 +81,10 @@ def parse(argv):
 
 
 def dispatch(args):
-    if os.geteuid() == 0:
+    mod = command_module(args.command)
+    if os.geteuid() == 0 and not getattr(mod, "INSIDE_A_RUN", False):
         for sentence in scratch.cleanup_stale():  # whatever the command: a dead run's mounts and sysctls go first
             print(f"fsprof: cleaned up after a dead run: {sentence}", file=sys.stderr)
-    mod = command_module(args.command)
     if mod.NEEDS_ROOT:
         check_privileges()
         signals.install_handlers()

@@ -58,11 +58,15 @@ def test_barrier_off_is_explained_by_cache_flushing_first(tmp_path):
     assert proc.returncode == 2 and "no phase 'no-such'" in proc.stderr
 
 
-def test_different_workloads_are_not_compared(tmp_path):
+def test_runs_of_different_workloads_are_compared_saying_what_differs(tmp_path):
+    """Two run directories named one by one, the workload's option differing: compared all the
+    same, and the comparison says which words of what they ran differ."""
     a = run(tmp_path, "a", "--count", "20")
     b = run(tmp_path, "b", "--count", "30")
-    proc = run_fsprof("compare", str(a), str(b))
-    assert proc.returncode == 2 and "different workloads" in proc.stderr
+    (cmp,) = json.loads(compare(a, b, "--json"))
+    assert cmp["op"] == "fsync" and cmp["workloads_differ"]["words"] == [["20"], ["30"]], cmp["workloads_differ"]
+    text = compare(a, b)
+    assert "The runs ran different workloads: `fsync-loop --count 30` vs `fsync-loop --count 20`" in text, text
 
 
 TWO_WORKLOADS = """

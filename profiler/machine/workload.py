@@ -25,6 +25,10 @@ WORKLOADS = {
     "untar": "workloads.untar",
 }
 COMMAND = "command"  # the workload name recorded for `fsprof run ... -- CMD ARGS`
+# A command's phases: `fsprof phase NAME` appends NAME to the file this variable names (one per
+# line: line i is phase i) and marks it; the run reads the names back (profiler/commands/phase.py).
+PHASE_FILE_ENV = "FSPROF_PHASE_FILE"
+PHASE_FILE = "phases.txt"
 
 
 def module(name):
@@ -82,12 +86,30 @@ class WorkloadSpec:
         return {"name": self.name, "args": self.args} if not self.command else \
             {"name": COMMAND, "argv": self.command}
 
-    def own_result(self, result_file, status):
-        """The workload's own figures; its failure as one sentence."""
+    def env(self, run_dir):
+        """The environment the workload runs in. A command gets FSPROF_PHASE_FILE, where `fsprof
+        phase NAME` (profiler/commands/phase.py) numbers the phases it marks, and finds `fsprof`
+        on its PATH (this interpreter's directory: the venv's or the installed script's)."""
+        env = dict(os.environ)
+        if self.command:
+            env[PHASE_FILE_ENV] = str(Path(run_dir) / PHASE_FILE)
+            here = os.path.dirname(sys.executable)
+            if os.path.exists(os.path.join(here, "fsprof")):
+                env["PATH"] = here + os.pathsep + env.get("PATH", "")
+        return env
+
+    def own_result(self, result_file, status, run_dir=None):
+        """The workload's own figures; its failure as one sentence. A command's phases are the
+        names `fsprof phase` wrote, in their numbers' order."""
         if self.command:
             if status != 0:
                 raise FsprofError(f"the command `{' '.join(self.command)}` exited with status {status}")
-            return {"command": self.command, "exit_status": status}
+            own = {"command": self.command, "exit_status": status}
+            marked = Path(run_dir) / PHASE_FILE if run_dir else None
+            if marked and marked.exists():
+                own["phases"] = marked.read_text().splitlines()
+                marked.unlink()
+            return own
         try:
             own = json.loads(Path(result_file).read_text())
         except (OSError, ValueError):

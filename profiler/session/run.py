@@ -100,7 +100,8 @@ def measure(collector, sfs, workload, out_dir, drop_caches, changes=None):
     # reset() between two equal reads of /sys/block with nothing in flight: a request that ends
     # after the kernel's first count began must have started after the probes' did.
     _, before, quiet_at_start = blockdev.read_settled(block_devs.values(), collector.reset)
-    proc = GatedProcess(workload.argv(str(result_file), sfs.mountpoint), cwd=str(workdir))
+    proc = GatedProcess(workload.argv(str(result_file), sfs.mountpoint), cwd=str(workdir),
+                        env=workload.env(label_dir))
     try:
         if changes is not None:
             scratch.record_process(changes, proc.pid)
@@ -118,7 +119,7 @@ def measure(collector, sfs, workload, out_dir, drop_caches, changes=None):
     # flight, so that both count the same requests.
     raw, after, settled = blockdev.read_settled(block_devs.values(), collector.snapshot)
     raw["phase_start_ns"][0] = start_ns  # phase 0 starts when the workload is let go
-    own = workload.own_result(result_file, status)
+    own = workload.own_result(result_file, status, label_dir)
 
     first = sfs.block_devs[0][0]
     entry = {

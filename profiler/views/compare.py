@@ -115,6 +115,20 @@ def by_workload(groups):
     return list(found.values())
 
 
+def _plain_runs(paths):
+    """Whether every path is one run's directory (not a spec's output)."""
+    return all((Path(p) / RESULT_FILE).is_file() for p in paths)
+
+
+def workload_difference(results):
+    """What differs between the workloads of runs (result.json dicts), as the words that differ:
+    {"name": [...], "words": [[base's], [other's], ...]}, the shared words left out."""
+    runs = [_workload_name(r).split() for r in results]
+    shared = set(runs[0]).intersection(*runs[1:])
+    return {"name": [_workload_name(r) for r in results],
+            "words": [[w for w in words if w not in shared] for words in runs]}
+
+
 def main_op(groups, op=None):
     ops = {}
     for g in groups:
@@ -127,7 +141,11 @@ def main_op(groups, op=None):
         return op
     if not ops:
         raise FsprofError("these runs traced no filesystem syscall", exit_code=2)
-    return max(ops, key=ops.get)
+    # The op with the most time among those every configuration made (a run of another command
+    # may make ops the base never did).
+    common = [name for name in ops if all(any(fs["attribution"].get(name, {}).get("count") for _, fs in g.entries)
+                                          for g in groups)]
+    return max(common or ops, key=ops.get)
 
 
 def _us_per_op(b, ns):
@@ -371,6 +389,11 @@ def sentences(cmp):
     lines = [f"{other}: {op} {cmp['ratio']:.2f}x {base}'s ({_fmt_us(b)} vs {_fmt_us(a)} per op; "
              f"p50 {_fmt_us(p50b)} vs {_fmt_us(p50a)}, p99 {_fmt_us(cmp['p99_us'][1])} vs "
              f"{_fmt_us(cmp['p99_us'][0])}); the workload took {eb:.2f} s vs {ea:.2f} s."]
+    differ = cmp.get("workloads_differ")
+    if differ:
+        lines.append(f"  The runs ran different workloads: `{differ['name'][1]}` vs `{differ['name'][0]}` "
+                     f"(differing: {' '.join(differ['words'][1]) or '-'} vs {' '.join(differ['words'][0]) or '-'}); "
+                     "what they ran can make the difference as much as the settings can.")
     lines.append(_statistics_line(cmp))
     if not cmp["significant"]:
         st = cmp["statistics"]
@@ -440,7 +463,15 @@ def _comparable(groups):
 def compare(paths, op=None, phase=None):
     """Per workload found in `paths` (a spec's output may hold several), each configuration set
     against the first one of that workload; with `phase`, that phase of the workload only."""
-    workloads = by_workload(groups_of(paths))
+    groups = groups_of(paths)
+    workloads = by_workload(groups)
+    differ = None
+    if len(workloads) > 1 and not any(_comparable(gs) for _, gs in workloads) and _plain_runs(paths):
+        # Run directories named one by one, each a different workload (a command with another
+        # argument, a bundled workload with another option): set against each other all the
+        # same, saying what differs in what they ran.
+        differ = workload_difference([gs[0].entries[0][0] for _, gs in workloads])
+        workloads = [(" vs ".join(name for name, _ in workloads), [g for _, gs in workloads for g in gs])]
     if phase:
         for _, groups in workloads:
             for g in groups:
@@ -463,7 +494,8 @@ def compare(paths, op=None, phase=None):
                 continue  # --op names an operation this workload does not make
             raise
         for g in groups[1:]:
-            cmp = {"workload": name, **compare_pair(groups[0], g, wl_op), "warnings": _warnings(groups[0]) + _warnings(g)}
+            cmp = {"workload": name, **compare_pair(groups[0], g, wl_op), "warnings": _warnings(groups[0]) + _warnings(g),
+                   "workloads_differ": differ}
             cmp["test_bed_notes"] = test_bed_notes(groups[0], g, cmp) if cmp["significant"] else []
             comparisons.append(cmp)
     if not comparisons:
