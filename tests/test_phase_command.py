@@ -50,7 +50,9 @@ def test_phases_of_a_users_script_compare_across_two_runs(tmp_path):
     assert cmp["op"] == "fsync" and cmp["significant"], cmp["us_per_op"]
     assert any("flush" in c["cause"] for c in cmp["causes"][:2]), cmp["causes"]
     assert cmp.get("workloads_differ") is None
-    assert compare(on, off, "--phase", "writes")["op"] == "write"
+    writes = compare(on, off, "--phase", "writes", "--op", "write")
+    assert writes["op"] == "write" and writes["us_per_repeat"] == [[pytest.approx(writes["us_per_op"][0])],
+                                                                  [pytest.approx(writes["us_per_op"][1])]]
 
 
 def test_runs_of_a_command_with_one_argument_changed_compare(tmp_path):

@@ -189,7 +189,7 @@ class Collector:
                    "count": sum(x.count for x in v), "total_ns": sum(x.total_ns for x in v)}
                   for k, v in self.offcpu.items()]
         samples = [{"dev": k.op.dev, "op": syscalls.name_of(k.op.nr), "phase": k.op.phase, "stack": k.stackid,
-                    "count": sum(v)} for k, v in self.samples.items()]
+                    "count": v} for k, v in self.samples.items()]
         workers = [{"dev": k.dev, "kind": maps.WORKER_KINDS[k.kind] if k.kind < len(maps.WORKER_KINDS) else str(k.kind),
                     "phase": k.phase, "stack": k.stackid, "runnable": bool(k.runnable),
                     "count": sum(x.count for x in v), "total_ns": sum(x.total_ns for x in v)}
