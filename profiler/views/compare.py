@@ -8,8 +8,10 @@ own time, so "journal commit wait" becomes "journal commit wait > cache flush" w
 thread spent its time flushing. The contributions add up to the difference, each with its share
 of the gross increase or decrease. With repeats (a spec's rep<N> runs), a difference counts
 only if the repeats separate (an exact rank test, profiler/analysis/repeats.py); without, the
-output says that noise was not measured. Runs of different workloads are never set
-against each other: a spec's output with several workloads is compared per workload.
+output says that noise was not measured. A spec's output with several workloads is compared
+per workload; run directories named one by one whose workloads differ are compared all the same,
+saying what differs in what they ran. A significant difference that the scratch test bed can
+distort (flushes and reads on a buffered loop device, ...) carries a test-bed note.
 
 Reads result.json files only.
 """
