@@ -62,3 +62,15 @@ def test_report_names_the_test_bed(tmp_path):
     out, bed = run(tmp_path, "a", "--loop-io", "direct")
     text = run_fsprof("report", str(out)).stdout
     assert f"test bed: loop device, direct I/O to {bed['backing_file']}" in text, text
+
+
+@pytest.mark.parametrize("loop_io", ["buffered", "direct"])
+def test_bonnie_says_when_dropping_caches_cannot_make_reads_cold(tmp_path, loop_io):
+    out = tmp_path / "run"
+    proc = run_fsprof("run", "--fs", "ext4", "--workload", "bonnie", "--size", "64", "--files", "0",
+                      "--loop-io", loop_io, "--scratch-dir", str(tmp_path / "scratch"), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    (fs,) = json.loads((out / "result.json").read_text())["filesystems"]
+    caches = fs["workload"]["caches"]
+    assert caches.startswith("caches: dropped before each test"), caches
+    assert ("buffered image file" in caches) == (loop_io == "buffered"), caches

@@ -168,20 +168,10 @@ def buffered_loop_under(path="."):
     """The loop device ('loop0') holding the filesystem at `path` when it reaches its image file
     through the host's page cache (not direct I/O), else None. There drop_caches cannot make reads
     cold: the image's dirty pages stay in host memory (docs/test-bed.md)."""
-    path = os.path.realpath(path)
-    source, best = None, ""
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            fields = line.split()
-            mnt = fields[4].replace("\\040", " ")
-            inside = path == mnt or path.startswith(mnt.rstrip("/") + "/")
-            if inside and len(mnt) >= len(best):
-                best, source = mnt, fields[fields.index("-") + 2]
-    name = os.path.basename(source or "")
-    if not name.startswith("loop"):
-        return None
+    from profiler.machine import blockdev  # fsprof's own reading of sysfs, loaded only here
     try:
-        with open(f"/sys/block/{name}/loop/dio") as f:
-            return name if f.read().strip() == "0" else None
+        name = blockdev.block_dev_of_file(path)
     except OSError:
         return None
+    below = blockdev.backing_of(name) if name else None
+    return name if below and not below["direct_io"] else None
