@@ -1,10 +1,17 @@
-"""`fsprof record --pid/--cgroup/--mount`: attach to a live system, change nothing."""
+"""`fsprof record --pid/--cgroup/--mount`: attach to a live system, change nothing. With
+--continuous, record indefinitely in windows for Prometheus and continuous profilers."""
 
-from ..session.record import record
+from ..errors import FsprofError
 from .arguments import pid, sample_hz
 from .report import print_result
 
 NEEDS_ROOT = True
+
+
+def pprof_keep(text):
+    if not text.isdigit() or int(text) < 1:
+        raise FsprofError(f"--pprof-keep {text}: give a number of files, at least 1", exit_code=2)
+    return int(text)
 
 
 def add_arguments(p):
@@ -15,9 +22,35 @@ def add_arguments(p):
     p.add_argument("--sample-hz", type=sample_hz, default=999, help="on-CPU sampling frequency, 0 = off (default 999)")
     p.add_argument("-o", "--output", help="run directory (default fsprof-runs/<timestamp>)")
     p.add_argument("--json", action="store_true", help="print the result as JSON instead of tables")
+    c = p.add_argument_group("continuous mode (docs/continuous.md)")
+    c.add_argument("--continuous", action="store_true",
+                   help="record until stopped, in windows: Prometheus metrics and pprof profiles, no run directory")
+    c.add_argument("--all", action="store_true", help="with --continuous: every process on every ext4/XFS/btrfs filesystem")
+    c.add_argument("--window", default="15s", help="window length (default 15s)")
+    c.add_argument("--listen", default="127.0.0.1:9478",
+                   help="HOST:PORT of the /metrics endpoint (default 127.0.0.1:9478; off = none)")
+    c.add_argument("--pprof-dir", help="write each window's profile here as fsprof-<UTC time>.pb.gz")
+    c.add_argument("--pprof-keep", type=pprof_keep, default=240, help="profiles kept in --pprof-dir (default 240)")
+    c.add_argument("--pprof-url", help="POST each window's profile to this Pyroscope-compatible ingest URL")
+
+
+def check_arguments(ap, args, rest, command):
+    if args.continuous:
+        if args.output or args.json:
+            ap.error("--continuous writes no run directory: -o/--output and --json do not apply")
+        if args.all and any(x is not None for x in (args.pid, args.cgroup, args.mount)):
+            ap.error("--all traces every process: leave out --pid, --cgroup and --mount")
+    else:
+        for name in ("all", "pprof_dir", "pprof_url"):
+            if getattr(args, name):
+                ap.error(f"--{name.replace('_', '-')} needs --continuous")
 
 
 def main(args):
+    if args.continuous:
+        from ..session.continuous import continuous
+        return continuous(args)
+    from ..session.record import record
     result, out_dir = record(args)
     print_result(args, result, out_dir)
     return 0

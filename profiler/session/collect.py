@@ -172,10 +172,16 @@ class Collector:
     def _read_drops(self):
         return [sum(self.drops.lookup(c.c_uint32(i)) or [0]) for i in range(len(maps.DROP_REASONS))]
 
-    def snapshot(self):
+    def snapshot(self, drain=False):
         """Everything the probes aggregated since reset(), as plain data keyed by superblock dev
-        and phase index. Stacks are raw addresses; "behind" holds each behind-the-wait probe's own."""
+        and phase index. Stacks are raw addresses; "behind" holds each behind-the-wait probe's own.
+        With drain, the stack-keyed aggregates (off-CPU intervals, on-CPU samples, workers' off-CPU
+        time), the only ones whose keys grow with what runs, are emptied as they are read (Map.drain):
+        each snapshot then holds what happened since the one before, and nothing is lost between
+        them (fsprof record --continuous). Syscall histograms, block and behind counters stay
+        cumulative: their keys are bounded by the filesystems and syscalls traced."""
         now = time.monotonic_ns()
+        read = (lambda m: m.drain()) if drain else (lambda m: m.items())
         ops = []
         for k, v in self.op_hist.items():
             op, h = syscalls.name_of(k.nr), maps.sum_hists(v)
@@ -187,13 +193,13 @@ class Collector:
                    "runnable": bool(k.runnable), "waker_stack": k.waker_stack,
                    "waker_comm": k.waker_comm.decode(errors="replace"),
                    "count": sum(x.count for x in v), "total_ns": sum(x.total_ns for x in v)}
-                  for k, v in self.offcpu.items()]
+                  for k, v in read(self.offcpu)]
         samples = [{"dev": k.op.dev, "op": syscalls.name_of(k.op.nr), "phase": k.op.phase, "stack": k.stackid,
-                    "count": v} for k, v in self.samples.items()]
+                    "count": v} for k, v in read(self.samples)]
         workers = [{"dev": k.dev, "kind": maps.WORKER_KINDS[k.kind] if k.kind < len(maps.WORKER_KINDS) else str(k.kind),
                     "phase": k.phase, "stack": k.stackid, "runnable": bool(k.runnable),
                     "count": sum(x.count for x in v), "total_ns": sum(x.total_ns for x in v)}
-                   for k, v in self.worker_offcpu.items()]
+                   for k, v in read(self.worker_offcpu)]
         behind_raw = {name: probe.snapshot() for name, probe in self.probes.items()}
         for module in behind.MODULES:  # a summary tells unknown figures from zeros by these
             if module.NAME in behind_raw:
@@ -212,6 +218,16 @@ class Collector:
                 "block": behind_raw.get("block", {}).get("counts", {}), "behind": behind_raw,
                 "phase_start_ns": list(ps.start_ns), "snapshot_ns": now, "sample_hz": self.sample_hz,
                 "drops": dict(zip(maps.DROP_REASONS, drops))}
+
+    def forget_stacks(self):
+        """Empties the stack maps (their ids are meaningful only to snapshots already taken): a
+        continuous recording's stacks stay bounded by what one stretch of windows sees."""
+        self.stacks.clear()
+        self.stacks_spill.clear()
+
+    def run_stats(self):
+        """{object:program: (run_cnt, run_time_ns, recursion_misses)} of every loaded program."""
+        return {f"{o.name}:{p}": v for o in self.objects for p, v in o.run_stats().items()}
 
     def close(self):
         """Detach everything; the one classic tracepoint's link, whose detach waits in the kernel,

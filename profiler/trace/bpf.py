@@ -105,6 +105,9 @@ def _signatures(lib):
         "bpf_map_update_elem": (_c.c_int, [_c.c_int, _vp, _vp, _c.c_uint64]),
         "bpf_map_delete_elem": (_c.c_int, [_c.c_int, _vp]),
         "bpf_map_get_next_key": (_c.c_int, [_c.c_int, _vp, _vp]),
+        "bpf_map_lookup_and_delete_elem": (_c.c_int, [_c.c_int, _vp, _vp]),
+        "bpf_program__fd": (_c.c_int, [_vp]),
+        "bpf_obj_get_info_by_fd": (_c.c_int, [_c.c_int, _vp, _c.POINTER(_c.c_uint32)]),
         "libbpf_num_possible_cpus": (_c.c_int, []),
         "ring_buffer__new": (_vp, [_c.c_int, _RING_FN, _vp, _vp]),
         "ring_buffer__poll": (_c.c_int, [_vp, _c.c_int]),
@@ -212,6 +215,48 @@ class Map:
     def clear(self):
         for key in self.keys():
             self.delete(key)
+
+    def drain(self):
+        """Every (key, value), each removed in the same step as it is read (hash maps, 5.14+):
+        an update racing with the drain lands either in what is returned or in the map, never
+        nowhere. Values as lookup() returns them."""
+        buf = _c.create_string_buffer(self._slot * self.ncpus)
+        for key in self.keys():
+            if libbpf().bpf_map_lookup_and_delete_elem(self.fd, _c.byref(key), buf) != 0:
+                continue  # gone since keys() listed it
+            vals = [self.value_type.from_buffer_copy(buf, i * self._slot) for i in range(self.ncpus)]
+            if issubclass(self.value_type, _c._SimpleCData):
+                vals = [v.value for v in vals]
+            yield key, (vals if self.percpu else vals[0])
+
+
+class _ProgInfo(_c.Structure):
+    """struct bpf_prog_info (uapi/linux/bpf.h) up to the run statistics: the kernel fills as many
+    bytes as it is given."""
+    _fields_ = [("type", _c.c_uint32), ("id", _c.c_uint32), ("tag", _c.c_uint8 * 8),
+                ("jited_prog_len", _c.c_uint32), ("xlated_prog_len", _c.c_uint32),
+                ("jited_prog_insns", _c.c_uint64), ("xlated_prog_insns", _c.c_uint64),
+                ("load_time", _c.c_uint64), ("created_by_uid", _c.c_uint32), ("nr_map_ids", _c.c_uint32),
+                ("map_ids", _c.c_uint64), ("name", _c.c_char * 16), ("ifindex", _c.c_uint32),
+                ("gpl_compatible", _c.c_uint32), ("netns_dev", _c.c_uint64), ("netns_ino", _c.c_uint64),
+                ("nr_jited_ksyms", _c.c_uint32), ("nr_jited_func_lens", _c.c_uint32),
+                ("jited_ksyms", _c.c_uint64), ("jited_func_lens", _c.c_uint64), ("btf_id", _c.c_uint32),
+                ("func_info_rec_size", _c.c_uint32), ("func_info", _c.c_uint64), ("nr_func_info", _c.c_uint32),
+                ("nr_line_info", _c.c_uint32), ("line_info", _c.c_uint64), ("jited_line_info", _c.c_uint64),
+                ("nr_jited_line_info", _c.c_uint32), ("line_info_rec_size", _c.c_uint32),
+                ("jited_line_info_rec_size", _c.c_uint32), ("nr_prog_tags", _c.c_uint32),
+                ("prog_tags", _c.c_uint64), ("run_time_ns", _c.c_uint64), ("run_cnt", _c.c_uint64),
+                ("recursion_misses", _c.c_uint64)]
+
+
+def prog_run_stats(fd):
+    """(run_cnt, run_time_ns, recursion_misses) of a loaded program. The kernel counts runs and
+    time only while kernel.bpf_stats_enabled=1; recursion misses always."""
+    info = _ProgInfo()
+    size = _c.c_uint32(_c.sizeof(info))
+    if libbpf().bpf_obj_get_info_by_fd(fd, _c.byref(info), _c.byref(size)) != 0:
+        return 0, 0, 0
+    return info.run_cnt, info.run_time_ns, info.recursion_misses
 
 
 class _MapCreateOpts(_c.Structure):
@@ -621,6 +666,10 @@ class BpfObject:
             why = self.skipped.get(pname, "it does not exist")
             raise FsprofError(f"program {pname} of {self.name}.bpf.o is not loaded: {why}")
         return self.programs[pname][0]
+
+    def run_stats(self):
+        """{program: (run_cnt, run_time_ns, recursion_misses)} of this object's loaded programs."""
+        return {p: prog_run_stats(libbpf().bpf_program__fd(handle)) for p, (handle, _) in self.programs.items()}
 
     def attach(self, pname):
         """Attach a tracepoint, raw_tp or tp_btf program as its SEC() says."""

@@ -1,0 +1,202 @@
+"""OpenMetrics / Prometheus exposition of a continuous recording (`fsprof record --continuous`),
+through prometheus-client: the figures of each window's result entries, kept as counters that only
+grow while fsprof runs. docs/continuous.md lists every metric and its labels.
+
+Labels, and why their number is bounded: a filesystem is (fstype, device, mountpoint) of a mount
+that exists now (a filesystem unmounted loses its series at the next window); op is one of the
+syscalls fsprof traces (profiler/trace/syscalls.py); cause one of profiler/causes.py; class one of
+the block request classes (trace/maps.py BLK_CLASSES); reason one of the drop reasons; program one
+of fsprof's BPF programs. Nothing is labelled by pid, path, stack or time.
+"""
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+from ..trace import maps
+
+FS_LABELS = ("fstype", "device", "mountpoint")
+# Latency buckets: every second power of two of the kernel's log2 histogram (bucket i holds
+# [2^i, 2^(i+1)) ns), 1.024 µs to 17.2 s: 13 bounds + Inf per (filesystem, op).
+BUCKET_LOG2 = tuple(range(10, 35, 2))
+NS = 1e-9
+
+# name -> (type, help). Types: counter, gauge, histogram.
+METRICS = {
+    "fsprof_syscall_latency_seconds": ("histogram", "Latency of the traced processes' syscalls on this filesystem"),
+    "fsprof_syscall_time_seconds": ("counter", "Time in syscalls on this filesystem by cause (attribution: sums to the syscalls' wall time)"),
+    "fsprof_jbd2_commits": ("counter", "jbd2 transaction commits of this ext3/ext4 filesystem's journal"),
+    "fsprof_xfs_log_forces": ("counter", "XFS log forces on this filesystem"),
+    "fsprof_btrfs_transaction_commits": ("counter", "btrfs transaction commits of this filesystem"),
+    "fsprof_cache_flushes": ("counter", "Cache flush requests (REQ_PREFLUSH, empty or with data) issued to this filesystem's device"),
+    "fsprof_fua_writes": ("counter", "Writes with FUA issued to this filesystem's device"),
+    "fsprof_block_requests": ("counter", "Block requests completed on this filesystem's device, by class"),
+    "fsprof_block_bytes": ("counter", "Bytes of block requests on this filesystem's device, by class"),
+    "fsprof_lost_events": ("counter", "Events fsprof's BPF programs could not record, by reason"),
+    "fsprof_bpf_program_runs": ("counter", "Runs of fsprof's BPF programs (counted while kernel.bpf_stats_enabled=1)"),
+    "fsprof_bpf_program_run_seconds": ("counter", "Run time of fsprof's BPF programs (counted while kernel.bpf_stats_enabled=1)"),
+    "fsprof_bpf_recursion_misses": ("counter", "Times a BPF program of fsprof was skipped because another ran on that CPU"),
+    "fsprof_windows": ("counter", "Windows fsprof has recorded"),
+    "fsprof_window_seconds": ("gauge", "Length of the last window"),
+    "fsprof_traced_filesystems": ("gauge", "Filesystems traced in the last window"),
+}
+
+
+def fs_labels(entry):
+    return (entry["fs"], entry["device"]["name"], entry["label"])
+
+
+def cumulative_figures(entry):
+    """{(metric, labels): value} of a result entry assembled from cumulative counters (they only
+    grow while one set of BPF programs stays loaded)."""
+    fl = fs_labels(entry)
+    out = {}
+    for op, h in entry["syscalls"].items():
+        labels = fl + (op,)
+        log2 = h["log2_ns"]
+        for k in BUCKET_LOG2:
+            out[("fsprof_syscall_latency_seconds_bucket", labels + (_le(k),))] = sum(log2[:k])
+        out[("fsprof_syscall_latency_seconds_count", labels)] = h["count"]
+        out[("fsprof_syscall_latency_seconds_sum", labels)] = h["total_ns"] * NS
+    behind = entry["behind"]
+    journal = behind.get("ext4", {}).get("journal", {}).get("all")
+    if journal:
+        out[("fsprof_jbd2_commits", fl)] = journal["commits"]
+    forces = behind.get("xfs", {}).get("all", {}).get("log_forces")
+    if forces:
+        out[("fsprof_xfs_log_forces", fl)] = forces["count"]
+    commits = behind.get("btrfs", {}).get("all", {}).get("commits")
+    if commits:
+        out[("fsprof_btrfs_transaction_commits", fl)] = commits["count"]
+    for dev, classes in entry["block"].items():
+        dl = (entry["fs"], dev, entry["label"])
+        out[("fsprof_cache_flushes", dl)] = classes.get("flush", {}).get("count", 0)
+        out[("fsprof_fua_writes", dl)] = classes.get("fua_write", {}).get("count", 0)
+        for cls in maps.BLK_CLASSES:
+            v = classes.get(cls, {"count": 0, "bytes": 0})
+            out[("fsprof_block_requests", dl + (cls,))] = v["count"]
+            out[("fsprof_block_bytes", dl + (cls,))] = v["bytes"]
+    return out
+
+
+def _le(log2):
+    return f"{(1 << log2) * NS:.9g}"
+
+
+def window_figures(entry):
+    """{(metric, labels): value} of one window's entry: the time by cause its syscalls spent."""
+    fl = fs_labels(entry)
+    return {("fsprof_syscall_time_seconds", fl + (op, cause)): ns * NS
+            for op, b in entry["attribution"].items() for cause, ns in b["causes"].items() if ns > 0}
+
+
+class Totals:
+    """Counters that only grow: each window adds what happened in it. Figures read as running
+    totals of one set of loaded programs (cumulative_figures, program statistics) add their
+    change since the window before; begin_generation() starts a new set at zero."""
+
+    def __init__(self):
+        self.values, self.previous = {}, {}
+        self.gauges = {}
+
+    def begin_generation(self):
+        self.previous = {}
+
+    def add_running(self, figures):
+        for key, v in figures.items():
+            self.values[key] = self.values.get(key, 0) + max(v - self.previous.get(key, 0), 0)
+        self.previous.update(figures)
+
+    def add(self, figures):
+        for key, v in figures.items():
+            self.values[key] = self.values.get(key, 0) + v
+
+    def keep_filesystems(self, kept):
+        """Forgets the series of filesystems not in `kept` ({(fstype, device, mountpoint)}):
+        a machine that mounts and unmounts all day keeps only its current filesystems' series."""
+        def wanted(key):
+            name, labels = key
+            meta = METRICS.get(_family(name))
+            return not meta or labels[:3] in kept or _family(name) in _UNLABELLED_BY_FS
+        self.values = {k: v for k, v in self.values.items() if wanted(k)}
+        self.previous = {k: v for k, v in self.previous.items() if wanted(k)}
+
+
+_UNLABELLED_BY_FS = {"fsprof_lost_events", "fsprof_bpf_program_runs", "fsprof_bpf_program_run_seconds",
+                     "fsprof_bpf_recursion_misses", "fsprof_windows", "fsprof_window_seconds",
+                     "fsprof_traced_filesystems"}
+
+
+def _family(name):
+    for suffix in ("_bucket", "_count", "_sum"):
+        if name.endswith(suffix) and name[:-len(suffix)] in METRICS:
+            return name[:-len(suffix)]
+    return name
+
+
+def program_figures(run_stats):
+    out = {}
+    for prog, (runs, ns, misses) in run_stats.items():
+        out[("fsprof_bpf_program_runs", (prog,))] = runs
+        out[("fsprof_bpf_program_run_seconds", (prog,))] = ns * NS
+        out[("fsprof_bpf_recursion_misses", (prog,))] = misses
+    return out
+
+
+def drop_figures(drops):
+    return {("fsprof_lost_events", (reason,)): n for reason, n in drops.items()}
+
+
+LABELS = {
+    "fsprof_syscall_latency_seconds": FS_LABELS + ("op",),
+    "fsprof_syscall_time_seconds": FS_LABELS + ("op", "cause"),
+    "fsprof_block_requests": FS_LABELS + ("class",),
+    "fsprof_block_bytes": FS_LABELS + ("class",),
+    "fsprof_lost_events": ("reason",),
+    "fsprof_bpf_program_runs": ("program",),
+    "fsprof_bpf_program_run_seconds": ("program",),
+    "fsprof_bpf_recursion_misses": ("program",),
+    "fsprof_windows": (),
+    "fsprof_window_seconds": (),
+    "fsprof_traced_filesystems": (),
+}
+
+
+class Exposition:
+    """A prometheus-client collector over a Totals: what a scrape returns."""
+
+    def __init__(self, totals):
+        self.totals = totals
+
+    def describe(self):
+        return []  # the families vary with what is mounted; collect() is the truth
+
+    def collect(self):
+        values = dict(self.totals.values)
+        values.update(self.totals.gauges)
+        by_family = {}
+        for (name, labels), v in values.items():
+            by_family.setdefault(_family(name), []).append((name, labels, v))
+        for family, rows in sorted(by_family.items()):
+            kind, doc = METRICS[family]
+            names = list(LABELS.get(family, FS_LABELS))
+            if kind == "histogram":
+                yield from _histograms(family, doc, names, rows)
+                continue
+            metric = (CounterMetricFamily if kind == "counter" else GaugeMetricFamily)(family, doc, labels=names)
+            for _, labels, v in sorted(rows):
+                metric.add_metric(list(labels), v)
+            yield metric
+
+
+def _histograms(family, doc, names, rows):
+    series = {}
+    for name, labels, v in rows:
+        if name.endswith("_bucket"):
+            series.setdefault(labels[:-1], {"buckets": {}})["buckets"][labels[-1]] = v
+        else:
+            series.setdefault(labels, {"buckets": {}})[name.rsplit("_", 1)[1]] = v
+    metric = HistogramMetricFamily(family, doc, labels=names)
+    for labels, s in sorted(series.items()):
+        count = s.get("count", 0)
+        buckets = [(_le(k), s["buckets"].get(_le(k), 0)) for k in BUCKET_LOG2] + [("+Inf", count)]
+        metric.add_metric(list(labels), buckets, sum_value=s.get("sum", 0))
+    yield metric
