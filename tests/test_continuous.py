@@ -1,0 +1,312 @@
+"""`fsprof record --continuous` against independent readers: a real Prometheus server (Debian's
+`prometheus`) scrapes it and its stored counters are checked against the kernel's own
+(/sys/block/*/stat, /proc/fs/jbd2/*/info); `promtool check metrics` checks the exposition; `go tool
+pprof -raw` reads the profiles; a local HTTP server stands in for a Pyroscope ingest URL."""
+
+import gzip
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from profiler.machine import blockdev, scratch
+from test_behind_ext4 import jbd2_info
+from test_record import FSYNCS, fsprof_program_names, loaded_fsprof_programs
+
+WINDOW = "1s"
+DASHBOARD = Path(REPO) / "deploy" / "grafana-dashboard.json"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_continuous(*args):
+    proc = subprocess.Popen([sys.executable, "-m", "profiler", "record", "--continuous", "--window", WINDOW, *args],
+                            cwd=REPO, stderr=subprocess.PIPE, text=True)
+    line = proc.stderr.readline()
+    assert "recording" in line, line + proc.stderr.read()
+    return proc
+
+
+def stop(proc):
+    """SIGTERM, as systemd stops a unit: exit 0 and nothing of fsprof's left in the kernel."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        status = proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    err = proc.stderr.read()
+    assert status == 0, err
+    assert "Traceback" not in err
+    assert loaded_fsprof_programs(fsprof_program_names()) == []
+    return err
+
+
+def scrape(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        return r.read().decode()
+
+
+def sample(text, name, **labels):
+    """The value of one series in an exposition text (0 when absent)."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            got = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}")[0])) if "{" in line else {}
+            if all(got.get(k) == v for k, v in labels.items()):
+                total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def write_fsyncs(path, n):
+    subprocess.run([sys.executable, "-c", FSYNCS, str(path), str(n)], check=True)
+
+
+class Prometheus:
+    """A Prometheus server of the test's own: its config, storage and port, scraping every second."""
+
+    def __init__(self, tmp_path, target_port):
+        self.port = free_port()
+        config = tmp_path / "prometheus.yml"
+        config.write_text(f"global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n"
+                          f"  - job_name: fsprof\n    static_configs:\n      - targets: ['127.0.0.1:{target_port}']\n")
+        self.proc = subprocess.Popen(["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                                      f"--web.listen-address=127.0.0.1:{self.port}"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def query(self, expr):
+        url = f"http://127.0.0.1:{self.port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+        with urllib.request.urlopen(url, timeout=10) as r:
+            body = json.loads(r.read())
+        assert body["status"] == "success", body
+        return body["data"]["result"]
+
+    def value(self, expr):
+        result = self.query(expr)
+        return sum(float(r["value"][1]) for r in result) if result else None
+
+    def wait_for(self, expr, timeout=60):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                v = self.value(expr)
+                if v is not None:
+                    return v
+            except OSError:
+                pass
+            time.sleep(0.5)
+        raise AssertionError(f"Prometheus never had {expr}")
+
+    def close(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=60)
+
+
+def settled(prom, device, labels, names):
+    """(kernel counters, Prometheus's stored values) of one quiet moment: the kernel's flush and
+    commit counts did not change over a window and a scrape, so what Prometheus stored at the end
+    counts the same events (ext4 may still commit on its own a few seconds after a write)."""
+    for _ in range(20):
+        before = kernel_counts(device)
+        time.sleep(3)
+        stored = [prom.value(n if "{" in n else n + labels) or 0 for n in names]
+        if kernel_counts(device) == before:
+            return before, stored
+    raise AssertionError("the scratch filesystem never went quiet")
+
+
+def kernel_counts(device):
+    name = os.path.basename(device)
+    return blockdev.read_stat(name)["flush_ios"], jbd2_info(name)["transactions"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not shutil.which("prometheus"), reason="Debian's prometheus package is not installed (make setup)")
+def test_prometheus_stores_flushes_and_commits_equal_to_the_kernels(tmp_path):
+    with scratch.Changes() as changes:
+        sfs = scratch.provision(changes, scratch.FsConfig("ext4"), tmp_path / "scratch")
+        port = free_port()
+        rec = start_continuous("--mount", sfs.mountpoint, "--listen", f"127.0.0.1:{port}")
+        prom = Prometheus(tmp_path, port)
+        try:
+            labels = f'{{mountpoint="{sfs.mountpoint}"}}'
+            prom.wait_for(f"fsprof_cache_flushes_total{labels}")
+            metrics_ = ("fsprof_cache_flushes_total", "fsprof_jbd2_commits_total",
+                        f'fsprof_syscall_latency_seconds_count{{mountpoint="{sfs.mountpoint}",op="fsync"}}')
+            kernel0, stored0 = settled(prom, sfs.devices[0], labels, metrics_)
+            write_fsyncs(Path(sfs.mountpoint) / "a.dat", 150)
+            kernel1, stored1 = settled(prom, sfs.devices[0], labels, metrics_)
+            flushes, commits, fsyncs = (b - a for a, b in zip(stored0, stored1))
+            flushes1, commits1 = kernel1
+            flushes0, commits0 = kernel0
+            assert fsyncs == 150
+            assert flushes1 - flushes0 >= 150 and flushes == flushes1 - flushes0
+            assert commits1 - commits0 >= 150 and commits == commits1 - commits0
+            # The time by cause adds up to the syscalls' time (the attribution's invariant).
+            by_cause = prom.value(f'sum(fsprof_syscall_time_seconds_total{{mountpoint="{sfs.mountpoint}",op="fsync"}})')
+            total = prom.value(f'fsprof_syscall_latency_seconds_sum{{mountpoint="{sfs.mountpoint}",op="fsync"}}')
+            assert by_cause == pytest.approx(total, rel=1e-6)
+            # Every panel of the shipped dashboard is a query Prometheus accepts and answers.
+            # the fsync, flush and commit panels have data on this ext4 (XFS, btrfs, throttling not).
+            for expr in dashboard_queries():
+                result = prom.query(expr.replace("$host", ".*").replace("$mountpoint", ".*")
+                                    .replace("$__rate_interval", "30s"))
+                assert result or not re.search(r"fsync|jbd2", expr), expr
+
+            text = scrape(port)
+            check = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+            assert check.returncode == 0, check.stdout + check.stderr
+        finally:
+            prom.close()
+            stop(rec)
+
+
+def dashboard_queries():
+    board = json.loads(DASHBOARD.read_text())
+    return [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+
+
+def pprof_raw(path):
+    """Samples of a profile as `go tool pprof -raw` prints them: [(values, [function, leaf first])]."""
+    out = subprocess.run(["go", "tool", "pprof", "-raw", str(path)], capture_output=True, text=True,
+                         env={**os.environ, "HOME": str(path.parent)}, check=True).stdout
+    # "ID: 0x0 M=1 NAME :0:0 s=0", pprof adding "(FULL NAME)" where it shortened one (parentheses).
+    locations = {i: full or name for i, name, full in
+                 re.findall(r"^\s+(\d+): 0x0 M=\d+ (.*?) :0:0 s=0(?:\((.*)\))?$", out, re.M)}
+    samples = []
+    section = out.split("Samples:", 1)[1].split("Locations", 1)[0].splitlines()[2:]
+    for line in section:
+        values, _, locs = line.partition(":")
+        if locs.strip():
+            samples.append(([int(v) for v in values.split()], [locations[i] for i in locs.split()]))
+    return samples
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not shutil.which("go"), reason="go is not installed (make setup installs golang-go)")
+def test_pprof_profiles_hold_the_attributions_cause_totals(tmp_path):
+    pp = tmp_path / "profiles"
+    with scratch.Changes() as changes:
+        sfs = scratch.provision(changes, scratch.FsConfig("ext4"), tmp_path / "scratch")
+        port = free_port()
+        rec = start_continuous("--mount", sfs.mountpoint, "--listen", f"127.0.0.1:{port}", "--pprof-dir", str(pp))
+        try:
+            write_fsyncs(Path(sfs.mountpoint) / "a.dat", 200)
+            time.sleep(3)  # windows after the workload add nothing
+            text = scrape(port)
+            files = sorted(pp.glob("fsprof-*.pb.gz"))
+        finally:
+            stop(rec)
+    assert files
+    by_cause = {}
+    for f in files:
+        for values, frames in pprof_raw(f):
+            root = frames[::-1]
+            if root[:2] == [f"[{sfs.mountpoint}]", "[fsync]"]:
+                cause = root[2][1:-1]
+                by_cause[cause] = by_cause.get(cause, 0) + values[0] + values[1]
+    counters = {cause: sample(text, "fsprof_syscall_time_seconds_total", op="fsync", cause=cause)
+                for cause in by_cause}
+    assert by_cause and "journal commit wait" in by_cause
+    for cause, ns in by_cause.items():
+        assert ns / 1e9 == pytest.approx(counters[cause], rel=1e-6, abs=2e-9), cause
+    total = sample(text, "fsprof_syscall_latency_seconds_sum", op="fsync")
+    assert sum(by_cause.values()) / 1e9 == pytest.approx(total, rel=1e-6)
+
+
+class Ingest(BaseHTTPRequestHandler):
+    received = []
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        Ingest.received.append((self.path, self.headers["Content-Type"], body))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.slow
+def test_profiles_reach_an_ingest_url_and_a_refusal_is_one_sentence(tmp_path):
+    server = HTTPServer(("127.0.0.1", 0), Ingest)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    with scratch.Changes() as changes:
+        sfs = scratch.provision(changes, scratch.FsConfig("ext4"), tmp_path / "scratch")
+        url = f"http://127.0.0.1:{server.server_address[1]}/ingest"
+        rec = start_continuous("--mount", sfs.mountpoint, "--listen", "off", "--pprof-url", url)
+        try:
+            write_fsyncs(Path(sfs.mountpoint) / "a.dat", 20)
+            time.sleep(2.5)
+        finally:
+            stop(rec)
+        closed = free_port()  # nothing listens there
+        refused = start_continuous("--mount", sfs.mountpoint, "--listen", "off",
+                                   "--pprof-url", f"http://127.0.0.1:{closed}/ingest")
+        time.sleep(2.5)
+        err = stop(refused)
+    server.shutdown()
+    assert Ingest.received
+    path, ctype, body = Ingest.received[0]
+    query = urllib.parse.parse_qs(urllib.parse.urlparse(path).query)
+    assert query["format"] == ["pprof"] and query["name"][0].startswith("fsprof{host=")
+    assert int(query["until"][0]) >= int(query["from"][0])
+    assert ctype.startswith("multipart/form-data") and b'name="profile"' in body
+    gz = body[body.index(b"\x1f\x8b"):]
+    assert gzip.decompress(gz.rsplit(b"\r\n--", 1)[0])  # a gzipped protobuf
+    assert f"could not send the profile to http://127.0.0.1:{closed}/ingest" in err
+
+
+@pytest.mark.slow
+def test_a_taken_port_is_one_sentence_and_nothing_is_loaded(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        r = subprocess.run([sys.executable, "-m", "profiler", "record", "--continuous", "--all",
+                            "--listen", f"127.0.0.1:{port}"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert r.stderr.count("\n") == 1 and f"cannot listen on 127.0.0.1:{port}" in r.stderr, r.stderr
+    assert loaded_fsprof_programs(fsprof_program_names()) == []
+
+
+@pytest.mark.slow
+def test_filesystems_mounted_and_unmounted_while_recording(tmp_path):
+    """--all: an XFS mounted after the start is traced (its programs loaded then) and its series
+    go when it is unmounted; the recording carries on throughout."""
+    port = free_port()
+    rec = start_continuous("--all", "--listen", f"127.0.0.1:{port}")
+    try:
+        with scratch.Changes() as changes:
+            sfs = scratch.provision(changes, scratch.FsConfig("xfs"), tmp_path / "scratch")
+            deadline = time.time() + 90  # the XFS programs load within a window or two
+            while f'mountpoint="{sfs.mountpoint}"' not in scrape(port):
+                assert time.time() < deadline, "the new XFS never appeared"
+                time.sleep(0.5)
+            write_fsyncs(Path(sfs.mountpoint) / "a.dat", 40)
+            time.sleep(2.5)
+            text = scrape(port)
+            assert sample(text, "fsprof_syscall_latency_seconds_count", mountpoint=sfs.mountpoint, op="fsync") == 40
+            assert sample(text, "fsprof_xfs_log_forces_total", mountpoint=sfs.mountpoint) >= 40
+        time.sleep(2.5)  # unmounted now
+        assert f'mountpoint="{sfs.mountpoint}"' not in scrape(port)
+        assert rec.poll() is None
+    finally:
+        stop(rec)
