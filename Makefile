@@ -15,10 +15,11 @@ BPF_HDR := $(wildcard bpf/*.h)
 WL_SRC := $(wildcard workloads/*.c)
 WL_BIN := $(patsubst workloads/%.c,build/workloads/%,$(WL_SRC))
 
-# Debian packages fsprof needs at run time and in tests.
+# Debian packages fsprof needs at run time and in tests (prometheus and golang-go: the independent
+# readers of `record --continuous`'s metrics and pprof profiles in tests/test_continuous.py).
 DEB_PKGS := clang llvm bpftool libbpf1 libbpf-dev libelf-dev zlib1g-dev e2fsprogs xfsprogs \
             btrfs-progs util-linux bpftrace fio python3-venv liburing-dev libaio-dev libarchive-dev \
-            sysbench bonnie++ chromium
+            sysbench bonnie++ chromium prometheus golang-go
 # The untar workload's real kernel tree; without it the workload generates a synthetic one.
 OPT_PKGS := linux-source-6.1
 

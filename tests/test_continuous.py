@@ -310,3 +310,17 @@ def test_filesystems_mounted_and_unmounted_while_recording(tmp_path):
         assert rec.poll() is None
     finally:
         stop(rec)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--continuous", "--all", "--window", "0.5s"], "--window must be at least 1s"),
+    (["--continuous", "--all", "--listen", "9478"], "--listen 9478: give HOST:PORT"),
+    (["--all"], "--all needs --continuous"),
+    (["--continuous", "--all", "--pid", "1"], "--all traces every process"),
+    (["--continuous", "--all", "-o", "x"], "--continuous writes no run directory"),
+    (["--continuous", "--all", "--pprof-keep", "0"], "argument --pprof-keep: '0' is not a positive"),
+])
+def test_bad_continuous_options_are_one_sentence(args, words):
+    r = subprocess.run([sys.executable, "-m", "profiler", "record", *args], cwd=REPO, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and words in r.stderr, r.stderr

@@ -31,7 +31,10 @@ def installed(tmp_path_factory):
                     "profiler/trace/bpf_objects/syscalls.bpf.o", "workloads/engines/fsync_heavy"):
         assert shipped in names, shipped
     run([sys.executable, "-m", "venv", str(tmp / "venv")], env=clean_env())
-    run([str(tmp / "venv" / "bin" / "pip"), "install", "-q", "--no-index", str(wheel)], env=clean_env())
+    # Its dependencies (prometheus-client, requests, ...) as wheels beside it, fetched by pip.
+    run([sys.executable, "-m", "pip", "download", "-q", "-d", str(tmp / "dist"), str(wheel)])
+    run([str(tmp / "venv" / "bin" / "pip"), "install", "-q", "--no-index", "--find-links", str(tmp / "dist"),
+         str(wheel)], env=clean_env())
     yield tmp / "venv" / "bin", tmp
 
 
@@ -58,3 +61,7 @@ def test_installed_wheel_runs_doctor_and_a_traced_run(installed):
     assert fs["fs"] == "ext4"
     assert fs["workload"]["fsyncs"] == 50
     assert fs["phases"]["run"]["syscalls"]["fsync"]["count"] == 50
+    # Continuous mode and its dependencies came with it: a short recording writes profiles.
+    run([str(bin_dir / "fsprof"), "record", "--continuous", "--all", "--window", "1s", "--duration", "2s",
+         "--listen", "off", "--pprof-dir", str(tmp / "profiles")], cwd=tmp, env=clean_env())
+    assert list((tmp / "profiles").glob("fsprof-*.pb.gz"))

@@ -1,17 +1,10 @@
 """`fsprof record --pid/--cgroup/--mount`: attach to a live system, change nothing. With
 --continuous, record indefinitely in windows for Prometheus and continuous profilers."""
 
-from ..errors import FsprofError
-from .arguments import pid, sample_hz
+from .arguments import pid, positive, sample_hz
 from .report import print_result
 
 NEEDS_ROOT = True
-
-
-def pprof_keep(text):
-    if not text.isdigit() or int(text) < 1:
-        raise FsprofError(f"--pprof-keep {text}: give a number of files, at least 1", exit_code=2)
-    return int(text)
 
 
 def add_arguments(p):
@@ -30,7 +23,7 @@ def add_arguments(p):
     c.add_argument("--listen", default="127.0.0.1:9478",
                    help="HOST:PORT of the /metrics endpoint (default 127.0.0.1:9478; off = none)")
     c.add_argument("--pprof-dir", help="write each window's profile here as fsprof-<UTC time>.pb.gz")
-    c.add_argument("--pprof-keep", type=pprof_keep, default=240, help="profiles kept in --pprof-dir (default 240)")
+    c.add_argument("--pprof-keep", type=positive, default=240, help="profiles kept in --pprof-dir (default 240)")
     c.add_argument("--pprof-url", help="POST each window's profile to this Pyroscope-compatible ingest URL")
 
 
