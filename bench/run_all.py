@@ -25,7 +25,7 @@ import write_doc  # noqa: E402
 # give the longer runs).
 OWN = [("overhead", ["bench/bench_overhead.py"]), ("startup", ["bench/bench_startup.py"]),
        ("pgbench", ["bench/bench_pgbench.py"]), ("capacity", ["bench/bench_capacity.py"]),
-       ("report", ["bench/bench_report.py"])]
+       ("report", ["bench/bench_report.py"]), ("soak", ["bench/bench_soak.py"])]
 WORKLOADS_FULL = [
     ("fsync_heavy", ["bench/bench_fsync_heavy.py", "--repeats", "3"]),
     ("bonnie", ["bench/bench_bonnie.py", "--repeats", "3"]),

@@ -30,8 +30,8 @@ variants are compared (untraced / fsprof / bpftrace / libbpf-tools, or the tools
 are interleaved, the order rotated each round (A B C D, B C D A, ...), so that a machine drifting
 slower or faster falls on every variant alike, and each ratio is taken within one round.
 
-Reproduce: `make bench` (about 21 minutes; needs root, loop devices, bpftrace, libbpf-tools, PostgreSQL, which
-the rule installs). `make bench BENCH_LONG=1` makes the capacity bench's long run 10 minutes;
+Reproduce: `make bench` (about 23 minutes; needs root, loop devices, bpftrace, libbpf-tools, PostgreSQL, which
+the rule installs). `make bench BENCH_LONG=1` makes the capacity bench's long run and the continuous-mode soak 10 minutes each;
 `BENCH_QUICK=1` runs everything with few, short repeats (to check the scripts: not figures to
 quote); `BENCH_WORKLOADS=0` skips the bundled workloads' benches against their reference tools.
 Each section names its own script, which runs alone too.
@@ -237,6 +237,7 @@ def write(done=None):
     lines += section("A real database: PostgreSQL pgbench", pgbench, "bench/bench_pgbench.py", "pgbench")
     lines += section("Capacity", capacity, "bench/bench_capacity.py", "capacity")
     lines += section("Report cost", report, "bench/bench_report.py", "report")
+    lines += section("Continuous mode: soak", load("soak"), "bench/bench_soak.py", "soak")
     lines += workload_section(done)
     lines += closing_note(overhead, startup, pgbench, capacity)
     DOC.write_text("\n".join(lines).rstrip() + "\n")

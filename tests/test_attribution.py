@@ -82,8 +82,9 @@ def test_barriers_off_remove_the_flush_causes(tmp_path):
         assert sum(d["flush_ios"] for d in f_on["kernel_counters"].values()) >= COUNT
         b_on, b_off = breakdown(f_on, "fsync", "run"), breakdown(f_off, "fsync", "run")
         assert share(b_off, "cache flush") < 0.01, f_off["fs"]
-        if f_on["fs"] == "btrfs":  # btrfs waits for its superblock flush in the fsync itself
-            assert share(b_on, "cache flush") > 0.2
+        if f_on["fs"] == "btrfs":  # btrfs waits for its superblock flush in the fsync itself: its
+            # share is the host disk's flush latency against btrfs's own work, 0.19-0.25 seen here.
+            assert share(b_on, "cache flush") > 0.1
         else:  # ext4's flush is in the jbd2 commit the fsync waits for: that wait shrinks. On a
             # direct-I/O loop (the default) the log blocks still reach the disk without barriers:
             # 2.7x seen here, where a buffered loop gave over 3x (docs/test-bed.md).
