@@ -98,10 +98,12 @@ def soak(changes, sfs, seconds, window):
     if status != 0:
         raise SystemExit(f"fsync-heavy engine failed ({status}): {text[-300:]}")
     first_text = first_text or last_text
-    fsyncs = total(last_text, r'fsprof_syscall_latency_seconds_count\{[^}]*op="fsync"')
+    fsyncs = sum(float(line.rsplit(" ", 1)[1]) for line in last_text.splitlines()
+                 if line.startswith("fsprof_syscall_latency_seconds_count{") and 'op="fsync"' in line)
+    warm = next((s for s in samples if s["t"] > 2 * units.parse_duration(window)), samples[-1])
     return {
         "what": ROW["what"], "seconds": seconds, "window": window, "samples": samples,
-        "rss_first_kib": samples[0]["rss_kib"], "rss_last_kib": samples[-1]["rss_kib"],
+        "rss_first_kib": samples[0]["rss_kib"], "rss_warm_kib": warm["rss_kib"], "rss_last_kib": samples[-1]["rss_kib"],
         "hwm_kib": max(s["hwm_kib"] for s in samples), "cpu_s": samples[-1]["cpu_s"],
         "cpu_pct": 100 * samples[-1]["cpu_s"] / samples[-1]["t"], "maps_mib": samples[-1]["maps_bytes"] / (1 << 20),
         "series_first": series(first_text), "series_last": series(last_text),
@@ -114,11 +116,12 @@ def soak(changes, sfs, seconds, window):
 
 def render(r):
     return "\n".join([
-        "| workload (ext4 barrier=0) | run | windows | fsyncs traced | fsprof RSS first → last (peak) | "
-        "fsprof CPU | /metrics series first → last | lost events | BPF recursion misses | BPF maps |",
+        "| workload (ext4 barrier=0) | run | windows | fsyncs traced | fsprof RSS at start → two windows in → last (peak) | "
+        "fsprof CPU | /metrics series two windows in → last | lost events | BPF recursion misses | BPF maps |",
         "|---|---|---|---|---|---|---|---|---|---|",
         f"| {r['what']} | {r['seconds']:.0f} s | {r['windows']:.0f} of {r['window']} | {r['fsyncs']:,.0f} | "
-        f"{r['rss_first_kib'] / 1024:.1f} → {r['rss_last_kib'] / 1024:.1f} MiB ({r['hwm_kib'] / 1024:.1f}) | "
+        f"{r['rss_first_kib'] / 1024:.1f} → {r['rss_warm_kib'] / 1024:.1f} → {r['rss_last_kib'] / 1024:.1f} MiB "
+        f"({r['hwm_kib'] / 1024:.1f}) | "
         f"{r['cpu_s']:.1f} s ({r['cpu_pct']:.2f}% of a core) | {r['series_first']:,} → {r['series_last']:,} | "
         f"{r['lost']:,.0f} | {r['recursion_misses']:,.0f} | {r['maps_mib']:.0f} MiB |",
         "", f"One run: {r['seconds']:.0f} s ({'BENCH_LONG=1' if LONG else '10 minutes with `make bench BENCH_LONG=1`'})."])
@@ -127,7 +130,8 @@ def render(r):
 HOW = """How: `make bench` (or `.venv/bin/python bench/bench_soak.py`). A fresh 1 GiB loop-backed ext4
 with barrier=0; the fsync-heavy C engine waits at a gate while `fsprof record --continuous --mount
 MNT --pprof-dir DIR` starts, and is let go once it prints "recording". RSS is VmRSS of the fsprof
-process at the first and last one-second sample (VmHWM in brackets); CPU its user+system time over
+process at the first one-second sample, the first after two windows (the first windows load
+symbols and grow the allocator's pools) and the last (VmHWM in brackets); CPU its user+system time over
 the workload's run (Python's window processing and the scrape; the BPF programs' own time is in the
 overhead section); series are the sample lines of /metrics two windows in and after the workload;
 lost events and recursion misses are fsprof's own counters (fsprof_lost_events_total,

@@ -324,3 +324,39 @@ def test_bad_continuous_options_are_one_sentence(args, words):
     r = subprocess.run([sys.executable, "-m", "profiler", "record", *args], cwd=REPO, capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and words in r.stderr, r.stderr
+
+
+@pytest.mark.slow
+def test_a_cgroup_made_again_is_followed(tmp_path):
+    """A restarted systemd service gets a new cgroup of the same path: --continuous --cgroup keeps
+    recording it (the path is re-opened every window), and tasks outside it are not traced."""
+    from profiler.session.record import cgroup2_root
+    root = cgroup2_root()
+    if not (root / "cgroup.procs").exists():
+        pytest.skip("no cgroup v2 hierarchy is mounted")
+    cgroup = root / f"fsprof-test-{os.getpid()}-{time.monotonic_ns() % 10**6}"
+    inside = 'echo $$ > {}/cgroup.procs && exec "$0" -c "$1" "$2" "$3"'.format(cgroup)
+    cgroup.mkdir()
+    port = free_port()
+    try:
+        with scratch.Changes() as changes:
+            sfs = scratch.provision(changes, scratch.FsConfig("ext4"), tmp_path / "scratch")
+            rec = start_continuous("--cgroup", str(cgroup), "--listen", f"127.0.0.1:{port}")
+            try:
+                write_fsyncs(Path(sfs.mountpoint) / "out.dat", 15)  # outside: not traced
+                subprocess.run(["sh", "-c", inside, sys.executable, FSYNCS, f"{sfs.mountpoint}/a.dat", "20"], check=True)
+                time.sleep(2.5)
+                cgroup.rmdir()  # the service stops ...
+                time.sleep(1.5)
+                cgroup.mkdir()  # ... and starts again
+                time.sleep(2.5)
+                subprocess.run(["sh", "-c", inside, sys.executable, FSYNCS, f"{sfs.mountpoint}/b.dat", "30"], check=True)
+                time.sleep(2.5)
+                text = scrape(port)
+                assert rec.poll() is None
+            finally:
+                stop(rec)
+    finally:
+        if cgroup.exists():
+            cgroup.rmdir()
+    assert sample(text, "fsprof_syscall_latency_seconds_count", mountpoint=sfs.mountpoint, op="fsync") == 50

@@ -9,8 +9,9 @@ only; the stack maps are emptied whenever the stacks seen since they were last e
 their size; the metrics keep the series of filesystems mounted now; the profile directory keeps
 the newest --pprof-keep files. Filesystems mounted or unmounted are picked up at the next window;
 a filesystem type whose BPF object is not loaded yet (its module loaded since) makes the programs
-be loaded again, the counters carrying on. SIGHUP rescans at once; SIGTERM and Ctrl-C stop after
-detaching everything.
+be loaded again, the counters carrying on. The target is pointed at again every window (a cgroup
+re-opened by its path, a process's children found again). SIGHUP does both at once; SIGTERM and
+Ctrl-C stop after detaching everything.
 """
 
 import signal
@@ -85,6 +86,7 @@ class Scope:
         return out
 
     def point(self, collector, targets):
+        """Points the collector at the target as it is now; returns its description."""
         if self.kind == "all":
             collector.trace_all(0)
             return "every process, every ext4/XFS/btrfs filesystem"
@@ -93,6 +95,8 @@ class Scope:
                 return f"{self.args.mount} (not mounted now)"
             collector.trace_all(targets[0].sb_dev)
             return f"every process, operations on {self.args.mount}"
+        if self.kind == "cgroup" and not (self.value / "cgroup.procs").exists():
+            return f"cgroup {self.value} (gone: recording resumes when it is made again)"
         return apply_target(collector, self.kind, self.value)
 
 
@@ -253,8 +257,12 @@ def continuous(args):
                      + "; Ctrl-C to stop")
             else:
                 gen.collector.set_targets(targets)
-                if scope.kind == "mount" and targets:
+                # Pointed again each window: a remount under --mount, a restarted service's new
+                # cgroup of the same path, children the traced process started before fsprof.
+                try:
                     scope.point(gen.collector, targets)
+                except FsprofError as e:  # e.g. the cgroup went away between looking and opening
+                    _say(f"{e}; trying again next window")
             w_start, w_start_wall = time.monotonic_ns(), time.time()
             end = min(time.monotonic() + window_s, started + duration)
             while time.monotonic() < end and not rescan:
