@@ -12,15 +12,18 @@ Exit status: 0 all PASS; 1 a FAIL; 2 bad input; 77 nothing failed but a VM row w
 because this machine cannot run a VM. The last run's matrix is written into docs/kernels.md."""
 
 import argparse
+import gzip
 import json
 import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 from kernels import vm
@@ -179,6 +182,51 @@ def check_record(ctx):
             proc.wait()
 
 
+def check_continuous(ctx):
+    """record --continuous --mount on an ext4 of our own with a process fsyncing there: its /metrics
+    counts the fsyncs and jbd2 commits, a profile is written per window, SIGTERM exits 0."""
+    with ScratchExt4(ctx, "continuous") as fs:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        profiles = ctx.work / "profiles"
+        proc = subprocess.Popen([PY, "-c", FSYNCER], cwd=fs.mnt, start_new_session=True)
+        argv = [*FSPROF, "record", "--continuous", "--mount", str(fs.mnt), "--window", "3s",
+                "--listen", f"127.0.0.1:{port}", "--pprof-dir", str(profiles)]
+        ctx.say("$ " + " ".join(argv))
+        ctx.log.flush()
+        rec = subprocess.Popen(argv, stdout=ctx.log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            text, deadline = "", time.monotonic() + 300
+            while time.monotonic() < deadline and rec.poll() is None:
+                time.sleep(3)
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+                        text = r.read().decode()
+                except OSError:
+                    continue
+                if "fsprof_windows_total 3.0" in text or re.search(r"fsprof_windows_total [4-9]", text):
+                    break
+            def total(name, extra=""):
+                return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                           if line.startswith(name + "{") and extra in line)
+            fsyncs = total("fsprof_syscall_latency_seconds_count", 'op="fsync"')
+            commits = total("fsprof_jbd2_commits_total")
+        finally:
+            rec.send_signal(signal.SIGTERM)
+            status = rec.wait(timeout=300)
+            kill_group(proc)
+            proc.wait()
+        files = sorted(profiles.glob("fsprof-*.pb.gz"))
+        if status != 0:
+            raise CheckFailed(f"record --continuous exited {status} on SIGTERM")
+        if fsyncs <= 0 or commits <= 0:
+            raise CheckFailed(f"/metrics counted {fsyncs:.0f} fsyncs and {commits:.0f} jbd2 commits")
+        if not files or not gzip.decompress(files[-1].read_bytes()):
+            raise CheckFailed("no profile was written")
+        return f"{fsyncs:.0f} fsyncs, {commits:.0f} jbd2 commits, {len(files)} profiles"
+
+
 def check_verify(ctx):
     """verify --expect barrier=on on a barrier=0 ext4 must find the mismatch (its exit 1)."""
     with ScratchExt4(ctx, "verify", options="barrier=0") as fs:
@@ -219,6 +267,7 @@ CHECKS = [
     ("bonnie", 1200, fsprof_run("bonnie", "-s", "16", "-n", "1", "-f")),
     ("untar", 1200, fsprof_run("untar", "--files", "2000", "--synthetic", "--image-size", "1G")),
     ("record-pid", 600, check_record),
+    ("continuous", 900, check_continuous),
     ("verify", 600, check_verify),
     ("oracles", 2400, check_oracles),
 ]
