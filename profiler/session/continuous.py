@@ -300,18 +300,18 @@ def one_window(gen, found, totals, start_ns, end_ns):
     raw = c.snapshot(drain=True)
     window = gen.windows.window_raw(raw)
     cumulative = {**raw, "offcpu": [], "samples": [], "workers": []}
-    entries = []
-    for m, target in found:
-        entries.append(_entry(window, m, target, end_ns))
-        totals.add_running(metrics.cumulative_figures(_entry(cumulative, m, target, end_ns)))
-    for e in entries:
-        totals.add(metrics.window_figures(e))
-    totals.add_running(metrics.drop_figures(raw["drops"]))
-    totals.add_running(metrics.program_figures(c.run_stats()))
-    totals.add({("fsprof_windows", ()): 1})
-    totals.gauges[("fsprof_window_seconds", ())] = (end_ns - start_ns) / 1e9
-    totals.gauges[("fsprof_traced_filesystems", ())] = len(found)
-    totals.keep_filesystems({metrics.fs_labels(e) for e in entries})
+    entries = [_entry(window, m, target, end_ns) for m, target in found]
+    running = [metrics.cumulative_figures(_entry(cumulative, m, target, end_ns)) for m, target in found]
+    running += [metrics.drop_figures(raw["drops"]), metrics.program_figures(c.run_stats())]
+    with totals.lock:
+        for figures in running:
+            totals.add_running(figures)
+        for e in entries:
+            totals.add(metrics.window_figures(e))
+        totals.add({("fsprof_windows", ()): 1})
+        totals.gauges[("fsprof_window_seconds", ())] = (end_ns - start_ns) / 1e9
+        totals.gauges[("fsprof_traced_filesystems", ())] = len(found)
+        totals.keep_filesystems({metrics.fs_labels(e) for e in entries})
     gen.last_entries = entries
     gen.stacks_seen |= {r["stack"] for r in raw["offcpu"] + raw["samples"] + raw["workers"]}
     if len(gen.stacks_seen) > STACK_MAP_ENTRIES // 2:

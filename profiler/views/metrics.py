@@ -9,6 +9,8 @@ the block request classes (trace/maps.py BLK_CLASSES); reason one of the drop re
 of fsprof's BPF programs. Nothing is labelled by pid, path, stack or time.
 """
 
+import threading
+
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from ..trace import maps
@@ -96,6 +98,8 @@ class Totals:
     def __init__(self):
         self.values, self.previous = {}, {}
         self.gauges = {}
+        # Held while a window is added and while a scrape copies (the HTTP server's thread).
+        self.lock = threading.Lock()
 
     def begin_generation(self):
         self.previous = {}
@@ -116,8 +120,9 @@ class Totals:
             name, labels = key
             meta = METRICS.get(_family(name))
             return not meta or labels[:3] in kept or _family(name) in _UNLABELLED_BY_FS
+        # `previous` is kept: a filesystem mounted again on the same device continues the kernel's
+        # running totals, of which only the change since its last window is new.
         self.values = {k: v for k, v in self.values.items() if wanted(k)}
-        self.previous = {k: v for k, v in self.previous.items() if wanted(k)}
 
 
 _UNLABELLED_BY_FS = {"fsprof_lost_events", "fsprof_bpf_program_runs", "fsprof_bpf_program_run_seconds",
@@ -170,8 +175,9 @@ class Exposition:
         return []  # the families vary with what is mounted; collect() is the truth
 
     def collect(self):
-        values = dict(self.totals.values)
-        values.update(self.totals.gauges)
+        with self.totals.lock:
+            values = dict(self.totals.values)
+            values.update(self.totals.gauges)
         by_family = {}
         for (name, labels), v in values.items():
             by_family.setdefault(_family(name), []).append((name, labels, v))
