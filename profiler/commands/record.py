@@ -2,7 +2,6 @@
 --continuous, record indefinitely in windows for Prometheus and continuous profilers."""
 
 from .arguments import pid, positive, sample_hz
-from .report import print_result
 
 NEEDS_ROOT = True
 
@@ -45,5 +44,7 @@ def main(args):
         return continuous(args)
     from ..session.record import record
     result, out_dir = record(args)
+    # The report's modules load after the recording: `record` is attached sooner (docs/benchmarks.md).
+    from .report import print_result
     print_result(args, result, out_dir)
     return 0

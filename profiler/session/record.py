@@ -17,7 +17,6 @@ from ..analysis.assemble import assemble
 from .collect import Collector
 from ..machine.conditions import sysctls_in_force
 from ..errors import FsprofError
-from ..views.flamegraph import write_default_set
 from ..machine.mounts import mount_of, mounts
 from .. import rundir, units
 from ..rundir import SCHEMA
@@ -202,6 +201,7 @@ def record(args):
         "unavailable": unavailable,
     }
     rundir.write_result(out_dir, result)
+    from ..views.flamegraph import write_default_set  # loaded once the recording is over
     write_default_set(out_dir, result)
     return result, out_dir
 
