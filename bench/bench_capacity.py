@@ -36,6 +36,7 @@ from profiler import rundir  # noqa: E402
 from profiler.machine import blockdev  # noqa: E402
 from profiler.machine.scratch import Changes  # noqa: E402
 from profiler.signals import install_handlers  # noqa: E402
+from profiler.trace import maps  # noqa: E402
 
 IO_CALLS = ("pread64", "pwrite64", "fsync")  # what the engine's reads, writes and fsyncs are (sync mode)
 BASE = ["--file-test-mode", "rndwr", "--file-total-size", "64M"]
@@ -152,7 +153,7 @@ def watch(rec, wl, disk):
 
 def summarize(name, row, run, fs, samples, fig):
     secs = run["elapsed_ns"] / 1e9
-    drops = fs.get("drops", {})
+    drops = maps.lost_events(fs.get("drops", {}))
     blk = fig["blk"]
     requests = sum(blk.get(k, 0) for k in ("read_ios", "write_ios", "flush_ios", "discard_ios"))
     # The engine marks its run phase (index 2); `record` names phases it was not told of "phase-N".
@@ -166,7 +167,7 @@ def summarize(name, row, run, fs, samples, fig):
         "ctxt_per_s": fig["ctxt"] / fig["elapsed"],
         "blk_requests_per_s": requests / fig["elapsed"],
         "lost": sum(drops.values()) + fig["recursion_misses"],
-        "drops": {k: v for k, v in drops.items() if v}, "recursion_misses": fig["recursion_misses"],
+        "drops": drops, "recursion_misses": fig["recursion_misses"],
         "cpu_s": last.get("cpu_s"), "cpu_pct": 100 * last.get("cpu_s", 0) / fig["elapsed"],
         "rss_first_kib": samples[0]["rss_kib"] if samples else None, "rss_last_kib": last.get("rss_kib"),
         "hwm_kib": max((s["hwm_kib"] for s in samples), default=None),

@@ -26,6 +26,7 @@ if str(REPO) not in sys.path:
 
 from profiler import filesystems  # noqa: E402
 from profiler.machine import scratch  # noqa: E402
+from profiler.trace import maps  # noqa: E402
 
 RESULTS = Path(os.environ.get("BENCH_RESULTS", REPO / "build" / "bench"))
 SCRATCH_DIR = "/var/tmp/fsprof/bench-scratch"
@@ -215,9 +216,8 @@ class Fsprof:
             stats = own_prog_stats(os.getpid())
         finally:
             self.collector.close()
-        drops = raw["drops"]
-        return {"lost": sum(drops.values()) + sum(p["recursion_misses"] for p in stats),
-                "drops": {k: v for k, v in drops.items() if v},
+        drops = maps.lost_events(raw["drops"])
+        return {"lost": sum(drops.values()) + sum(p["recursion_misses"] for p in stats), "drops": drops,
                 "traced_calls": sum(op["count"] for op in raw["ops"]), "progs": stats}
 
 

@@ -27,6 +27,7 @@ import urllib.request
 from pathlib import Path
 
 from kernels import vm
+from profiler.trace import maps
 
 REPO = vm.REPO
 PY = str(REPO / ".venv" / "bin" / "python")
@@ -146,11 +147,10 @@ def fsprof_run(workload, *args):
 def noted(ctx, result):
     """What a result says the kernel could not give, and the events it lost: kept, and summed up."""
     unavailable = [f"{u.get('figures')} ({u.get('probe')}: {u.get('why')})" for u in result.get("unavailable", [])]
-    drops = {}
+    drops = {}  # lost only: events recorded less exactly (maps.KEPT_APPROXIMATELY) are not lost
     for fs in result["filesystems"]:
-        for k, v in fs.get("drops", {}).items():
-            if v:
-                drops[f"{fs.get('fs')}:{k}"] = v
+        for k, v in maps.lost_events(fs.get("drops", {})).items():
+            drops[f"{fs.get('fs')}:{k}"] = v
     ctx.extra = {"unavailable": unavailable, "drops": drops}
     parts = []
     if drops:
@@ -248,6 +248,13 @@ def check_oracles(ctx):
         failed = [line for line in out.splitlines() if line.startswith(("FAILED", "ERROR"))]
         raise CheckFailed((failed[0] if failed else last_line(out))[:300])
     return last_line(out)
+
+
+def lost_of(check_result):
+    """A check's lost events ({fs:reason: n}), less those recorded approximately (logs written
+    before noted() left them out still hold them)."""
+    return {k: v for k, v in check_result.get("drops", {}).items()
+            if k.rsplit(":", 1)[-1] not in maps.KEPT_APPROXIMATELY}
 
 
 def verifier_refusals(log):
@@ -479,8 +486,8 @@ def write_doc(rows, names, total_s, logroot, note=""):
     for r in rows:
         fails = "; ".join([f"FAIL {n}: {r.results[n]['note']}" for n in names
                            if n in r.results and not r.results[n]["ok"]] +
-                          [f"{n}: lost events " + ", ".join(f"{k} {v}" for k, v in r.results[n]["drops"].items())
-                           for n in names if r.results.get(n, {}).get("ok") and r.results[n].get("drops")])
+                          [f"{n}: lost events " + ", ".join(f"{k} {v}" for k, v in lost.items())
+                           for n in names if r.results.get(n, {}).get("ok") and (lost := lost_of(r.results[n]))])
         left = doctor_left_out(logroot / r.label / "doctor.log")
         left += sorted({u for res in r.results.values() for u in res.get("unavailable", [])})
         left = "; ".join(one_per_program(left))

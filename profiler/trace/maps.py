@@ -18,6 +18,23 @@ FILTER_PID, FILTER_CGROUP, FILTER_ALL = range(3)
 DROP_REASONS = ("inflight_full", "ops_full", "offcpu_full", "offcpu_stack", "samples_full", "sample_stack",
                 "open_slots_overflow", "block_full", "waker_stack", "worker_full", "fs_full", "rq_full",
                 "writeback_full")
+# Drop reasons whose event was recorded, only less exactly: not lost, and never counted as lost.
+# open_slots_overflow: an open blocked at more distinct stacks than its in-flight record keeps; the
+# extra interval went under the filesystem known at the open's entry (the same one unless the
+# path crosses a mount).
+KEPT_APPROXIMATELY = {"open_slots_overflow": "open intervals kept under the filesystem known at entry"}
+
+
+def lost_events(drops):
+    """{reason: count} of the events not recorded, nonzero ones (drops less KEPT_APPROXIMATELY)."""
+    return {k: v for k, v in drops.items() if v and k not in KEPT_APPROXIMATELY}
+
+
+def approximated_events(drops):
+    """{what: count} of the events recorded less exactly, nonzero ones (KEPT_APPROXIMATELY's)."""
+    return {KEPT_APPROXIMATELY[k]: v for k, v in drops.items() if v and k in KEPT_APPROXIMATELY}
+
+
 COMM_LEN = 16
 # enum worker_kind (index = value)
 WORKER_KINDS = (None, "jbd2 commit", "ext4 fast commit", "xfs cil push", "xfs log worker", "btrfs commit",

@@ -1,5 +1,6 @@
 """Terminal view of a run's result.json. Reads plain data only: it never touches the kernel."""
 
+from ..trace import maps
 from ..trace.maps import BLK_WRITE_CLASSES
 from ..units import fmt_ns
 from .. import behind
@@ -118,8 +119,10 @@ def render_fs(fs):
         if section:
             lines.extend(module.report_lines(section, fs))
     lines.append(f"   off-CPU time no rule explained (\"other wait\"): {100 * fs.get('other_wait_share', 0):.1f}%")
-    lost = {k: v for k, v in fs.get("drops", {}).items() if v}
+    lost = maps.lost_events(fs.get("drops", {}))
     lines.append("   lost events: " + (", ".join(f"{k} {v}" for k, v in lost.items()) if lost else "none"))
+    for what, n in maps.approximated_events(fs.get("drops", {})).items():
+        lines.append(f"   {what}: {n}")
     for name in ("write", "fsync"):
         if name in ops:
             lines.append(f"   {name} latency:")

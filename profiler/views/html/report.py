@@ -23,6 +23,7 @@ from ...causes import colour as cause_colour
 from ...errors import FsprofError
 from ..flamegraph import heaviest_op
 from .input import groups_of
+from ...trace import maps
 from ...trace.maps import BLK_WRITE_CLASSES
 from ...machine.workload import render as render_workload
 
@@ -74,7 +75,10 @@ CONDITIONS = (
     ("run time", lambda c: f"{c.fs.get('elapsed_s', 0):.2f} s"),
     ("figures unavailable on this kernel", lambda c: "; ".join(
         f"{u['figures']} ({u['probe']}: {u['why']})" for u in c.result.get("unavailable", [])) or "none"),
-    ("lost events", lambda c: ", ".join(f"{k} {v}" for k, v in c.fs.get("drops", {}).items() if v) or "none"),
+    ("lost events", lambda c: ", ".join(f"{k} {v}" for k, v in maps.lost_events(c.fs.get("drops", {})).items())
+     or "none"),
+    ("recorded less exactly", lambda c: ", ".join(
+        f"{k} {v}" for k, v in maps.approximated_events(c.fs.get("drops", {})).items()) or "none"),
     ("off-CPU time no rule explained", lambda c: f"{100 * c.fs.get('other_wait_share', 0):.1f}%"),
 )
 
