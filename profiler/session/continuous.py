@@ -175,7 +175,8 @@ def window_profile(entries, start_ns_wall, duration_ns, host):
 
 
 def write_profile(directory, prof, end_wall_s, keep):
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(end_wall_s))
+    """DIR/fsprof-<UTC time of the window's end, to the millisecond>.pb.gz; the oldest beyond `keep` go."""
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(end_wall_s)) + f".{int(end_wall_s * 1000) % 1000:03d}Z"
     path = Path(directory) / f"{PPROF_PREFIX}{stamp}.pb.gz"
     tmp = path.with_suffix(".tmp")
     tmp.write_bytes(prof.gzipped())
@@ -240,15 +241,17 @@ def continuous(args):
     server = serve(args.listen, totals) if args.listen != "off" else None
     rescan = []
     old_hup = signal.signal(signal.SIGHUP, lambda *_: rescan.append(1))
-    gen, started = None, time.monotonic()
+    gen, started, found, w_end = None, time.monotonic(), [], 0
     try:
         while time.monotonic() - started < duration:
-            found = scope.mounts()
+            was_found, found = found, scope.mounts()
             targets = [t for _, t in found]
             wanted = {m["fstype"] for m, _ in found} or {"ext4"}
             if gen is None or not wanted <= gen.fs:
                 if gen is not None:
                     _say(f"loading the programs again for {', '.join(sorted(wanted - gen.fs))}")
+                    # What the old programs saw since the last window counts, then they go.
+                    one_window(gen, was_found, totals, w_end, time.monotonic_ns())
                     gen.close()
                     totals.begin_generation()
                 gen = Generation(scope, wanted | (gen.fs if gen else set()), args.sample_hz, targets)
