@@ -142,7 +142,16 @@ class Record:
     def wait(self, interrupt=False):
         if interrupt:
             self.proc.send_signal(signal.SIGINT)
-        err = self.proc.communicate(timeout=120)[1]
+        try:
+            err = self.proc.communicate(timeout=120)[1]
+        except subprocess.TimeoutExpired:
+            # Seen once (one round of one make bench, not again in three reruns): where it was stuck.
+            self.proc.send_signal(signal.SIGUSR1)  # fsprof's faulthandler: every thread's stack
+            time.sleep(1)
+            self.proc.kill()
+            err = self.proc.communicate()[1]
+            raise SystemExit(f"bench_pgbench: fsprof record did not end within 120 s of Ctrl-C; its "
+                             f"threads then:\n{err.strip()[-3000:]}")
         self.ended = time.time()
         shutil.rmtree(self.out, ignore_errors=True)
         if self.proc.returncode != 0:

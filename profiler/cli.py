@@ -2,8 +2,10 @@
 add_arguments, main). Every failure a user can cause ends in one sentence and a non-zero exit."""
 
 import argparse
+import faulthandler
 import importlib
 import os
+import signal
 import sys
 
 from . import __version__, signals
@@ -92,6 +94,8 @@ def dispatch(args):
 
 
 def main(argv=None):
+    # `kill -USR1 PID` prints where every thread of a stuck fsprof is, on its stderr.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     args = parse(argv)
     try:
         return dispatch(args)
