@@ -57,6 +57,16 @@ def total(text, name):
                if re.match(rf"{name}(\{{| )", line))
 
 
+def by_reason(text, name):
+    """{reason: n} of a counter labelled by reason, nonzero ones."""
+    out = {}
+    for line in text.splitlines():
+        m = re.match(rf'{name}{{reason="([^"]+)"}} (\S+)', line)
+        if m and float(m.group(2)):
+            out[m.group(1)] = int(float(m.group(2)))
+    return out
+
+
 def series(text):
     return sum(1 for line in text.splitlines() if line and not line.startswith("#"))
 
@@ -109,9 +119,15 @@ def soak(changes, sfs, seconds, window):
         "series_first": series(first_text), "series_last": series(last_text),
         "windows": total(last_text, "fsprof_windows_total"), "fsyncs": fsyncs,
         "lost": total(last_text, "fsprof_lost_events_total"),
+        "lost_by_reason": by_reason(last_text, "fsprof_lost_events_total"),
+        "approximated": by_reason(last_text, "fsprof_approximated_events_total"),
         "recursion_misses": total(last_text, "fsprof_bpf_recursion_misses_total"),
         "profiles_kept": profiles_kept,
     }
+
+
+def _reasons(d):
+    return " (" + ", ".join(f"{k} {v:,}" for k, v in d.items()) + ")" if d else ""
 
 
 def render(r):
@@ -123,7 +139,9 @@ def render(r):
         f"{r['rss_first_kib'] / 1024:.1f} → {r['rss_warm_kib'] / 1024:.1f} → {r['rss_last_kib'] / 1024:.1f} MiB "
         f"({r['hwm_kib'] / 1024:.1f}) | "
         f"{r['cpu_s']:.1f} s ({r['cpu_pct']:.2f}% of a core) | {r['series_first']:,} → {r['series_last']:,} | "
-        f"{r['lost']:,.0f} | {r['recursion_misses']:,.0f} | {r['maps_mib']:.0f} MiB |",
+        f"{r['lost']:,.0f}{_reasons(r['lost_by_reason'])} | {r['recursion_misses']:,.0f} | {r['maps_mib']:.0f} MiB |",
+        "", "Recorded less exactly (not lost): " + (", ".join(f"{k} {v:,}" for k, v in r["approximated"].items())
+                                                    or "none") + ".",
         "", f"One run: {r['seconds']:.0f} s ({'BENCH_LONG=1' if LONG else '10 minutes with `make bench BENCH_LONG=1`'})."])
 
 
