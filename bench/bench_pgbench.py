@@ -145,7 +145,8 @@ class Record:
         try:
             err = self.proc.communicate(timeout=120)[1]
         except subprocess.TimeoutExpired:
-            # Seen once (one round of one make bench, not again in three reruns): where it was stuck.
+            # How a bench in the background once waited here (fsprof inherited SIGINT ignored: now
+            # restored in common.py): where it is stuck, if it ever is again.
             self.proc.send_signal(signal.SIGUSR1)  # fsprof's faulthandler: every thread's stack
             time.sleep(1)
             self.proc.kill()

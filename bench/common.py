@@ -34,6 +34,10 @@ QUICK = os.environ.get("BENCH_QUICK", "") not in ("", "0")
 LONG = os.environ.get("BENCH_LONG", "") not in ("", "0")
 PY = sys.executable
 LOAD_AT_START = os.getloadavg()[0]  # this bench's start: with the end's, in every saved result
+# A bench started in the background (`make bench &`, nohup) has SIGINT ignored, and so would every
+# fsprof it starts: fsprof keeps a signal it was started with ignored ignored, and the benches
+# stop `fsprof record` with SIGINT, as a user's Ctrl-C. Its default back, here and in children.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 # ---- the machine ---------------------------------------------------------------------------------
