@@ -86,9 +86,10 @@ def test_barriers_off_remove_the_flush_causes(tmp_path):
             # share is the host disk's flush latency against btrfs's own work, 0.19-0.25 seen here.
             assert share(b_on, "cache flush") > 0.1
         else:  # ext4's flush is in the jbd2 commit the fsync waits for: that wait shrinks. On a
-            # direct-I/O loop (the default) the log blocks still reach the disk without barriers:
-            # 2.7x seen here, where a buffered loop gave over 3x (docs/test-bed.md).
-            assert per_op_us(b_on, "journal commit wait") > 2 * per_op_us(b_off, "journal commit wait")
+            # direct-I/O loop (the default) the log blocks still reach the disk without barriers,
+            # so by how much is the host disk's flush time against its writes: 2.7-3.5x on
+            # 2026-11-25's host, 1.8x on 2026-11-26's; a buffered loop gave over 3x (docs/test-bed.md).
+            assert per_op_us(b_on, "journal commit wait") > 1.3 * per_op_us(b_off, "journal commit wait")
 
 
 DD = ["dd", "if=/dev/zero", "of=big.dat", "bs=64k", "count=1024", "status=none"]
