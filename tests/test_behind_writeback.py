@@ -168,9 +168,11 @@ def test_flusher_pages_match_the_bdi_written_counter(tmp_path, debugfs):
         assert sync["queued"] >= 1 and sync["executed"] >= 1, sync
         # The writer started no inode writeback itself: syncfs handed the work to the flusher.
         assert s["inodes"]["writeback_started"]["flusher"]["count"] >= 1
-        # Machine-wide, the kernel wrote at least as much (this loop device's backing file, on the
-        # host's filesystem, is written back too: about twice ours, plus the rest of the machine).
-        assert s["dirty_state"]["nr_written_delta"] >= ours
+        # Machine-wide, the kernel wrote about as much or more (the rest of the machine; on a
+        # buffered loop the backing file too, about twice ours). It is read from the
+        # global_dirty_state events, the last of which can come just before the last page's
+        # writeback ends: 8191 of 8192 seen once on a direct-I/O loop.
+        assert s["dirty_state"]["nr_written_delta"] >= 0.99 * ours
 
 
 # ---- who started the writeback ----
