@@ -151,6 +151,7 @@ class Record:
             time.sleep(1)
             self.proc.kill()
             err = self.proc.communicate()[1]
+            shutil.rmtree(self.out, ignore_errors=True)
             raise SystemExit(f"bench_pgbench: fsprof record did not end within 120 s of Ctrl-C; its "
                              f"threads then:\n{err.strip()[-3000:]}")
         self.ended = time.time()
