@@ -26,7 +26,7 @@ from ..errors import FsprofError
 from ..machine.mounts import mount_of, mounts
 from ..views import flamegraph, metrics, pprof
 from .collect import Collector
-from .record import _block_of, _sb_dev, check_target, apply_target
+from .record import _block_of, _sb_dev, apply_target, check_target, zero_block_classes
 
 DEFAULT_WINDOW = "15s"
 DEFAULT_LISTEN = "127.0.0.1:9478"
@@ -153,10 +153,7 @@ def _entry(raw, mount, target, end_ns):
     entry = {"label": mount["target"], "fs": mount["fstype"],
              "device": {"name": names[0] if names else mount["source"]},
              **assemble(raw_m, target, PHASES, end_ns)}
-    for name in names:
-        dev_counts = entry["block"].setdefault(name, {})
-        for cls in metrics.maps.BLK_CLASSES:
-            dev_counts.setdefault(cls, {"count": 0, "bytes": 0})
+    zero_block_classes(entry, names)
     return entry
 
 
@@ -211,6 +208,7 @@ class Generation:
         self.collector.set_targets(targets)
         self.windows = Windows()
         self.stacks_seen = set()
+        self.last_entries = []  # the last window's result entries (its profile's source)
 
     def close(self):
         self.collector.close()

@@ -144,6 +144,15 @@ def _target(m):
     return behind.Target(m["fstype"], _sb_dev(m), {block[1]: block[0]} if block else {}, m["target"])
 
 
+def zero_block_classes(entry, names):
+    """Every block class of devices `names` in entry["block"], 0 where none was issued: a class
+    the device never saw is a figure of 0, not an unknown."""
+    for name in names:
+        dev_counts = entry["block"].setdefault(name, {})
+        for cls in maps.BLK_CLASSES:
+            dev_counts.setdefault(cls, {"count": 0, "bytes": 0})
+
+
 def record(args):
     duration = parse_duration(args.duration) if args.duration else float("inf")
     kind, value, scope = check_target(args)
@@ -188,10 +197,7 @@ def record(args):
             **assemble(raw_m, _target(m), ["record"], end_ns),
             "kernel_counters": {n: blockdev.stat_delta(before[n], after[n]) for n in names},
         }
-        for name in names:
-            dev_counts = entry["block"].setdefault(name, {})
-            for cls in maps.BLK_CLASSES:
-                dev_counts.setdefault(cls, {"count": 0, "bytes": 0})
+        zero_block_classes(entry, names)
         entries.append(entry)
     result = {
         "schema": SCHEMA, "fsprof_version": __version__, "kernel": platform.release(), "started": started,
