@@ -117,31 +117,6 @@ static __always_inline __u8 dev_flags(__u32 dev)
 }
 
 
-static __always_inline __u16 classify(__u32 flags, __u32 bytes)
-{
-	__u32 op = op_of(flags);
-
-	if (op == bpf_core_enum_value(enum req_op, REQ_OP_FLUSH))
-		return BLK_FLUSH;
-	if (op == bpf_core_enum_value(enum req_op, REQ_OP_READ))
-		return BLK_READ;
-	if (op == bpf_core_enum_value(enum req_op, REQ_OP_DISCARD) ||
-	    op == bpf_core_enum_value(enum req_op, REQ_OP_SECURE_ERASE))
-		return BLK_DISCARD;
-	if (op != bpf_core_enum_value(enum req_op, REQ_OP_WRITE))
-		return BLK_OTHER;
-	if (flags & REQ_BIT(__REQ_PREFLUSH))
-		/* No data: blkdev_issue_flush(), a request that only waits for a cache flush. */
-		return bytes ? BLK_PREFLUSH_WRITE : BLK_FLUSH;
-	if (flags & REQ_BIT(__REQ_FUA))
-		return BLK_FUA_WRITE;
-	if (flags & REQ_BIT(__REQ_META))
-		return BLK_META_WRITE;
-	if (flags & REQ_BIT(__REQ_SYNC))
-		return BLK_SYNC_WRITE;
-	return BLK_ASYNC_WRITE;
-}
-
 static __always_inline struct blk_val *stats_of(__u32 dev, __u16 cls, __u16 phase)
 {
 	struct blk_key key = { .dev = dev, .cls = cls, .phase = phase };
@@ -273,7 +248,7 @@ int BPF_PROG(on_io_start, struct request *rq)
 	flags = rq->cmd_flags;
 	info.born_ns = info.start_ns = bpf_ktime_get_ns();
 	info.dev = dev;
-	info.cls = classify(flags, rq->__data_len);
+	info.cls = blk_classify(flags, rq->__data_len);
 	info.phase = current_phase();
 	submitter(info.who);
 	if (bpf_map_update_elem(&rqs, &ptr, &info, BPF_ANY))
@@ -323,7 +298,7 @@ int BPF_PROG(on_rq_insert, struct request *rq)
 	fresh.start_ns = now;
 	fresh.insert_ns = now;
 	fresh.dev = dev;
-	fresh.cls = classify(rq->cmd_flags, rq->__data_len);
+	fresh.cls = blk_classify(rq->cmd_flags, rq->__data_len);
 	submitter(fresh.who);
 	if (bpf_map_update_elem(&rqs, &ptr, &fresh, BPF_ANY))
 		count_drop(DROP_RQ_FULL);
@@ -354,7 +329,7 @@ int BPF_PROG(on_rq_issue, struct request *rq)
 		/* The queue's flush request, or one started before tracing began: classified from its
 		 * flags now; queued since the kernel's own start time (blk_kick_flush for a flush). */
 		fresh.dev = dev;
-		fresh.cls = classify(rq->cmd_flags, bytes);
+		fresh.cls = blk_classify(rq->cmd_flags, bytes);
 		fresh.born_ns = fresh.start_ns = rq->start_time_ns;
 		if (fresh.cls != BLK_FLUSH)
 			submitter(fresh.who);

@@ -6,6 +6,7 @@
 #define FSPROF_COMPAT_H
 
 #include <bpf/bpf_core_read.h>
+#include "fsprof.h"
 
 /* Flags CO-RE cannot relocate where the kernel keeps them in #defines (6.1, 6.12's inode flags) or
  * an anonymous enum (6.12's request flags): masks found by the loader (profiler/kernel_flags.py)
@@ -100,6 +101,33 @@ static __always_inline __u64 global_dirty_limit(void)
 static __always_inline __u32 op_of(__u32 flags)
 {
 	return flags & (REQ_BIT(__REQ_FAILFAST_DEV) - 1);
+}
+
+/* enum blk_class (fsprof.h) of a request or bio from the flags its submitter gave, as
+ * bpf/block.bpf.c and syscalls.bpf.c's per-op requests count them. */
+static __always_inline __u16 blk_classify(__u32 flags, __u32 bytes)
+{
+	__u32 op = op_of(flags);
+
+	if (op == bpf_core_enum_value(enum req_op, REQ_OP_FLUSH))
+		return BLK_FLUSH;
+	if (op == bpf_core_enum_value(enum req_op, REQ_OP_READ))
+		return BLK_READ;
+	if (op == bpf_core_enum_value(enum req_op, REQ_OP_DISCARD) ||
+	    op == bpf_core_enum_value(enum req_op, REQ_OP_SECURE_ERASE))
+		return BLK_DISCARD;
+	if (op != bpf_core_enum_value(enum req_op, REQ_OP_WRITE))
+		return BLK_OTHER;
+	if (flags & REQ_BIT(__REQ_PREFLUSH))
+		/* No data: blkdev_issue_flush(), a request that only waits for a cache flush. */
+		return bytes ? BLK_PREFLUSH_WRITE : BLK_FLUSH;
+	if (flags & REQ_BIT(__REQ_FUA))
+		return BLK_FUA_WRITE;
+	if (flags & REQ_BIT(__REQ_META))
+		return BLK_META_WRITE;
+	if (flags & REQ_BIT(__REQ_SYNC))
+		return BLK_SYNC_WRITE;
+	return BLK_ASYNC_WRITE;
 }
 
 #endif

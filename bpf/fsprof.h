@@ -159,6 +159,27 @@ enum blk_class {
 	N_BLK_CLASSES,
 };
 
+/* Block requests a traced syscall made from its own bios (block_getrq in its thread, inside the
+ * syscall), by class: what its evidence may count as its own (syscalls.bpf.c, per op_key). */
+struct op_rqs {
+	__u64 count[N_BLK_CLASSES];
+	__u64 bytes[N_BLK_CLASSES];
+};
+
+/* Block requests made inside a filesystem worker's windows, and how many windows began, per
+ * (dev, kind, phase) of the window (cls N_BLK_CLASSES: the windows themselves, in count). */
+struct worker_rq_key {
+	__u32 dev;
+	__u16 kind;
+	__u16 phase;
+	__u32 cls;
+};
+
+struct rq_count {
+	__u64 count;
+	__u64 bytes;
+};
+
 struct blk_key {
 	__u32 dev;
 	__u16 cls;

@@ -84,6 +84,15 @@ struct {
 	__type(value, struct off_val);
 } worker_offcpu SEC(".maps");
 
+/* Block requests made inside workers' windows, and the windows begun (struct worker_rq_key). */
+#define WORKER_WINDOWS_BEGUN N_BLK_CLASSES
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct worker_rq_key);
+	__type(value, struct rq_count);
+} worker_rqs SEC(".maps");
+
 static __always_inline void count_drop(__u32 reason)
 {
 	__u64 *n = bpf_map_lookup_elem(&drops, &reason);
@@ -107,6 +116,28 @@ static __always_inline __s64 *workers_open_count(void)
 	return bpf_map_lookup_elem(&workers_open, &zero);
 }
 
+/* Adds to worker_rqs (a class, or WORKER_WINDOWS_BEGUN). */
+static __always_inline void add_worker_rq(__u32 dev, __u16 kind, __u16 phase, __u32 cls, __u64 count,
+					  __u64 bytes)
+{
+	struct worker_rq_key key = { .dev = dev, .kind = kind, .phase = phase, .cls = cls };
+	struct rq_count *v, zero = {};
+
+	v = bpf_map_lookup_elem(&worker_rqs, &key);
+	if (!v) {
+		bpf_map_update_elem(&worker_rqs, &key, &zero, BPF_NOEXIST);
+		v = bpf_map_lookup_elem(&worker_rqs, &key);
+		if (!v) {
+			count_drop(DROP_WORKER_FULL);
+			return;
+		}
+	}
+	if (count)
+		__sync_fetch_and_add(&v->count, count);
+	if (bytes)
+		__sync_fetch_and_add(&v->bytes, bytes);
+}
+
 /* The current thread starts work of `kind` for `dev` (a begin tracepoint of bpf/<fs>.bpf.c). */
 static __always_inline void worker_begin(__u16 kind, __u32 dev)
 {
@@ -124,6 +155,8 @@ static __always_inline void worker_begin(__u16 kind, __u32 dev)
 	}
 	if (err)
 		count_drop(DROP_WORKER_FULL);
+	else
+		add_worker_rq(dev, kind, w.phase, WORKER_WINDOWS_BEGUN, 1, 0);
 }
 
 /* Forgets the thread's window, if it has one. */

@@ -6,10 +6,13 @@
  *   perf sample  count kernel stacks while it runs on CPU
  *   sys_exit     add its wall time to a linear-in-log histogram; hand its off-CPU intervals to
  *                the (filesystem, syscall, phase, stack) aggregate
+ *   block_getrq  count a block request made from its bios under it (and one made inside a
+ *                filesystem worker's window under that worker)
  * Nothing is streamed to userspace; userspace reads the maps at the end of a run. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
+#include "compat.h"
 #include <bpf/bpf_tracing.h>
 #include "fsprof.h"
 #include "shared_maps.h"
@@ -129,7 +132,17 @@ struct {
 	__type(value, __u64);
 } samples SEC(".maps");
 
+/* Block requests each (filesystem, syscall, phase) made from its own bios: a per-op figure that
+ * counts nothing done before or after the calls, nor by other threads. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 2048);
+	__type(key, struct op_key);
+	__type(value, struct op_rqs);
+} op_rqs SEC(".maps");
+
 const struct hist zero_hist = {};
+const struct op_rqs zero_rqs = {};
 const __u8 one = 1;
 
 static __always_inline __u32 file_dev(struct file *file)
@@ -486,6 +499,71 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 		worker_switch_out(prev->pid, ctx, preempt || prev_state == 0, now);
 		worker_switch_in(next->pid, now);
 	}
+	return 0;
+}
+
+/* A bio of the current thread becomes a new request (made = 1) or joins one (made = 0): the
+ * request counts once, its bytes are its bios'. Under the traced syscall the thread is in, or
+ * else under the filesystem worker window it is in. An open counts under the filesystem known at
+ * its entry. */
+static __always_inline void add_request(struct bio *bio, __u64 made)
+{
+	struct inflight *op;
+	struct op_rqs *v;
+	struct worker_window *w;
+	__s64 *open;
+	__u32 tid, bytes;
+	__u16 cls;
+
+	if (!bio)
+		return;
+	op = inflight_of(bpf_get_current_task_btf());
+	bytes = BPF_CORE_READ(bio, bi_iter.bi_size);
+	cls = blk_classify(BPF_CORE_READ(bio, bi_opf), bytes);
+	if (cls >= N_BLK_CLASSES)
+		return;
+	if (op) {
+		v = bpf_map_lookup_elem(&op_rqs, &op->op);
+		if (!v) {
+			bpf_map_update_elem(&op_rqs, &op->op, &zero_rqs, BPF_NOEXIST);
+			v = bpf_map_lookup_elem(&op_rqs, &op->op);
+		}
+		if (!v) {
+			count_drop(DROP_OPS_FULL);
+			return;
+		}
+		if (made)
+			__sync_fetch_and_add(&v->count[cls], 1);
+		__sync_fetch_and_add(&v->bytes[cls], bytes);
+		return;
+	}
+	if (!(open = workers_open_count()) || *open <= 0)
+		return;
+	tid = (__u32)bpf_get_current_pid_tgid();
+	w = bpf_map_lookup_elem(&worker_windows, &tid);
+	if (w)
+		add_worker_rq(w->dev, w->kind, w->phase, cls, made, bytes);
+}
+
+/* The same requests as block_io_start (which 6.1 lacks), in the submitter's context. */
+SEC("tp_btf/block_getrq")
+int BPF_PROG(on_getrq, struct bio *bio)
+{
+	add_request(bio, 1);
+	return 0;
+}
+
+SEC("tp_btf/block_bio_backmerge")
+int BPF_PROG(on_bio_backmerge, struct bio *bio)
+{
+	add_request(bio, 0);
+	return 0;
+}
+
+SEC("tp_btf/block_bio_frontmerge")
+int BPF_PROG(on_bio_frontmerge, struct bio *bio)
+{
+	add_request(bio, 0);
 	return 0;
 }
 

@@ -44,16 +44,21 @@ def test_barrier_off_is_explained_by_cache_flushing_first(tmp_path):
     (cmp,) = json.loads(compare(on, off, "--json"))
     assert cmp["op"] == "fsync" and cmp["significant"] and cmp["us_per_op"][1] < cmp["us_per_op"][0]
     # The first cause of the difference is the cache flush (inside the jbd2 commit the fsync
-    # waits for), and the evidence says why: flush requests per fsync went to zero.
+    # waits for), and the evidence says why: the commit the fsync waits for writes its commit
+    # block with a PREFLUSH no more, and the device sees no flush request in the run.
     assert "cache flush" in cmp["causes"][0]["cause"], cmp["causes"][:3]
-    flush = cmp["evidence"]["flush requests to the device per fsync"]
-    assert flush[0] >= 1 and flush[1] == 0
+    commit = cmp["evidence"]["preflush write requests per jbd2 commit (the work that ends its journal commit wait)"]
+    assert commit == [1, 0], commit
+    flush = cmp["evidence"]["flush requests to the device per second (run-wide)"]
+    assert flush[0] > 0 and flush[1] == 0
     text = compare(on, off)
     first = next(line for line in text.splitlines() if line.startswith("    "))
     assert "cache flush" in first, text
     # One phase of the workload, explained alone, from that phase's own figures.
     (phase,) = json.loads(compare(on, off, "--phase", "run", "--json"))
-    assert "cache flush" in phase["causes"][0]["cause"] and phase["evidence"]["flush requests to the device per fsync"][1] == 0
+    assert "cache flush" in phase["causes"][0]["cause"]
+    assert phase["evidence"]["flush requests to the device per second (run-wide)"][1] == 0
+    assert phase["evidence"]["preflush write requests per jbd2 commit (the work that ends its journal commit wait)"] == [1, 0]
     proc = run_fsprof("compare", str(on), str(off), "--phase", "no-such")
     assert proc.returncode == 2 and "no phase 'no-such'" in proc.stderr
 

@@ -20,15 +20,24 @@ def _name(names, index):
     return names[index] if index < len(names) else f"phase-{index}"
 
 
-def workers(fs, records, stacks, names):
+def workers(fs, records, stacks, names, requests=()):
     """{worker kind: {"all": breakdown, "phases": {phase name: breakdown}}} of the workers' own
-    off-CPU time (attribution.attribute_worker)."""
+    off-CPU time (attribution.attribute_worker), with the windows begun and the block requests
+    made inside them (`requests`: the snapshot's worker_requests of this filesystem)."""
     out = {}
-    for kind in sorted({r["kind"] for r in records}):
+    for kind in sorted({r["kind"] for r in list(records) + list(requests)}):
         mine = [r for r in records if r["kind"] == kind]
-        out[kind] = {"all": attribution.attribute_worker(fs, mine, stacks),
-                     "phases": {_name(names, i): attribution.attribute_worker(fs, [r for r in mine if r["phase"] == i], stacks)
-                                for i in sorted({r["phase"] for r in mine})}}
+        made = [r for r in requests if r["kind"] == kind]
+
+        def part(phase=None):
+            b = attribution.attribute_worker(fs, [r for r in mine if phase is None or r["phase"] == phase], stacks)
+            rs = [r for r in made if phase is None or r["phase"] == phase]
+            if rs:
+                b["windows"] = sum(r["windows"] for r in rs)
+                b["requests"] = attribution.merge_requests(r["requests"] for r in rs)
+            return b
+        out[kind] = {"all": part(), "phases": {_name(names, i): part(i)
+                                               for i in sorted({r["phase"] for r in mine + made})}}
     return out
 
 
@@ -40,6 +49,9 @@ def assemble(raw, target, names, end_ns):
     ops, offcpu, samples = mine(raw["ops"]), mine(raw["offcpu"]), mine(raw["samples"])
     # A worker names the superblock, or (jbd2) the block device its journal is on.
     worker_recs = [r for r in raw.get("workers", []) if r["dev"] == sb_dev or r["dev"] in target.block_devs]
+    worker_rqs = [r for r in raw.get("worker_requests", []) if r["dev"] == sb_dev or r["dev"] in target.block_devs]
+    op_rqs = mine(raw.get("op_requests", []))
+    scoped = raw.get("requests_per_op", False)  # None of the per-op requests when the kernel lacks block_getrq
     used = {r["stack"] for r in offcpu + samples + worker_recs} | {r["waker_stack"] for r in offcpu} | \
         set(behind.stack_ids(raw.get("behind", {})))
     stacks = symbols.symbolize({sid: a for sid, a in raw["stacks"].items() if sid in used})
@@ -54,6 +66,9 @@ def assemble(raw, target, names, end_ns):
             breakdown[op] = attribution.attribute(
                 fs, wall, [r for r in offcpu if r["phase"] == index and r["op"] == op],
                 [r for r in samples if r["phase"] == index and r["op"] == op], stacks)
+            if scoped:
+                breakdown[op]["requests"] = attribution.merge_requests(
+                    r["requests"] for r in op_rqs if r["phase"] == index and r["op"] == op)
         phases[name] = {
             "index": index,
             "syscalls": {op: hist.summarize(r) for op, r in sorted(p_ops.items())},
@@ -103,7 +118,7 @@ def assemble(raw, target, names, end_ns):
     }
     ctx = behind.Context(fs=fs, sb_dev=sb_dev, block_devs=target.block_devs, phase_names=list(names),
                          elapsed_s=sum(elapsed.values()), syscalls=entry["syscalls"], phases=phases,
-                         workers=workers(fs, worker_recs, stacks, names), stacks=stacks)
+                         workers=workers(fs, worker_recs, stacks, names, worker_rqs), stacks=stacks)
     entry["behind"] = {m.NAME: m.summarize(raw.get("behind", {}).get(m.NAME, {}), ctx) for m in behind.MODULES}
     entry["behind"]["workers"] = ctx.workers
     return entry

@@ -128,11 +128,12 @@ def attribute(fs, wall, offcpu, samples, stacks):
     count, total_ns}]; samples = [{stack, count}]; stacks = {id: [function, ...]}.
     Returns the breakdown: causes in ns summing to the wall time, with the figures behind them."""
     rules = rules_for(fs)
-    causes, other, wakers, off_ns, off_count = {}, {}, {}, 0, 0
+    causes, other, wakers, waits, off_ns, off_count = {}, {}, {}, {}, 0, 0
     for rec in offcpu:
         cause, detail = rules.classify_off(stacks.get(rec["stack"], []), rec["runnable"])
         causes[cause] = causes.get(cause, 0) + rec["total_ns"]
         if not rec["runnable"]:
+            waits[cause] = waits.get(cause, 0) + rec["count"]
             by = wakers.setdefault(cause, {})
             who = waker_name(rec.get("waker_comm", ""), stacks.get(rec.get("waker_stack", -1)))
             by[who] = by.get(who, 0) + rec["total_ns"]
@@ -166,6 +167,8 @@ def attribute(fs, wall, offcpu, samples, stacks):
         "other_wait_frames": dict(sorted(other.items(), key=lambda kv: -kv[1])),
         # Who ended the blocked time of each cause: {cause: {waker: ns}}.
         "wakers": {c: dict(sorted(w.items(), key=lambda kv: -kv[1])) for c, w in wakers.items()},
+        # How many times it blocked, by cause (each a wait the op itself had).
+        "waits": dict(sorted(waits.items(), key=lambda kv: -kv[1])),
         # Off-CPU time can only exceed wall time if intervals were keyed to the wrong syscall: the
         # invariant the tests assert (causes sum to the wall time within 1%).
         "sum_error": (total - wall["total_ns"]) / wall["total_ns"] if wall["total_ns"] else 0.0,
@@ -190,10 +193,24 @@ def attribute_worker(fs, offcpu, stacks):
             "other_wait_frames": dict(sorted(other.items(), key=lambda kv: -kv[1]))}
 
 
+def merge_requests(parts):
+    """{class: {count, bytes}} summed over several."""
+    out = {}
+    for part in parts:
+        for cls, v in part.items():
+            e = out.setdefault(cls, {"count": 0, "bytes": 0})
+            e["count"] += v["count"]
+            e["bytes"] += v["bytes"]
+    return out
+
+
 def merge(breakdowns):
     """Sum of several breakdowns of the same syscall (e.g. over phases)."""
+    breakdowns = list(breakdowns)
     out = {"count": 0, "wall_ns": 0, "offcpu_ns": 0, "offcpu_intervals": 0, "oncpu_ns": 0, "oncpu_samples": 0,
-           "causes": {}, "other_wait_frames": {}, "wakers": {}}
+           "causes": {}, "other_wait_frames": {}, "wakers": {}, "waits": {}}
+    if breakdowns and all("requests" in b for b in breakdowns):
+        out["requests"] = merge_requests(b["requests"] for b in breakdowns)
     for b in breakdowns:
         for k in ("count", "wall_ns", "offcpu_ns", "offcpu_intervals", "oncpu_ns", "oncpu_samples"):
             out[k] += b[k]
@@ -201,10 +218,10 @@ def merge(breakdowns):
             mine = out["wakers"].setdefault(cause, {})
             for who, ns in by.items():
                 mine[who] = mine.get(who, 0) + ns
-        for field in ("causes", "other_wait_frames"):
-            for k, v in b[field].items():
+        for field in ("causes", "other_wait_frames", "waits"):
+            for k, v in b.get(field, {}).items():
                 out[field][k] = out[field].get(k, 0) + v
-    for field in ("causes", "other_wait_frames"):
+    for field in ("causes", "other_wait_frames", "waits"):
         out[field] = dict(sorted(out[field].items(), key=lambda kv: -kv[1]))
     out["wakers"] = {c: dict(sorted(w.items(), key=lambda kv: -kv[1])) for c, w in out["wakers"].items()}
     total = sum(out["causes"].values())

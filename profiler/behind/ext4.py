@@ -515,12 +515,11 @@ def thread_causes(section):
 
 
 def evidence(section, fs, op):
-    """Counts per op that explain a journal commit wait, for `fsprof compare`."""
+    """Counts that explain a journal commit wait, for `fsprof compare`: run-wide, or per commit."""
     j = section.get("journal", {}).get("all", {})
-    n = fs["attribution"].get(op, {}).get("count", 0)
-    if not j or not n:
+    if not j or not fs.get("elapsed_s"):
         return {}
-    out = {f"jbd2 commits per {op}": j.get("commits", 0) / n,
+    out = {"jbd2 commits per second (run-wide)": j.get("commits", 0) / fs["elapsed_s"],
            "blocks logged per jbd2 commit": j.get("per_commit", {}).get("blocks_logged", 0)}
     block = j.get("commit_block", {})
     if block.get("count"):

@@ -488,13 +488,14 @@ def inode_lines(inodes):
 
 
 def evidence(section, fs, op):
-    """Counts per op that explain dirty throttling, for `fsprof compare`."""
-    n = fs["attribution"].get(op, {}).get("count", 0)
+    """Counts that explain dirty throttling, for `fsprof compare`: run-wide (a pause is counted
+    for the writer, whatever syscall it was in; the op's own pauses are its "times blocked in
+    dirty throttling")."""
     throttle = section.get("all", {}).get("throttle", {})
     limit = section.get("dirty_state", {}).get("last", {}).get("dirty_limit")
-    if not n or not throttle:
+    if not fs.get("elapsed_s") or not throttle:
         return {}
-    out = {f"dirty throttling pauses per {op}": throttle.get("pauses", 0) / n}
+    out = {"dirty throttling pauses per second (run-wide)": throttle.get("pauses", 0) / fs["elapsed_s"]}
     if throttle.get("pauses"):
         out["dirty throttling pause, avg us"] = throttle["avg_ns"] / 1e3
     if limit is not None:

@@ -505,9 +505,18 @@ def report_lines(section, fs):
 
 
 def evidence(section, fs, op):
-    """Counts per fsync that explain a log force wait, for `fsprof compare`."""
-    per = section.get("all", {}).get("per_fsync") or {}
-    if op not in ("fsync", "fdatasync") or not per:
+    """Counts that explain a log force wait, for `fsprof compare`: the log forces the op's own
+    calls made (per op), iclog writes per log force, and both per second of the run (run-wide)."""
+    fig = section.get("all", {})
+    n = fs["attribution"].get(op, {}).get("count", 0)
+    forces, writes = fig.get("log_forces", {}), fig.get("iclogs", {}).get("writes", 0)
+    if not forces:
         return {}
-    return {f"XFS log forces per {op}": per.get("log_forces_per_fsync") or 0,
-            f"XFS iclog writes per {op}": per.get("iclog_writes_per_fsync") or 0}
+    out = {}
+    if n:
+        out[f"XFS log forces made in its calls, per {op}"] = forces.get("by_context", {}).get(op, 0) / n
+    if forces.get("count"):
+        out["XFS iclog writes per log force"] = writes / forces["count"]
+    if fs.get("elapsed_s"):
+        out["XFS log forces per second (run-wide)"] = forces.get("count", 0) / fs["elapsed_s"]
+    return out

@@ -79,6 +79,25 @@ class SampleKey(c.Structure):
     _fields_ = [("op", OpKey), ("stackid", c.c_int32), ("pad", c.c_uint32)]
 
 
+class OpRqs(c.Structure):
+    """struct op_rqs: block requests a syscall made from its own bios, by enum blk_class."""
+    _fields_ = [("count", c.c_uint64 * len(BLK_CLASSES)), ("bytes", c.c_uint64 * len(BLK_CLASSES))]
+
+
+class WorkerRqKey(c.Structure):
+    """cls len(BLK_CLASSES) (WORKER_WINDOWS_BEGUN): the windows begun, in count."""
+    _fields_ = [("dev", c.c_uint32), ("kind", c.c_uint16), ("phase", c.c_uint16), ("cls", c.c_uint32)]
+
+
+class RqCount(c.Structure):
+    _fields_ = [("count", c.c_uint64), ("bytes", c.c_uint64)]
+
+
+def requests_of(counts, sizes):
+    """{class: {count, bytes}} of the classes with requests."""
+    return {cls: {"count": n, "bytes": b} for cls, n, b in zip(BLK_CLASSES, counts, sizes) if n}
+
+
 class Filter(c.Structure):
     _fields_ = [("mode", c.c_uint32), ("dev", c.c_uint32)]
 

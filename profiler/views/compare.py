@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import FsprofError
-from ..trace.maps import BLK_WRITE_CLASSES
+from ..trace.maps import BLK_CLASSES, BLK_WRITE_CLASSES
 from ..rundir import INDEX_FILE, RESULT_FILE, load, load_index
 from .. import behind
 from ..causes import TABLE as CAUSES
@@ -187,29 +187,61 @@ def worker_causes(fs):
     return out
 
 
+def _cls_words(cls):
+    return cls.replace("_", " ").replace("fua", "FUA")
+
+
 def evidence(fs, op):
-    """Counts per op that explain times: requests per op to the device under test, write
-    amplification, and whatever the behind-the-wait modules offer."""
-    n = fs["attribution"].get(op, {}).get("count", 0)
+    """Counts that explain times, each in its scope (docs/compare.md, "Evidence"). Per op, only
+    what the op's own calls did: the block requests it made from its own bios, how often it
+    blocked for each cause, and for a wait a filesystem worker ends (a jbd2 commit) what one
+    window of that worker did. Run-wide, per second of the run (or of the phase): the device's
+    requests, the write amplification and the behind modules' counts. A run-wide count is
+    never divided by an op's count."""
+    b = fs["attribution"].get(op, {})
+    n = b.get("count", 0)
     out = {}
+    if n and "requests" in b:
+        for cls in BLK_CLASSES:
+            if cls in b["requests"] or cls in _SCOPED_CLASSES:
+                out[f"{_cls_words(cls)} requests made in its calls, per {op}"] = \
+                    b["requests"].get(cls, {}).get("count", 0) / n
+    workers = fs.get("behind", {}).get("workers", {})
+    for cause, waits in b.get("waits", {}).items() if n else ():
+        out[f"times blocked in {cause}, per {op}"] = waits / n
+        kind = CAUSES[cause].worker if cause in CAUSES else None
+        w = workers.get(kind, {})
+        w = w.get("phases", {}).get(fs["phase_view"], {}) if fs.get("phase_view") else w.get("all", {})
+        if w.get("windows") and "requests" in w:
+            for cls in BLK_CLASSES:
+                if cls in w["requests"] or cls in _WORKER_CLASSES:
+                    out[f"{_cls_words(cls)} requests per {kind} (the work that ends its {cause})"] = \
+                        w["requests"].get(cls, {}).get("count", 0) / w["windows"]
+    secs = fs.get("elapsed_s") or 0
     dev = fs["device"]["name"]
     # A bio-based device (zram) has no requests: zero would be a figure never observed.
     counts = fs.get("block", {}).get(dev, {}) if Path(f"/sys/block/{dev}/mq").exists() or \
         fs["device"].get("request_based") else {}
-    if n:
+    if secs:
         for cls in ("flush", "fua_write", "preflush_write", "sync_write", "async_write", "read"):
             if cls in counts:
-                out[f"{cls.replace('_', ' ')} requests to the device per {op}"] = counts[cls]["count"] / n
+                out[f"{_cls_words(cls)} requests to the device per second (run-wide)"] = counts[cls]["count"] / secs
     written = sum(h.get("bytes", 0) for name, h in fs["syscalls"].items() if "write" in name)
     device_bytes = sum(counts.get(c, {}).get("bytes", 0) for c in BLK_WRITE_CLASSES)
     if written:
-        out["write amplification (device bytes / bytes written)"] = device_bytes / written
+        out["write amplification, run-wide (device bytes / bytes written by the syscalls)"] = device_bytes / written
     for module in behind.MODULES if not fs.get("phase_view") else ():
         fn = getattr(module, "evidence", None)
         section = fs.get("behind", {}).get(module.NAME)
         if fn and section:
             out.update(fn(section, fs, op))
     return out
+
+
+# Classes shown per op even at zero on both sides: a sync write or flush an op did not make is news.
+_SCOPED_CLASSES = ("flush", "sync_write")
+_WORKER_CLASSES = ("flush", "preflush_write", "fua_write")  # a worker's barrier, or its absence
+_SCOPED_ZERO_SHOWN = tuple(f"{_cls_words(c)} requests made in its calls" for c in _SCOPED_CLASSES)
 
 
 def _fmt_us(us):
@@ -450,6 +482,9 @@ def sentences(cmp):
     steady = [k for k, (x, y) in both.items() if (x or y) and k not in moved]
     if steady:
         lines.append("  Counts that do not differ: " + ", ".join(steady) + ".")
+    none = [k for k, (x, y) in both.items() if not x and not y and k.startswith(_SCOPED_ZERO_SHOWN)]
+    if none:
+        lines.append("  Zero on both sides: " + ", ".join(none) + ".")
     return lines
 
 

@@ -1,0 +1,97 @@
+"""Evidence in its scope (issue: "compare divides whole-run counts by one op"). A script writes and
+fsyncs 64 MiB and eight small files, then deletes the big one: `compare --op unlinkat` may show
+the unlink's own figures per unlink and the run's as run-wide, never the writes' requests or
+journal commits divided by one unlink. The per-op request counts are checked against a bpftrace
+oracle that counts the same block requests between the syscalls' own enter and exit tracepoints."""
+
+import json
+import re
+
+import pytest
+
+from conftest import bpftrace_output, bpftrace_start, check_adds_up, kernel_has, run_fsprof
+
+pytestmark = pytest.mark.slow
+SMALL = 8
+SCRIPT = ("fsprof phase write; dd if=/dev/urandom of=big bs=1M count=64 conv=fsync status=none; "
+          f"for i in $(seq {SMALL}); do dd if=/dev/zero of=f$i bs=4k count=16 conv=fsync status=none; done; "
+          "fsprof phase delete; rm big")
+
+# Requests made (block_getrq) by dd inside fsync and by rm inside unlinkat, and by jbd2 threads.
+ORACLE = """
+BEGIN { printf("ready\\n"); }
+tracepoint:syscalls:sys_enter_fsync /comm == "dd"/ { @in[tid] = 1; }
+tracepoint:syscalls:sys_exit_fsync /comm == "dd"/ { delete(@in[tid]); }
+tracepoint:syscalls:sys_enter_unlinkat /comm == "rm"/ { @in[tid] = 2; }
+tracepoint:syscalls:sys_exit_unlinkat /comm == "rm"/ { delete(@in[tid]); }
+tracepoint:block:block_getrq /@in[tid] == 1/ { @fsync = count(); }
+tracepoint:block:block_getrq /@in[tid] == 2/ { @unlink = count(); }
+END { clear(@in); }
+"""
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """One run of SCRIPT on ext4 and XFS with the oracle watching: (run dir, {fs: entry}, oracle counts)."""
+    if not kernel_has("block_getrq", "block"):
+        pytest.skip("this kernel has no block_getrq tracepoint")
+    tmp = tmp_path_factory.mktemp("scoped")
+    oracle = bpftrace_start(ORACLE)
+    try:
+        proc = run_fsprof("run", "--fs", "ext4,xfs", "--scratch-dir", str(tmp / "scratch"), "-o", str(tmp / "run"),
+                          "--", "sh", "-c", SCRIPT)
+    finally:
+        out = bpftrace_output(oracle)
+    assert proc.returncode == 0, proc.stderr
+    counts = {m: int(n) for m, n in re.findall(r"^@(\w+): (\d+)$", out, re.M)}
+    result = json.loads((tmp / "run" / "result.json").read_text())
+    return tmp / "run", {f["fs"]: f for f in result["filesystems"]}, counts
+
+
+def made(entry, op):
+    return sum(v["count"] for v in entry["attribution"][op].get("requests", {}).values())
+
+
+def test_requests_made_in_an_ops_calls_match_the_oracle(runs):
+    _, fss, oracle = runs
+    assert sum(made(f, "fsync") for f in fss.values()) == oracle.get("fsync", 0) > 0
+    assert sum(made(f, "unlinkat") for f in fss.values()) == oracle.get("unlink", 0)
+    for fs in fss.values():
+        assert fs["attribution"]["fsync"]["count"] == SMALL + 1
+        # The fsyncs wrote the 64 MiB themselves (the data of a file being fsynced goes out in its
+        # own thread): their sync writes carry every byte the device was sent as sync writes.
+        own = fs["attribution"]["fsync"]["requests"]
+        device = fs["block"][fs["device"]["name"]]
+        assert own["sync_write"]["bytes"] == device["sync_write"]["bytes"] >= 64 << 20
+
+
+def test_a_jbd2_commits_requests_are_its_own(runs):
+    """Each ext4 fsync waits for one jbd2 commit; the commit thread writes the journal blocks and
+    the commit block (PREFLUSH + FUA) in its window: one commit block per commit, none of them
+    counted as the fsyncs' own requests."""
+    _, fss, _ = runs
+    ext4 = fss["ext4"]
+    jbd2 = ext4["behind"]["workers"]["jbd2 commit"]["all"]
+    commits = ext4["behind"]["ext4"]["journal"]["all"]["commits"]
+    assert jbd2["windows"] == commits > 0
+    assert jbd2["requests"]["preflush_write"]["count"] == commits
+    assert "preflush_write" not in ext4["attribution"]["fsync"]["requests"]
+    assert ext4["attribution"]["fsync"]["waits"]["journal commit wait"] >= SMALL + 1
+
+
+def test_unlink_evidence_holds_only_its_own_figures(runs):
+    run_dir, _, _ = runs
+    proc = run_fsprof("compare", str(run_dir), "--op", "unlinkat", "--json")
+    assert proc.returncode == 0, proc.stderr
+    (cmp,) = json.loads(proc.stdout)
+    check_adds_up(cmp)
+    ev = cmp["evidence"]
+    per_op = {k: v for k, v in ev.items() if "per unlinkat" in k}
+    # Per unlink: only what the unlink's own calls did (its requests, its waits, its log forces).
+    assert per_op and all(re.search(r"made in its calls|times blocked in", k) for k in per_op), per_op
+    assert per_op["sync write requests made in its calls, per unlinkat"] == [0, 0]
+    # The writes' requests and the commits are there, as run-wide rates.
+    assert ev["sync write requests to the device per second (run-wide)"][0] > 0
+    assert ev["jbd2 commits per second (run-wide)"][0] > 0
+    text = run_fsprof("compare", str(run_dir), "--op", "unlinkat").stdout
+    assert "per unlinkat" in text and "jbd2 commits per unlinkat" not in text, text
