@@ -133,6 +133,7 @@ enum da_event {
 	DA_ALLOC_DELALLOC,     /* ext4_allocate_blocks with EXT4_MB_DELALLOC_RESV: delalloc blocks */
 	DA_ALLOC_OTHER,        /* ext4_allocate_blocks otherwise (metadata, nodelalloc data, ...) */
 	DA_MBALLOC,            /* ext4_mballoc_alloc: mballoc's search; blocks = groups scanned */
+	DA_FREE,               /* ext4_free_blocks: blocks freed (unlink, truncate, punch) */
 	N_DA_EVENTS,
 };
 
@@ -828,4 +829,154 @@ int BPF_PROG(on_mballoc_alloc, struct ext4_allocation_context *ac)
 		return 0;
 	return da_count(inode_dev(BPF_CORE_READ(ac, ac_inode)), DA_MBALLOC,
 			(__u16)BPF_CORE_READ(ac, ac_groups_scanned));
+}
+
+/* ---- block freeing ---- */
+
+/* Spans timed in the thread doing them, between two tracepoints:
+ *   extent removal      ext4_ext_remove_space to its _done: a file's blocks freed by an unlink's
+ *                       last iput, a truncate or a punch;
+ *   page cache freeing  ext4_evict_inode of an unlinked inode to its ext4_truncate_enter: mostly
+ *                       truncate_inode_pages_final, the file's cached pages and buffer heads
+ *                       dropped (an inode without blocks never reaches ext4_truncate: its span
+ *                       is dropped at ext4_free_inode).
+ * A span with no context switch (nvcsw + nivcsw unchanged) was on CPU throughout, interrupts
+ * included, as the syscall's on-CPU time is: it can split the CPU of calls too short for the
+ * sampler. A span that switched out has its off-CPU part attributed by stack already; its wall
+ * time is kept apart. span_event = what * 2 + (switched out). */
+enum span_event {
+	SPAN_EXTENT_ON_CPU = 0,
+	SPAN_EXTENT_SWITCHED = 1,
+	SPAN_PAGES_ON_CPU = 2,
+	SPAN_PAGES_SWITCHED = 3,
+};
+
+struct span_start {
+	__u64 start_ns;
+	__u64 switches;
+	__u64 ino;
+};
+
+struct span_val {
+	__u64 count;
+	__u64 ns;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct span_start);
+} removing SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct span_start);
+} evicting SEC(".maps");
+
+/* key.event: enum span_event */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct da_key);
+	__type(value, struct span_val);
+} freeing_spans SEC(".maps");
+
+static __always_inline __u64 switches_of(struct task_struct *task)
+{
+	return task->nvcsw + task->nivcsw;
+}
+
+static __always_inline void span_begin(void *map, struct inode *inode)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct span_start st = {};
+
+	st.start_ns = bpf_ktime_get_ns();
+	st.switches = switches_of(bpf_get_current_task_btf());
+	st.ino = BPF_CORE_READ(inode, i_ino);
+	bpf_map_update_elem(map, &tid, &st, BPF_ANY);
+}
+
+/* Ends the thread's span in `map` if it is of this inode; event_on_cpu is the span's
+ * SPAN_*_ON_CPU (+1 when it switched out). */
+static __always_inline void span_end(void *map, struct inode *inode, __u16 event_on_cpu)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct span_start *st = bpf_map_lookup_elem(map, &tid);
+	struct da_key key = {};
+	struct span_val *v, zero = {};
+	__u64 now = bpf_ktime_get_ns();
+
+	if (!st || st->ino != BPF_CORE_READ(inode, i_ino))
+		return;
+	key.dev = inode_dev(inode);
+	key.phase = current_phase();
+	key.event = event_on_cpu + (switches_of(bpf_get_current_task_btf()) != st->switches);
+	fill_who(&key);
+	if (st->start_ns && st->start_ns <= now) {
+		v = bpf_map_lookup_elem(&freeing_spans, &key);
+		if (!v) {
+			bpf_map_update_elem(&freeing_spans, &key, &zero, BPF_NOEXIST);
+			v = bpf_map_lookup_elem(&freeing_spans, &key);
+		}
+		if (v) {
+			__sync_fetch_and_add(&v->count, 1);
+			__sync_fetch_and_add(&v->ns, now - st->start_ns);
+		} else {
+			count_drop(DROP_FS_FULL);
+		}
+	}
+	bpf_map_delete_elem(map, &tid);
+}
+
+SEC("tp_btf/ext4_ext_remove_space")
+int BPF_PROG(on_remove_space, struct inode *inode)
+{
+	if (inode && traced_dev(inode_dev(inode)))
+		span_begin(&removing, inode);
+	return 0;
+}
+
+SEC("tp_btf/ext4_ext_remove_space_done")
+int BPF_PROG(on_remove_space_done, struct inode *inode)
+{
+	if (inode)
+		span_end(&removing, inode, SPAN_EXTENT_ON_CPU);
+	return 0;
+}
+
+/* Only an inode whose last link is gone is deleted (and truncated) here. */
+SEC("tp_btf/ext4_evict_inode")
+int BPF_PROG(on_evict_inode, struct inode *inode)
+{
+	if (inode && !BPF_CORE_READ(inode, __i_nlink) && traced_dev(inode_dev(inode)))
+		span_begin(&evicting, inode);
+	return 0;
+}
+
+SEC("tp_btf/ext4_truncate_enter")
+int BPF_PROG(on_truncate_enter, struct inode *inode)
+{
+	if (inode)
+		span_end(&evicting, inode, SPAN_PAGES_ON_CPU);
+	return 0;
+}
+
+SEC("tp_btf/ext4_free_inode")
+int BPF_PROG(on_free_inode, struct inode *inode)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+
+	bpf_map_delete_elem(&evicting, &tid);
+	return 0;
+}
+
+/* ext4_free_blocks(inode, block, count, flags) */
+SEC("tp_btf/ext4_free_blocks")
+int BPF_PROG(on_free_blocks, struct inode *inode, __u64 block, unsigned long count)
+{
+	return da_count(inode_dev(inode), DA_FREE, count);
 }

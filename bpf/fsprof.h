@@ -110,6 +110,8 @@ enum worker_kind {
 	WORKER_XFS_LOG_WORKER = 4,   /* xfs_log_worker: the periodic log force and cover */
 	WORKER_BTRFS_COMMIT = 5,
 	WORKER_BTRFS_LOG_SYNC = 6,
+	WORKER_XFS_INODEGC = 7,      /* xfs_inodegc_worker: inactivating unlinked inodes (freeing their blocks) */
+	WORKER_FLUSHER = 8,          /* a flusher pass (writeback_start to writeback_written) over a bdi */
 	N_WORKER_KINDS,
 };
 
@@ -159,25 +161,26 @@ enum blk_class {
 	N_BLK_CLASSES,
 };
 
-/* Block requests a traced syscall made from its own bios (block_getrq in its thread, inside the
- * syscall), by class: what its evidence may count as its own (syscalls.bpf.c, per op_key). */
-struct op_rqs {
+/* Block requests by class: those a traced syscall made from its own bios (block_getrq in its
+ * thread, inside the syscall: per op_key in syscalls.bpf.c), or a worker inside its windows. */
+struct rq_classes {
 	__u64 count[N_BLK_CLASSES];
 	__u64 bytes[N_BLK_CLASSES];
 };
 
-/* Block requests made inside a filesystem worker's windows, and how many windows began, per
- * (dev, kind, phase) of the window (cls N_BLK_CLASSES: the windows themselves, in count). */
-struct worker_rq_key {
+/* What a filesystem worker did in its windows, per (dev, kind, phase) of the window: how many
+ * began, their wall time (begin to end; those whose end was missed add none), and the block
+ * requests made inside them. */
+struct worker_run_key {
 	__u32 dev;
 	__u16 kind;
 	__u16 phase;
-	__u32 cls;
 };
 
-struct rq_count {
-	__u64 count;
-	__u64 bytes;
+struct worker_run {
+	__u64 windows;
+	__u64 wall_ns;
+	struct rq_classes rqs;
 };
 
 struct blk_key {

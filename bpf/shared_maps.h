@@ -84,14 +84,15 @@ struct {
 	__type(value, struct off_val);
 } worker_offcpu SEC(".maps");
 
-/* Block requests made inside workers' windows, and the windows begun (struct worker_rq_key). */
-#define WORKER_WINDOWS_BEGUN N_BLK_CLASSES
+const struct worker_run zero_worker_run = {};
+
+/* What each worker's windows did (struct worker_run). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024);
-	__type(key, struct worker_rq_key);
-	__type(value, struct rq_count);
-} worker_rqs SEC(".maps");
+	__type(key, struct worker_run_key);
+	__type(value, struct worker_run);
+} worker_runs SEC(".maps");
 
 static __always_inline void count_drop(__u32 reason)
 {
@@ -116,26 +117,20 @@ static __always_inline __s64 *workers_open_count(void)
 	return bpf_map_lookup_elem(&workers_open, &zero);
 }
 
-/* Adds to worker_rqs (a class, or WORKER_WINDOWS_BEGUN). */
-static __always_inline void add_worker_rq(__u32 dev, __u16 kind, __u16 phase, __u32 cls, __u64 count,
-					  __u64 bytes)
+/* The worker_runs entry of a window (created at zero). */
+static __always_inline struct worker_run *worker_run_of(struct worker_window *w)
 {
-	struct worker_rq_key key = { .dev = dev, .kind = kind, .phase = phase, .cls = cls };
-	struct rq_count *v, zero = {};
+	struct worker_run_key key = { .dev = w->dev, .kind = w->kind, .phase = w->phase };
+	struct worker_run *v;
 
-	v = bpf_map_lookup_elem(&worker_rqs, &key);
-	if (!v) {
-		bpf_map_update_elem(&worker_rqs, &key, &zero, BPF_NOEXIST);
-		v = bpf_map_lookup_elem(&worker_rqs, &key);
-		if (!v) {
-			count_drop(DROP_WORKER_FULL);
-			return;
-		}
-	}
-	if (count)
-		__sync_fetch_and_add(&v->count, count);
-	if (bytes)
-		__sync_fetch_and_add(&v->bytes, bytes);
+	v = bpf_map_lookup_elem(&worker_runs, &key);
+	if (v)
+		return v;
+	bpf_map_update_elem(&worker_runs, &key, &zero_worker_run, BPF_NOEXIST);
+	v = bpf_map_lookup_elem(&worker_runs, &key);
+	if (!v)
+		count_drop(DROP_WORKER_FULL);
+	return v;
 }
 
 /* The current thread starts work of `kind` for `dev` (a begin tracepoint of bpf/<fs>.bpf.c). */
@@ -144,6 +139,7 @@ static __always_inline void worker_begin(__u16 kind, __u32 dev)
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct worker_window w = { .start_ns = bpf_ktime_get_ns(), .dev = dev, .kind = kind,
 				   .phase = current_phase(), .out_stack = -1 };
+	struct worker_run *run;
 	__s64 *open;
 	long err;
 
@@ -153,10 +149,11 @@ static __always_inline void worker_begin(__u16 kind, __u32 dev)
 	} else if (!err && (open = workers_open_count())) {
 		__sync_fetch_and_add(open, 1);
 	}
-	if (err)
+	if (err) {
 		count_drop(DROP_WORKER_FULL);
-	else
-		add_worker_rq(dev, kind, w.phase, WORKER_WINDOWS_BEGUN, 1, 0);
+	} else if ((run = worker_run_of(&w))) {
+		__sync_fetch_and_add(&run->windows, 1);
+	}
 }
 
 /* Forgets the thread's window, if it has one. */
@@ -173,10 +170,14 @@ static __always_inline __u64 worker_end(void)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct worker_window *w = bpf_map_lookup_elem(&worker_windows, &tid);
-	__u64 start = w ? w->start_ns : 0;
+	__u64 start = w ? w->start_ns : 0, now = bpf_ktime_get_ns();
+	struct worker_run *run;
 
-	if (w)
-		worker_forget(tid);
+	if (!w)
+		return 0;
+	if (start && start <= now && (run = worker_run_of(w)))
+		__sync_fetch_and_add(&run->wall_ns, now - start);
+	worker_forget(tid);
 	return start;
 }
 #endif

@@ -138,11 +138,11 @@ struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 2048);
 	__type(key, struct op_key);
-	__type(value, struct op_rqs);
+	__type(value, struct rq_classes);
 } op_rqs SEC(".maps");
 
 const struct hist zero_hist = {};
-const struct op_rqs zero_rqs = {};
+const struct rq_classes zero_rqs = {};
 const __u8 one = 1;
 
 static __always_inline __u32 file_dev(struct file *file)
@@ -509,8 +509,9 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 static __always_inline void add_request(struct bio *bio, __u64 made)
 {
 	struct inflight *op;
-	struct op_rqs *v;
+	struct rq_classes *v;
 	struct worker_window *w;
+	struct worker_run *run;
 	__s64 *open;
 	__u32 tid, bytes;
 	__u16 cls;
@@ -541,8 +542,11 @@ static __always_inline void add_request(struct bio *bio, __u64 made)
 		return;
 	tid = (__u32)bpf_get_current_pid_tgid();
 	w = bpf_map_lookup_elem(&worker_windows, &tid);
-	if (w)
-		add_worker_rq(w->dev, w->kind, w->phase, cls, made, bytes);
+	if (!w || !(run = worker_run_of(w)))
+		return;
+	if (made)
+		__sync_fetch_and_add(&run->rqs.count[cls], 1);
+	__sync_fetch_and_add(&run->rqs.bytes[cls], bytes);
 }
 
 /* The same requests as block_io_start (which 6.1 lacks), in the submitter's context. */

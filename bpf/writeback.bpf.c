@@ -59,6 +59,14 @@ struct {
 	__type(value, __u32);
 } traced_bdis SEC(".maps");
 
+/* bdi id -> the superblock (kernel dev_t) writing through it first, for its flusher's windows. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, __u32);
+} bdi_sb SEC(".maps");
+
 /* Superblocks under test: s_dev (kernel dev_t) -> the id of their bdi. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -678,6 +686,7 @@ int BPF_PROG(on_writeback_start, struct bdi_writeback *wb, struct wb_writeback_w
 	struct flusher_state *st;
 	struct work_event e;
 	struct work_val *v;
+	__u32 bdi_key, *sb;
 
 	read_work_event(wb, work, &e);
 	if (!e.bdi)
@@ -694,6 +703,12 @@ int BPF_PROG(on_writeback_start, struct bdi_writeback *wb, struct wb_writeback_w
 	st->pass_start_ns = now;
 	st->start_nr_pages = e.nr_pages;
 	st->in_pass = 1;
+	/* The pass is a worker window of the superblock the bdi serves (worker_runs: its time and
+	 * the requests it makes). */
+	bdi_key = e.bdi;
+	sb = bpf_map_lookup_elem(&bdi_sb, &bdi_key);
+	if (sb && *sb)
+		worker_begin(WORKER_FLUSHER, *sb);
 	if (!st->new_run)
 		return 0;
 	st->new_run = 0;
@@ -714,11 +729,15 @@ int BPF_PROG(on_writeback_written, struct bdi_writeback *wb, struct wb_writeback
 	struct flusher_state *st = bpf_map_lookup_elem(&flushers, &tid);
 	__s64 nr_pages = BPF_CORE_READ(work, nr_pages);
 	__u64 now = bpf_ktime_get_ns();
+	struct worker_window *w;
 	struct work_val *v;
 
 	if (!st || !st->in_pass)
 		return 0;
 	st->in_pass = 0;
+	w = bpf_map_lookup_elem(&worker_windows, &tid);
+	if (w && w->kind == WORKER_FLUSHER)
+		worker_end();
 	v = work_of(st->bdi, st->phase, st->reason, st->integrity);
 	if (v) {
 		v->passes++;

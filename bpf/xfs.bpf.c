@@ -111,6 +111,8 @@ enum alloc_event {
 	AL_WB_CONVERT = 2,        /* xfs_map_blocks_alloc: writeback converted delalloc to real */
 	AL_WB_FOUND = 3,          /* xfs_map_blocks_found: writeback mapped an existing extent */
 	AL_DELALLOC_ENOSPC = 4,   /* xfs_delalloc_enospc: a reservation failed, space being freed */
+	AL_INACTIVE_QUEUED = 5,   /* xfs_inode_set_need_inactive: an inode queued for inodegc (by whom) */
+	AL_INACTIVATING = 6,      /* xfs_inode_inactivating: an inode inactivated (its blocks freed), where */
 };
 
 struct alloc_key {
@@ -159,6 +161,7 @@ struct grant_state {
 struct xfs_cfg {
 	__u64 cil_push_work;    /* xlog_cil_push_work: one CIL checkpoint push */
 	__u64 log_worker;       /* xfs_log_worker: the periodic log force / log cover */
+	__u64 inodegc_worker;   /* xfs_inodegc_worker: inactivating the inodes queued on one CPU */
 };
 
 struct {
@@ -802,7 +805,15 @@ int BPF_PROG(on_work_end, struct work_struct *work)
 	__u64 start;
 
 	bpf_probe_read_kernel(&fn, sizeof(fn), &ctx[1]);
-	if (!conf || !fn || (fn != conf->cil_push_work && fn != conf->log_worker))
+	if (!conf || !fn)
+		return 0;
+	if (fn == conf->inodegc_worker) {
+		w = bpf_map_lookup_elem(&worker_windows, &tid);
+		if (w && w->kind == WORKER_XFS_INODEGC)
+			worker_end();
+		return 0;
+	}
+	if (fn != conf->cil_push_work && fn != conf->log_worker)
 		return 0;
 	w = bpf_map_lookup_elem(&worker_windows, &tid);
 	if (!w || (w->kind != WORKER_XFS_CIL_PUSH && w->kind != WORKER_XFS_LOG_WORKER))
@@ -880,5 +891,37 @@ SEC("tp_btf/xfs_delalloc_enospc")
 int BPF_PROG(on_delalloc_enospc, struct xfs_inode *ip, xfs_off_t offset, ssize_t count)
 {
 	count_alloc(inode_dev(ip), AL_DELALLOC_ENOSPC, 0);
+	return 0;
+}
+
+/* ---- Background inode inactivation (inodegc) -------------------------------------------------- */
+
+/* xfs_inodegc_worker begins (a kworker of the xfs-inodegc workqueue; 6.1 fires this once it has
+ * taken the CPU's queue, a few instructions in). Its window ends with the work item, in
+ * on_work_end: the unlinked inodes' blocks are freed inside it, not in the unlink. */
+SEC("tp_btf/xfs_inodegc_worker")
+int BPF_PROG(on_inodegc_worker, struct xfs_mount *mp, unsigned int shrinker_hits)
+{
+	__u32 dev = mount_dev(mp);
+
+	if (traced_dev(dev))
+		worker_begin(WORKER_XFS_INODEGC, dev);
+	return 0;
+}
+
+/* An inode queued for inactivation: by the syscall that dropped its last reference (an unlink's,
+ * or a close of an unlinked open file), or by a kernel thread. */
+SEC("tp_btf/xfs_inode_set_need_inactive")
+int BPF_PROG(on_need_inactive, struct xfs_inode *ip)
+{
+	count_alloc(inode_dev(ip), AL_INACTIVE_QUEUED, 0);
+	return 0;
+}
+
+/* An inode inactivated: in the inodegc worker, or in the caller when inodegc is stopped. */
+SEC("tp_btf/xfs_inode_inactivating")
+int BPF_PROG(on_inactivating, struct xfs_inode *ip)
+{
+	count_alloc(inode_dev(ip), AL_INACTIVATING, 0);
 	return 0;
 }

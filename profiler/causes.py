@@ -28,7 +28,7 @@ _ROWS = (
     Cause("journal handle wait", WAIT, "waiting for a jbd2 handle: a locked transaction, checkpoint or log space",
           "#a0cbe8"),
     Cause("log force wait", WAIT, "an XFS fsync waiting for its log force (iclog I/O)", "#f28e2b",
-          evidence=("log force", "iclog", "flush", "fua")),
+          worker="xfs cil push", evidence=("log force", "iclog", "flush", "fua")),
     Cause("log space reservation", WAIT, "waiting for XFS log space (grant heads)", "#ffbe7d"),
     Cause("btrfs tree-log sync", WAIT, "a btrfs fsync syncing the tree log", "#59a14f",
           worker="btrfs log sync", evidence=("tree-log", "log sync", "flush")),
@@ -47,6 +47,10 @@ _ROWS = (
     Cause("other wait", UNEXPLAINED, "a wait no rule names (its innermost meaningful frame is kept)", "#bab0ac"),
     # ... their on-CPU time (rules [[oncpu]] and the attribution engine) ...
     Cause("delayed allocation", CPU, "allocating blocks for delayed-allocated data at writeback", "#499894"),
+    Cause("block freeing", CPU, "freeing a file's blocks: extent removal in an unlink's last iput, a truncate, a punch",
+          "#8c6d31", evidence=("freed", "extent removal")),
+    Cause("page cache freeing", CPU, "dropping a file's cached pages (and buffer heads) as its last link goes or it is truncated",
+          "#ad494a", evidence=("page cache",)),
     Cause("filesystem CPU", CPU, "on-CPU in the filesystem and the rest of the kernel's syscall path", "#86bcb6"),
     Cause("other kernel CPU", CPU, "on-CPU outside filesystem code", "#d4a6c8"),
     Cause("CPU (too short to sample)", CPU, "on-CPU time of calls no sample fell in", "#d7b5a6"),
@@ -65,6 +69,8 @@ _ROWS = (
     Cause("earlier iclog writes wait", WAIT, "the CIL push waiting for earlier iclog writes", "#aec7e8"),
     Cause("earlier checkpoint wait", WAIT, "the CIL push waiting for an earlier checkpoint", "#98df8a"),
     Cause("CIL push wait", WAIT, "waiting for the XFS CIL push", "#c49c94"),
+    Cause("block layer throttling", WAIT, "a worker held back by the block layer: writeback throttling (wbt) or no free "
+          "request tag", "#393b79", evidence=("write requests",)),
 )
 TABLE = {c.name: c for c in _ROWS}
 assert len(TABLE) == len(_ROWS) and len({c.colour for c in _ROWS}) == len(_ROWS), "a cause or colour twice"

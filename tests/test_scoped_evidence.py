@@ -1,8 +1,11 @@
-"""Evidence in its scope (issue: "compare divides whole-run counts by one op"). A script writes and
-fsyncs 64 MiB and eight small files, then deletes the big one: `compare --op unlinkat` may show
-the unlink's own figures per unlink and the run's as run-wide, never the writes' requests or
-journal commits divided by one unlink. The per-op request counts are checked against a bpftrace
-oracle that counts the same block requests between the syscalls' own enter and exit tracepoints."""
+"""Evidence in its scope, and work done elsewhere. A script writes and fsyncs 64 MiB and eight
+small files, then deletes the big one: `compare --op unlinkat` may show the unlink's own figures
+per unlink and the run's as run-wide, never the writes' requests or journal commits divided by one
+unlink. The per-op request counts are checked against a bpftrace oracle that counts the same block
+requests between the syscalls' own enter and exit tracepoints. The big file's blocks are freed
+where each filesystem frees them: inside the unlink on ext4 (extent removal, timed between its
+tracepoints and checked against the oracle's count of them), in the inodegc worker on XFS after
+the unlink returned (its runs checked against the oracle's count of xfs_inodegc_worker)."""
 
 import json
 import re
@@ -15,7 +18,7 @@ pytestmark = pytest.mark.slow
 SMALL = 8
 SCRIPT = ("fsprof phase write; dd if=/dev/urandom of=big bs=1M count=64 conv=fsync status=none; "
           f"for i in $(seq {SMALL}); do dd if=/dev/zero of=f$i bs=4k count=16 conv=fsync status=none; done; "
-          "fsprof phase delete; rm big")
+          "fsprof phase delete; rm big; sleep 1")  # XFS's inodegc runs a moment after the unlink
 
 # Requests made (block_getrq) by dd inside fsync and by rm inside unlinkat, and by jbd2 threads.
 ORACLE = """
@@ -26,6 +29,8 @@ tracepoint:syscalls:sys_enter_unlinkat /comm == "rm"/ { @in[tid] = 2; }
 tracepoint:syscalls:sys_exit_unlinkat /comm == "rm"/ { delete(@in[tid]); }
 tracepoint:block:block_getrq /@in[tid] == 1/ { @fsync = count(); }
 tracepoint:block:block_getrq /@in[tid] == 2/ { @unlink = count(); }
+tracepoint:ext4:ext4_ext_remove_space_done /@in[tid] == 2/ { @extent_removals = count(); }
+tracepoint:xfs:xfs_inodegc_worker /args->dev >> 20 == 7/ { @inodegc_runs = count(); }
 END { clear(@in); }
 """
 
@@ -95,3 +100,31 @@ def test_unlink_evidence_holds_only_its_own_figures(runs):
     assert ev["jbd2 commits per second (run-wide)"][0] > 0
     text = run_fsprof("compare", str(run_dir), "--op", "unlinkat").stdout
     assert "per unlinkat" in text and "jbd2 commits per unlinkat" not in text, text
+
+
+def test_ext4_frees_the_blocks_inside_the_unlink(runs):
+    _, fss, oracle = runs
+    ext4 = fss["ext4"]
+    removals = ext4["behind"]["ext4"]["block_freeing"]["all"]["extent_removal"]["unlinkat"]
+    assert removals["on_cpu"]["count"] + removals["switched"]["count"] == oracle["extent_removals"] >= 1
+    assert ext4["behind"]["ext4"]["block_freeing"]["all"]["blocks_freed"]["unlinkat"] >= (64 << 20) // 4096
+    unlink = ext4["attribution"]["unlinkat"]
+    assert unlink["causes"].get("block freeing", 0) > 0, unlink
+    assert abs(unlink["sum_error"]) < 0.01
+
+
+def test_xfs_frees_the_blocks_in_inodegc_after_the_unlink(runs):
+    run_dir, fss, oracle = runs
+    xfs = fss["xfs"]
+    gc = xfs["behind"]["xfs"]["all"]["inodegc"]
+    assert gc["queued"]["by_context"].get("unlinkat") == 1
+    assert gc["worker"]["windows"] == oracle.get("inodegc_runs") >= 1
+    assert gc["worker"]["oncpu_ns"] > 0
+    assert "block freeing" not in xfs["attribution"]["unlinkat"]["causes"]
+    # compare ranks it beside the unlink's own causes, linked by the inode the unlink queued.
+    proc = run_fsprof("compare", str(run_dir), "--op", "unlinkat", "--json")
+    (cmp,) = json.loads(proc.stdout)
+    (gc_row,) = [r for r in cmp["elsewhere"] if r["kind"] == "xfs inodegc"]
+    assert gc_row["us_per_op"][0] == 0 and gc_row["us_per_op"][1] == pytest.approx(gc["worker"]["wall_ns"] / 1e3)
+    assert "inodes" in gc_row["link"]
+    assert "Work done elsewhere for this op" in run_fsprof("compare", str(run_dir), "--op", "unlinkat").stdout

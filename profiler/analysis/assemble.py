@@ -20,20 +20,24 @@ def _name(names, index):
     return names[index] if index < len(names) else f"phase-{index}"
 
 
-def workers(fs, records, stacks, names, requests=()):
+def workers(fs, records, stacks, names, runs=()):
     """{worker kind: {"all": breakdown, "phases": {phase name: breakdown}}} of the workers' own
-    off-CPU time (attribution.attribute_worker), with the windows begun and the block requests
-    made inside them (`requests`: the snapshot's worker_requests of this filesystem)."""
+    off-CPU time (attribution.attribute_worker), with the windows begun, their wall and on-CPU
+    time and the block requests made inside them (`runs`: the snapshot's worker_runs of this
+    filesystem)."""
     out = {}
-    for kind in sorted({r["kind"] for r in list(records) + list(requests)}):
+    for kind in sorted({r["kind"] for r in list(records) + list(runs)}):
         mine = [r for r in records if r["kind"] == kind]
-        made = [r for r in requests if r["kind"] == kind]
+        made = [r for r in runs if r["kind"] == kind]
 
         def part(phase=None):
             b = attribution.attribute_worker(fs, [r for r in mine if phase is None or r["phase"] == phase], stacks)
             rs = [r for r in made if phase is None or r["phase"] == phase]
             if rs:
                 b["windows"] = sum(r["windows"] for r in rs)
+                b["wall_ns"] = sum(r["wall_ns"] for r in rs)
+                # Off-CPU time is timed inside open windows only, so it never exceeds their wall.
+                b["oncpu_ns"] = max(b["wall_ns"] - b["offcpu_ns"], 0)
                 b["requests"] = attribution.merge_requests(r["requests"] for r in rs)
             return b
         out[kind] = {"all": part(), "phases": {_name(names, i): part(i)
@@ -49,13 +53,14 @@ def assemble(raw, target, names, end_ns):
     ops, offcpu, samples = mine(raw["ops"]), mine(raw["offcpu"]), mine(raw["samples"])
     # A worker names the superblock, or (jbd2) the block device its journal is on.
     worker_recs = [r for r in raw.get("workers", []) if r["dev"] == sb_dev or r["dev"] in target.block_devs]
-    worker_rqs = [r for r in raw.get("worker_requests", []) if r["dev"] == sb_dev or r["dev"] in target.block_devs]
+    worker_runs = [r for r in raw.get("worker_runs", []) if r["dev"] == sb_dev or r["dev"] in target.block_devs]
     op_rqs = mine(raw.get("op_requests", []))
     scoped = raw.get("requests_per_op", False)  # None of the per-op requests when the kernel lacks block_getrq
     used = {r["stack"] for r in offcpu + samples + worker_recs} | {r["waker_stack"] for r in offcpu} | \
         set(behind.stack_ids(raw.get("behind", {})))
     stacks = symbols.symbolize({sid: a for sid, a in raw["stacks"].items() if sid in used})
 
+    spans = behind.cpu_spans(raw.get("behind", {}), {sb_dev, *target.block_devs})
     unresolved = [r for r in raw["ops"] if r["dev"] == 0]
     phases = {}
     for index in sorted({r["phase"] for r in ops + unresolved} | {i for dev in raw["block"].values() for i in dev}):
@@ -65,7 +70,7 @@ def assemble(raw, target, names, end_ns):
         for op, wall in p_ops.items():
             breakdown[op] = attribution.attribute(
                 fs, wall, [r for r in offcpu if r["phase"] == index and r["op"] == op],
-                [r for r in samples if r["phase"] == index and r["op"] == op], stacks)
+                [r for r in samples if r["phase"] == index and r["op"] == op], stacks, spans.get((index, op)))
             if scoped:
                 breakdown[op]["requests"] = attribution.merge_requests(
                     r["requests"] for r in op_rqs if r["phase"] == index and r["op"] == op)
@@ -118,7 +123,7 @@ def assemble(raw, target, names, end_ns):
     }
     ctx = behind.Context(fs=fs, sb_dev=sb_dev, block_devs=target.block_devs, phase_names=list(names),
                          elapsed_s=sum(elapsed.values()), syscalls=entry["syscalls"], phases=phases,
-                         workers=workers(fs, worker_recs, stacks, names, worker_rqs), stacks=stacks)
+                         workers=workers(fs, worker_recs, stacks, names, worker_runs), stacks=stacks)
     entry["behind"] = {m.NAME: m.summarize(raw.get("behind", {}).get(m.NAME, {}), ctx) for m in behind.MODULES}
     entry["behind"]["workers"] = ctx.workers
     return entry

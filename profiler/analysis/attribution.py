@@ -123,10 +123,13 @@ def waker_name(comm, frames):
     return _KWORKER_SUFFIX.sub(r"\1:*", comm)
 
 
-def attribute(fs, wall, offcpu, samples, stacks):
+def attribute(fs, wall, offcpu, samples, stacks, spans=None):
     """One (filesystem, syscall, phase): wall = {count, total_ns}; offcpu = [{stack, runnable,
-    count, total_ns}]; samples = [{stack, count}]; stacks = {id: [function, ...]}.
-    Returns the breakdown: causes in ns summing to the wall time, with the figures behind them."""
+    count, total_ns}]; samples = [{stack, count}]; stacks = {id: [function, ...]}; spans =
+    {cause: ns} of on-CPU time measured exactly by bracketing tracepoints (behind.cpu_spans).
+    Returns the breakdown: causes in ns summing to the wall time, with the figures behind them.
+    Measured spans take their exact time out of the on-CPU time; the samples split the rest
+    (their samples in a measured cause dropped, being counted already)."""
     rules = rules_for(fs)
     causes, other, wakers, waits, off_ns, off_count = {}, {}, {}, {}, 0, 0
     for rec in offcpu:
@@ -143,10 +146,20 @@ def attribute(fs, wall, offcpu, samples, stacks):
         off_count += rec["count"]
 
     on_ns = wall["total_ns"] - off_ns
+    spans = {c: ns for c, ns in (spans or {}).items() if ns > 0}
+    measured = sum(spans.values())
+    if on_ns > 0 and measured:
+        # Never more than the on-CPU time there is (a span's interrupts are the syscall's too).
+        scale = min(1.0, on_ns / measured)
+        for c, ns in spans.items():
+            causes[c] = causes.get(c, 0) + int(ns * scale)
+        on_ns -= sum(int(ns * scale) for ns in spans.values())
     by_cpu_cause, n_samples = {}, 0
     for rec in samples:
         frames = stacks.get(rec["stack"])
         cause = rules.classify_on(frames) if frames else NO_STACK_CPU
+        if cause in spans:
+            continue
         by_cpu_cause[cause] = by_cpu_cause.get(cause, 0) + rec["count"]
         n_samples += rec["count"]
     if on_ns > 0:
@@ -160,9 +173,9 @@ def attribute(fs, wall, offcpu, samples, stacks):
         else:
             causes[UNSAMPLED_CPU] = causes.get(UNSAMPLED_CPU, 0) + on_ns
     total = sum(causes.values())
-    return {
+    out = {
         "count": wall["count"], "wall_ns": wall["total_ns"], "offcpu_ns": off_ns, "offcpu_intervals": off_count,
-        "oncpu_ns": max(on_ns, 0), "oncpu_samples": n_samples,
+        "oncpu_ns": max(wall["total_ns"] - off_ns, 0), "oncpu_samples": sum(r["count"] for r in samples),
         "causes": dict(sorted(causes.items(), key=lambda kv: -kv[1])),
         "other_wait_frames": dict(sorted(other.items(), key=lambda kv: -kv[1])),
         # Who ended the blocked time of each cause: {cause: {waker: ns}}.
@@ -173,6 +186,9 @@ def attribute(fs, wall, offcpu, samples, stacks):
         # invariant the tests assert (causes sum to the wall time within 1%).
         "sum_error": (total - wall["total_ns"]) / wall["total_ns"] if wall["total_ns"] else 0.0,
     }
+    if spans:
+        out["cpu_spans"] = spans
+    return out
 
 
 def attribute_worker(fs, offcpu, stacks):
@@ -212,6 +228,9 @@ def merge(breakdowns):
     if breakdowns and all("requests" in b for b in breakdowns):
         out["requests"] = merge_requests(b["requests"] for b in breakdowns)
     for b in breakdowns:
+        for cause, ns in b.get("cpu_spans", {}).items():
+            spans = out.setdefault("cpu_spans", {})
+            spans[cause] = spans.get(cause, 0) + ns
         for k in ("count", "wall_ns", "offcpu_ns", "offcpu_intervals", "oncpu_ns", "oncpu_samples"):
             out[k] += b[k]
         for cause, by in b.get("wakers", {}).items():

@@ -51,6 +51,20 @@ class Context:
         return self.phase_names[index] if index < len(self.phase_names) else f"phase-{index}"
 
 
+def cpu_spans(raw, devs):
+    """{(phase index, syscall): {cause: ns}} of on-CPU time measured by bracketing tracepoints
+    (a module's optional cpu_spans(), e.g. ext4's extent removals) on devices `devs`."""
+    out = {}
+    for module in MODULES:
+        fn = getattr(module, "cpu_spans", None)
+        if fn and raw.get(module.NAME):
+            for key, causes in fn(raw[module.NAME], devs).items():
+                mine = out.setdefault(key, {})
+                for cause, ns in causes.items():
+                    mine[cause] = mine.get(cause, 0) + ns
+    return out
+
+
 def stack_ids(snapshot):
     """Stack ids a probe's snapshot refers to: the int value of any key "stack" or "*_stack"."""
     def walk(x):

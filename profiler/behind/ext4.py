@@ -37,6 +37,12 @@ FIGURES = {
     "on_request_blocks": "ext4 block allocation requests",
     "on_allocate_blocks": "ext4 blocks allocated",
     "on_mballoc_alloc": "ext4 multiblock allocator figures",
+    "on_remove_space": "ext4 extent removal time (block freeing inside unlink and truncate)",
+    "on_remove_space_done": "ext4 extent removal time (block freeing inside unlink and truncate)",
+    "on_evict_inode": "ext4 page cache freeing time of unlinked inodes",
+    "on_truncate_enter": "ext4 page cache freeing time of unlinked inodes",
+    "on_free_inode": "ext4 page cache freeing time of unlinked inodes",
+    "on_free_blocks": "ext4 blocks freed, by who freed them",
 }
 
 # enum commit_phase of bpf/ext4.bpf.c, in order.
@@ -46,7 +52,13 @@ N_CPH = len(COMMIT_PHASES)
 FC_STATUS = ("ok", "ineligible", "skipped", "failed")
 # enum da_event of bpf/ext4.bpf.c, in order.
 DA_EVENTS = ("da_write_begin", "nodelalloc_write_begin", "reserve", "release", "claim", "map_extent",
-             "request", "alloc_delalloc", "alloc_other", "mballoc")
+             "request", "alloc_delalloc", "alloc_other", "mballoc", "free")
+# enum span_event of bpf/ext4.bpf.c: (what, on CPU throughout or switched out), and the CPU cause
+# a span on CPU throughout is.
+SPAN_EVENTS = (("extent_removal", "on_cpu"), ("extent_removal", "switched"),
+               ("page_cache_freeing", "on_cpu"), ("page_cache_freeing", "switched"))
+SPAN_KINDS = ("on_cpu", "switched")
+SPAN_CAUSES = {"extent_removal": known_cause("block freeing"), "page_cache_freeing": known_cause("page cache freeing")}
 WHO_SYSCALL, WHO_USER, WHO_KTHREAD = range(3)
 # The jbd2 commit thread's and a fast commit's worker kinds (profiler/trace/maps.py WORKER_KINDS).
 JBD2_WORKER = maps.WORKER_KINDS[1]
@@ -101,6 +113,10 @@ class DaVal(c.Structure):
     _fields_ = [("count", c.c_uint64), ("blocks", c.c_uint64)]
 
 
+class SpanVal(c.Structure):
+    _fields_ = [("count", c.c_uint64), ("ns", c.c_uint64)]
+
+
 RUN_STATS_J = ("rs_wait", "rs_request_delay", "rs_running", "rs_locked", "rs_flushing", "rs_logging")
 CHECKPOINT_FIELDS = ("checkpoints", "checkpoint_errors", "chp_transactions", "chp_time_j", "chp_written",
                      "chp_dropped", "chp_forced")
@@ -117,11 +133,14 @@ class Probe:
         self.journals = obj.map("journals", c.c_uint32, JournalState)
         self.fc = obj.map("fc_commits", FcKey, FcVal)
         self.da = obj.map("da_events", DaKey, DaVal)
+        self.spans = obj.map("freeing_spans", DaKey, SpanVal)
         # Work in progress, by (dev, transaction) or thread: only forgotten at reset.
         self.inflight = [obj.map("commits_inflight", CommitKey, c.c_uint8 * 48),
                          obj.map("committing", c.c_uint32, CommitKey),
                          obj.map("commit_block_wait", c.c_uint32, c.c_uint8 * 32),
-                         obj.map("fc_inflight", c.c_uint32, c.c_uint8 * 16)]
+                         obj.map("fc_inflight", c.c_uint32, c.c_uint8 * 16),
+                         obj.map("removing", c.c_uint32, c.c_uint8 * 24),
+                         obj.map("evicting", c.c_uint32, c.c_uint8 * 24)]
         self.hz = kernel_hz()  # jbd2's run statistics are in jiffies
 
     def set_targets(self, targets):
@@ -136,7 +155,7 @@ class Probe:
     def reset(self):
         # A commit in progress at reset is still counted when it ends (as info counts it), but
         # not timed: its start belongs to what ran before.
-        for m in (self.commits, self.journals, self.fc, self.da, *self.inflight):
+        for m in (self.commits, self.journals, self.fc, self.da, self.spans, *self.inflight):
             m.clear()
 
     def snapshot(self):
@@ -150,7 +169,10 @@ class Probe:
                 "fast_commits": [{"dev": k.dev, "phase": k.phase, "status": name_at(FC_STATUS, k.status),
                                   "count": v.count, "total_ns": v.total_ns, "max_ns": v.max_ns, "blocks": v.blocks}
                                  for k, v in self.fc.items()],
-                "delalloc": [da_row(k, v) for k, v in self.da.items()]}
+                "delalloc": [da_row(k, v) for k, v in self.da.items()],
+                "freeing_spans": [{**da_row(k, [DaVal(count=v.count)]), "what": SPAN_EVENTS[k.event][0],
+                                   "kind": SPAN_EVENTS[k.event][1], "ns": v.ns}
+                                  for k, v in self.spans.items() if k.event < len(SPAN_EVENTS)]}
 
 
 def name_at(names, i):
@@ -197,7 +219,8 @@ def summarize(raw, ctx):
     commits = [r for r in raw.get("commits", []) if r["dev"] in mine]
     fcs = [r for r in raw.get("fast_commits", []) if r["dev"] in mine]
     das = [r for r in raw.get("delalloc", []) if r["dev"] in mine]
-    if not (commits or fcs or das):
+    spans = [r for r in raw.get("freeing_spans", []) if r["dev"] in mine]
+    if not (commits or fcs or das or spans):
         return {}
     journals = [r for r in raw.get("journals", []) if r["dev"] in mine]
     devs = sorted({r["dev"] for r in commits})
@@ -218,7 +241,41 @@ def summarize(raw, ctx):
                                                             fc_journal["fc_ewma_commits"] else None)
     if das:
         section["delalloc"] = by_scope(ctx, das, lambda rows, scope: delalloc_figures(rows))
+    if spans or any(r["event"] == "free" for r in das):
+        section["block_freeing"] = by_scope(ctx, spans + [r for r in das if r["event"] == "free"], freeing_figures)
     return section
+
+
+def freeing_figures(rows, scope=None):
+    """Blocks freed by who freed them; extent removals and page cache freeing spans by who did
+    them: on CPU throughout (count, ns) or switched out at least once (count, wall ns)."""
+    out = {"blocks_freed": {}, "extent_removal": {}, "page_cache_freeing": {}}
+    for r in rows:
+        who = who_label(r)
+        if r["event"] == "free":
+            out["blocks_freed"][who] = out["blocks_freed"].get(who, 0) + r["blocks"]
+        elif "what" in r:
+            e = out[r["what"]].setdefault(who, {k: {"count": 0, "ns": 0} for k in SPAN_KINDS})
+            e[r["kind"]]["count"] += r["count"]
+            e[r["kind"]]["ns"] += r["ns"]
+    return out
+
+
+def cpu_spans(raw, devs):
+    """{(phase index, syscall): {cause: ns}}: on-CPU time of syscalls measured exactly by
+    bracketing tracepoints (extent removals, page cache freeing), for the attribution to take
+    out of the sampled split. A cause whose spans in those calls ever switched out is left to
+    the samples: its on-CPU time is more than the spans that stayed on CPU."""
+    on, switched = {}, set()
+    for r in raw.get("freeing_spans", []):
+        if r["dev"] in devs and r["who"] == WHO_SYSCALL:
+            key, cause = (r["phase"], r["syscall"]), SPAN_CAUSES[r["what"]]
+            if r["kind"] == "on_cpu":
+                d = on.setdefault(key, {})
+                d[cause] = d.get(cause, 0) + r["ns"]
+            elif r["count"]:
+                switched.add((key, cause))
+    return {key: {c: ns for c, ns in d.items() if (key, c) not in switched} for key, d in on.items()}
 
 
 def by_scope(ctx, rows, figures):
@@ -447,6 +504,25 @@ def report_lines(section, fs):
     da = section.get("delalloc", {}).get("all")
     if da:
         lines.extend(delalloc_lines(da))
+    freeing = section.get("block_freeing", {}).get("all")
+    if freeing:
+        lines.extend(freeing_lines(freeing))
+    return lines
+
+
+def freeing_lines(f):
+    """Blocks freed, and the spans timed inside the calls that freed them."""
+    def spans(what):
+        return "; ".join(f"{who} {v['on_cpu']['count']} on CPU throughout ({us(v['on_cpu']['ns'])})"
+                         + (f", {v['switched']['count']} switched out ({us(v['switched']['ns'])} wall)"
+                            if v["switched"]["count"] else "")
+                         for who, v in f[what].items())
+    by = ", ".join(f"{who} {n}" for who, n in sorted(f["blocks_freed"].items(), key=lambda kv: -kv[1]))
+    lines = [f"     blocks freed: {by or 'none'}"]
+    if f["extent_removal"]:
+        lines.append(f"     extent removal (block freeing): {spans('extent_removal')}")
+    if f["page_cache_freeing"]:
+        lines.append(f"     page cache freeing of unlinked inodes: {spans('page_cache_freeing')}")
     return lines
 
 

@@ -199,6 +199,7 @@ class Probe:
         m = obj.map
         self.bdis_map = m("traced_bdis", BdiName, c.c_uint32)
         self.sbs_map = m("traced_sbs", c.c_uint32, c.c_uint32)
+        self.bdi_sb = m("bdi_sb", c.c_uint32, c.c_uint32)
         self.throttle = m("throttle", ThrottleKey, ThrottleVal)
         self.dirty_state = m("dirty_state", c.c_uint32, DirtyStateVal)
         self.work = m("wb_work", WorkKey, WorkVal)
@@ -212,12 +213,16 @@ class Probe:
     def set_targets(self, targets):
         self.bdis_map.clear()
         self.sbs_map.clear()
+        for i in range(64):
+            self.bdi_sb.update(c.c_uint32(i), c.c_uint32(0))
         self.bdis = {}
         for t in targets:
             for i, (name, what) in enumerate(target_bdis(t)):
                 bdi_id = next((k for k, v in self.bdis.items() if v["name"] == name), len(self.bdis) + 1)
                 self.bdis.setdefault(bdi_id, {"name": name, "device": what, "sb_devs": []})["sb_devs"].append(t.sb_dev)
                 self.bdis_map.update(BdiName(name.encode()), c.c_uint32(bdi_id))
+                if len(self.bdis[bdi_id]["sb_devs"]) == 1 and bdi_id < 64:
+                    self.bdi_sb.update(c.c_uint32(bdi_id), c.c_uint32(t.sb_dev))
                 if i == 0:
                     self.sbs_map.update(c.c_uint32(t.sb_dev), c.c_uint32(bdi_id))
 

@@ -40,10 +40,14 @@ FIGURES = {
     "on_map_blocks_alloc": "XFS delayed-allocation conversions at writeback",
     "on_map_blocks_found": "XFS writeback mappings found",
     "on_delalloc_enospc": "XFS delayed-allocation ENOSPC retries",
+    "on_inodegc_worker": "XFS inodegc worker windows (unlinked inodes' blocks freed in the background)",
+    "on_need_inactive": "XFS inodes queued for inodegc, by the op that queued them",
+    "on_inactivating": "XFS inodes inactivated, and where",
 }
 
 CIL_PUSH_WORKER = maps.WORKER_KINDS[3]     # "xfs cil push": xlog_cil_push_work runs
 LOG_WORKER = maps.WORKER_KINDS[4]          # "xfs log worker": xfs_log_worker runs
+INODEGC_WORKER = maps.WORKER_KINDS[7]      # "xfs inodegc": xfs_inodegc_worker runs
 FSYNC_OPS = ("fsync", "fdatasync")
 FORCE_WAIT_CAUSE = known_cause("log force wait")        # the attribution cause of profiler/analysis/rules/xfs.toml
 NO_SYSCALL = 0xFFFF
@@ -52,7 +56,7 @@ NO_SYSCALL = 0xFFFF
 HISTS = ("iclog_write", "cil_push", "grant_sleep", "log_worker")
 # enum alloc_event of bpf/xfs.bpf.c, in order.
 ALLOC_EVENTS = ("delalloc_reserved", "allocated_at_write", "converted_at_writeback", "found_at_writeback",
-                "delalloc_enospc")
+                "delalloc_enospc", "inactive_queued", "inactivated")
 
 # The xfs_log_force tracepoint fires in four functions; its caller_ip (the traced function's return
 # address) names the function that called it. A caller that is itself a log force function means
@@ -103,13 +107,13 @@ class AllocVal(c.Structure):
 
 
 class XfsCfg(c.Structure):
-    _fields_ = [("cil_push_work", c.c_uint64), ("log_worker", c.c_uint64)]
+    _fields_ = [("cil_push_work", c.c_uint64), ("log_worker", c.c_uint64), ("inodegc_worker", c.c_uint64)]
 
 
 @lru_cache(maxsize=1)
 def kernel_functions():
     """{name: address} of the work functions bpf/xfs.bpf.c recognises in workqueue tracepoints."""
-    wanted = {"xlog_cil_push_work", "xfs_log_worker"}
+    wanted = {"xlog_cil_push_work", "xfs_log_worker", "xfs_inodegc_worker"}
     found = {}
     for line in Path("/proc/kallsyms").read_text().splitlines():
         parts = line.split()
@@ -186,7 +190,8 @@ class Probe:
         fns = kernel_functions()
         # An address of 0 never matches a work function: that window is then not opened.
         self.cfg.update(c.c_uint32(0), XfsCfg(cil_push_work=fns.get("xlog_cil_push_work", 0),
-                                              log_worker=fns.get("xfs_log_worker", 0)))
+                                              log_worker=fns.get("xfs_log_worker", 0),
+                                              inodegc_worker=fns.get("xfs_inodegc_worker", 0)))
 
     def set_targets(self, targets):
         self.devs.clear()
@@ -316,13 +321,33 @@ def window(h, breakdown):
             "other_wait_frames": dict(breakdown.get("other_wait_frames", {}))}
 
 
+INODEGC_EVENTS = ("inactive_queued", "inactivated")
+
+
 def delalloc(recs):
-    out = {e: {"count": 0, "blocks": 0, "by_context": {}} for e in ALLOC_EVENTS}
+    out = {e: {"count": 0, "blocks": 0, "by_context": {}} for e in ALLOC_EVENTS if e not in INODEGC_EVENTS}
     for r in recs:
+        if r["event"] in INODEGC_EVENTS:
+            continue
         e = out.setdefault(r["event"], {"count": 0, "blocks": 0, "by_context": {}})
         e["count"] += r["count"]
         e["blocks"] += r["blocks"]
         _add(e["by_context"], r["who"], r["count"])
+    return out
+
+
+def inodegc(recs, worker):
+    """Background inactivation of unlinked inodes: who queued them (by syscall, or a kernel
+    thread), where they were inactivated, and the inodegc workers' windows (their count, wall,
+    on-CPU and off-CPU time and block requests, from the worker windows)."""
+    out = {"queued": {"count": 0, "by_context": {}}, "inactivated": {"count": 0, "by_context": {}}}
+    for r in recs:
+        if r["event"] in INODEGC_EVENTS:
+            e = out["queued" if r["event"] == "inactive_queued" else "inactivated"]
+            e["count"] += r["count"]
+            _add(e["by_context"], r["who"], r["count"])
+    w = worker or {}
+    out["worker"] = {k: w[k] for k in ("windows", "wall_ns", "oncpu_ns", "offcpu_ns", "causes", "requests") if k in w}
     return out
 
 
@@ -365,7 +390,8 @@ def figures(recs, syscall_hists, attribution, workers):
            "cil_push": window(hists["cil_push"], workers.get(CIL_PUSH_WORKER)),
            "log_worker": window(hists["log_worker"], workers.get(LOG_WORKER)),
            "log_space": log_space(counts, hists["grant_sleep"]),
-           "delalloc": delalloc(recs["alloc"])}
+           "delalloc": delalloc(recs["alloc"]),
+           "inodegc": inodegc(recs["alloc"], workers.get(INODEGC_WORKER))}
     fig["per_fsync"] = many_to_one(fig, fsyncs_in(syscall_hists), force_wait_by_attribution(attribution))
     return fig
 
@@ -501,7 +527,26 @@ def report_lines(section, fs):
                  + f", {s['cil_throttles']} CIL throttles; delayed allocation: {d['delalloc_reserved']['count']} "
                  f"reservations at write, {conv['count']} converted at writeback "
                  f"({_top(conv['by_context']) or 'none'})")
+    gc = fig.get("inodegc", {})
+    if gc.get("queued", {}).get("count") or gc.get("worker", {}).get("windows"):
+        w = gc.get("worker", {})
+        lines.append(f"     inodegc: {gc['queued']['count']} inodes queued for inactivation "
+                     f"({_top(gc['queued']['by_context']) or 'none'}), {gc['inactivated']['count']} inactivated "
+                     f"({_top(gc['inactivated']['by_context']) or 'none'}); {w.get('windows', 0)} worker runs, "
+                     f"{_us(w.get('wall_ns', 0))} ({_us(w.get('oncpu_ns', 0))} on CPU): the unlinked files' "
+                     "blocks are freed there, after the unlink returned")
     return lines
+
+
+def work_links(section):
+    """{worker kind: {"by", "shares": {op: share}}}: inodegc's work shared among the ops by the
+    inodes each queued for inactivation (xfs_inode_set_need_inactive in its calls)."""
+    queued = section.get("all", {}).get("inodegc", {}).get("queued", {})
+    total = queued.get("count", 0)
+    if not total:
+        return {}
+    return {INODEGC_WORKER: {"by": "by the inodes each queued for inactivation",
+                             "shares": {who: n / total for who, n in queued["by_context"].items()}}}
 
 
 def evidence(section, fs, op):

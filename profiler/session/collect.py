@@ -19,7 +19,7 @@ DEFAULT_SAMPLE_HZ = 999
 SHARED_MAPS = (("phase_state", c.c_uint32, maps.PhaseState), ("drops", c.c_uint32, c.c_uint64),
                ("stacks", c.c_uint32, maps.Stack), ("stacks_spill", c.c_uint32, maps.Stack),
                ("worker_windows", c.c_uint32, maps.WorkerWindow), ("workers_open", c.c_uint32, c.c_int64),
-               ("worker_offcpu", maps.WorkerKey, maps.OffVal), ("worker_rqs", maps.WorkerRqKey, maps.RqCount))
+               ("worker_offcpu", maps.WorkerKey, maps.OffVal), ("worker_runs", maps.WorkerRunKey, maps.WorkerRun))
 
 
 # Without these syscalls.bpf.o measures nothing: a run is refused when one cannot load. Any other
@@ -53,8 +53,8 @@ class Collector:
             self.worker_windows = shared["worker_windows"]
             self.workers_open = shared["workers_open"]
             self.worker_offcpu = shared["worker_offcpu"]
-            self.worker_rqs = shared["worker_rqs"]
-            self.op_rqs = m("op_rqs", maps.OpKey, maps.OpRqs)
+            self.worker_runs = shared["worker_runs"]
+            self.op_rqs = m("op_rqs", maps.OpKey, maps.RqClasses)
             self.op_hist = m("op_hist", maps.OpKey, maps.Hist)
             self.offcpu = m("offcpu", maps.OffKey, maps.OffVal)
             self.samples = m("samples", maps.SampleKey, c.c_uint64)
@@ -159,7 +159,7 @@ class Collector:
 
     def reset(self):
         for m in (self.op_hist, self.offcpu, self.samples, self.stacks, self.stacks_spill, self.tgids,
-                  self.worker_offcpu, self.worker_windows, self.worker_rqs, self.op_rqs):
+                  self.worker_offcpu, self.worker_windows, self.worker_runs, self.op_rqs):
             m.clear()
         self.workers_open.update(c.c_uint32(0), c.c_int64(0))  # worker_windows is empty now
         for probe in self.probes.values():
@@ -207,15 +207,9 @@ class Collector:
                    for k, v in read(self.worker_offcpu)]
         op_requests = [{"dev": k.dev, "op": syscalls.name_of(k.nr), "phase": k.phase,
                         "requests": maps.requests_of(v.count, v.bytes)} for k, v in self.op_rqs.items()]
-        worker_requests = {}
-        for k, v in self.worker_rqs.items():
-            kind = maps.WORKER_KINDS[k.kind] if k.kind < len(maps.WORKER_KINDS) else str(k.kind)
-            rec = worker_requests.setdefault((k.dev, kind, k.phase), {"dev": k.dev, "kind": kind, "phase": k.phase,
-                                                                     "windows": 0, "requests": {}})
-            if k.cls < len(maps.BLK_CLASSES):
-                rec["requests"][maps.BLK_CLASSES[k.cls]] = {"count": v.count, "bytes": v.bytes}
-            else:
-                rec["windows"] = v.count
+        worker_runs = [{"dev": k.dev, "phase": k.phase, "windows": v.windows, "wall_ns": v.wall_ns,
+                        "kind": maps.WORKER_KINDS[k.kind] if k.kind < len(maps.WORKER_KINDS) else str(k.kind),
+                        "requests": maps.requests_of(v.rqs.count, v.rqs.bytes)} for k, v in self.worker_runs.items()]
         behind_raw = {name: probe.snapshot() for name, probe in self.probes.items()}
         for module in behind.MODULES:  # a summary tells unknown figures from zeros by these
             if module.NAME in behind_raw:
@@ -231,7 +225,7 @@ class Collector:
         drops = [n - base for n, base in zip(self._read_drops(), getattr(self, "_drops_at_reset", None) or
                                              [0] * len(maps.DROP_REASONS))]
         return {"ops": ops, "offcpu": offcpu, "samples": samples, "workers": workers, "stacks": stacks,
-                "op_requests": op_requests, "worker_requests": list(worker_requests.values()),
+                "op_requests": op_requests, "worker_runs": worker_runs,
                 "requests_per_op": "on_getrq" in self.sys.programs,
                 "block": behind_raw.get("block", {}).get("counts", {}), "behind": behind_raw,
                 "phase_start_ns": list(ps.start_ns), "snapshot_ns": now, "sample_hz": self.sample_hz,

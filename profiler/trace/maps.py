@@ -38,7 +38,7 @@ def approximated_events(drops):
 COMM_LEN = 16
 # enum worker_kind (index = value)
 WORKER_KINDS = (None, "jbd2 commit", "ext4 fast commit", "xfs cil push", "xfs log worker", "btrfs commit",
-                "btrfs log sync")
+                "btrfs log sync", "xfs inodegc", "flusher writeback")
 
 # enum blk_class, in order (flush first: the report's "cache flushes")
 BLK_CLASSES = ("flush", "preflush_write", "fua_write", "meta_write", "sync_write", "async_write", "read",
@@ -79,18 +79,17 @@ class SampleKey(c.Structure):
     _fields_ = [("op", OpKey), ("stackid", c.c_int32), ("pad", c.c_uint32)]
 
 
-class OpRqs(c.Structure):
-    """struct op_rqs: block requests a syscall made from its own bios, by enum blk_class."""
+class RqClasses(c.Structure):
+    """struct rq_classes: block requests by enum blk_class."""
     _fields_ = [("count", c.c_uint64 * len(BLK_CLASSES)), ("bytes", c.c_uint64 * len(BLK_CLASSES))]
 
 
-class WorkerRqKey(c.Structure):
-    """cls len(BLK_CLASSES) (WORKER_WINDOWS_BEGUN): the windows begun, in count."""
-    _fields_ = [("dev", c.c_uint32), ("kind", c.c_uint16), ("phase", c.c_uint16), ("cls", c.c_uint32)]
+class WorkerRunKey(c.Structure):
+    _fields_ = [("dev", c.c_uint32), ("kind", c.c_uint16), ("phase", c.c_uint16)]
 
 
-class RqCount(c.Structure):
-    _fields_ = [("count", c.c_uint64), ("bytes", c.c_uint64)]
+class WorkerRun(c.Structure):
+    _fields_ = [("windows", c.c_uint64), ("wall_ns", c.c_uint64), ("rqs", RqClasses)]
 
 
 def requests_of(counts, sizes):

@@ -244,6 +244,66 @@ _WORKER_CLASSES = ("flush", "preflush_write", "fua_write")  # a worker's barrier
 _SCOPED_ZERO_SHOWN = tuple(f"{_cls_words(c)} requests made in its calls" for c in _SCOPED_CLASSES)
 
 
+def work_elsewhere(fs, op):
+    """{worker kind: {"us_per_op", "cpu_us_per_op", "link"}}: the time filesystem threads spent in
+    their windows (wall, and on CPU) for this op's calls, per op. A worker's time is shared among
+    the ops that caused it, pro rata to what links them: the waits of a cause it ends (a jbd2
+    commit ends journal commit waits) or what a behind module counts per op (work_links(): the
+    inodes an unlink queued for XFS inodegc). A worker no event links to any op has "link" None
+    and its run-wide time per second (us_per_s). Not part of the op's wall time: a thread's
+    work may overlap the op's wait for it, or come after the op returned."""
+    workers = fs.get("behind", {}).get("workers", {})
+    phase = fs.get("phase_view")
+    attribution = fs["attribution"]
+    n = attribution.get(op, {}).get("count", 0)
+    links = {}
+    for module in behind.MODULES if not phase else ():
+        fn = getattr(module, "work_links", None)
+        section = fs.get("behind", {}).get(module.NAME)
+        if fn and section:
+            links.update(fn(section))
+    out = {}
+    for kind, w in workers.items():
+        w = w.get("phases", {}).get(phase, {}) if phase else w.get("all", {})
+        if not w.get("wall_ns"):
+            continue
+        share, how = None, None
+        waited = [c for c, cause in CAUSES.items() if cause.worker == kind]
+        total = sum(b.get("waits", {}).get(c, 0) for b in attribution.values() for c in waited)
+        if total:
+            share = sum(attribution.get(op, {}).get("waits", {}).get(c, 0) for c in waited) / total
+            how = f"by the {' and '.join(waited)}s it ends"
+        elif kind in links:
+            share, how = links[kind]["shares"].get(op, 0.0), links[kind]["by"]
+        if share is None:
+            secs = fs.get("elapsed_s") or 0
+            out[kind] = {"link": None, "us_per_s": w["wall_ns"] / 1e3 / secs if secs else None}
+        elif n:
+            out[kind] = {"link": how, "us_per_op": w["wall_ns"] * share / n / 1e3,
+                         "cpu_us_per_op": w.get("oncpu_ns", 0) * share / n / 1e3}
+    return out
+
+
+def _elsewhere_pairs(base, other, op):
+    """[{kind, us_per_op: [base, other], cpu_us_per_op, link}] linked to the op on either side,
+    largest change first, then [{kind, us_per_s}] of those linked on neither side."""
+    linked, unlinked = {}, {}
+    for g, side in ((base, 0), (other, 1)):
+        for _, fs in g.entries:
+            for kind, e in work_elsewhere(fs, op).items():
+                if e["link"]:
+                    row = linked.setdefault(kind, {"kind": kind, "us_per_op": [0.0, 0.0],
+                                                   "cpu_us_per_op": [0.0, 0.0], "link": e["link"]})
+                    row["us_per_op"][side] += e["us_per_op"] / len(g.entries)
+                    row["cpu_us_per_op"][side] += e["cpu_us_per_op"] / len(g.entries)
+                elif e["us_per_s"] is not None:
+                    row = unlinked.setdefault(kind, {"kind": kind, "us_per_s": [0.0, 0.0]})
+                    row["us_per_s"][side] += e["us_per_s"] / len(g.entries)
+    ranked = sorted((r for r in linked.values() if any(r["us_per_op"])),
+                    key=lambda r: -abs(r["us_per_op"][1] - r["us_per_op"][0]))
+    return ranked, [r for k, r in sorted(unlinked.items()) if k not in linked]
+
+
 def _fmt_us(us):
     return f"{us / 1e3:.2f} ms" if abs(us) >= 1000 else f"{us:.0f} us" if abs(us) >= 10 else f"{us:.1f} us"
 
@@ -311,6 +371,7 @@ def compare_pair(base, other, op):
         **decompose(causes, b - a, threshold),
         "phases": phase_times(base, other),
         "evidence": _evidence_pairs(base, other, op),
+        **dict(zip(("elsewhere", "elsewhere_not_linkable"), _elsewhere_pairs(base, other, op))),
     }
 
 
@@ -468,6 +529,7 @@ def sentences(cmp):
     if rest:
         lines.append(f"    {_fmt_signed(cmp['not_different_us'])}/op together, each under the threshold "
                      "(not different): " + ", ".join(f"{r['cause']} {_fmt_signed(r['diff_us'])}" for r in rest) + ".")
+    lines += _elsewhere_lines(cmp)
     if abs(cmp["residual_us"]) >= 0.05:
         lines.append(f"    {_fmt_signed(cmp['residual_us'])}/op not attributed (the causes' sum against the "
                      "wall time).")
@@ -485,6 +547,23 @@ def sentences(cmp):
     none = [k for k, (x, y) in both.items() if not x and not y and k.startswith(_SCOPED_ZERO_SHOWN)]
     if none:
         lines.append("  Zero on both sides: " + ", ".join(none) + ".")
+    return lines
+
+
+def _elsewhere_lines(cmp):
+    """Work done elsewhere for this op: filesystem threads' time, ranked beside the op's own."""
+    lines = []
+    if cmp.get("elsewhere"):
+        lines.append(f"  Work done elsewhere for this op (filesystem threads' windows, per {cmp['op']}; not in its "
+                     f"wall time; {cmp['other']} vs {cmp['base']}):")
+        for r in cmp["elsewhere"]:
+            (x, y), (cx, cy) = r["us_per_op"], r["cpu_us_per_op"]
+            lines.append(f"    {_fmt_signed(y - x)}/op {r['kind']} ({_fmt_us(y)} vs {_fmt_us(x)}, of it on CPU "
+                         f"{_fmt_us(cy)} vs {_fmt_us(cx)}; shared among the ops {r['link']}).")
+    if cmp.get("elsewhere_not_linkable"):
+        lines.append("  Not linkable to any op (run-wide, per second of the run): " + "; ".join(
+            f"{r['kind']} {_fmt_us(r['us_per_s'][1])} vs {_fmt_us(r['us_per_s'][0])}"
+            for r in cmp["elsewhere_not_linkable"]) + ".")
     return lines
 
 
