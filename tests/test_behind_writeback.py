@@ -189,6 +189,21 @@ def test_fsync_starts_its_inode_writeback_itself(tmp_path):
             assert started["fsync"]["count"] == count, (fs["fs"], started)
 
 
+def test_flusher_passes_are_worker_windows_with_their_writes(tmp_path):
+    """Each flusher pass (writeback_start to writeback_written) is a worker window of the
+    filesystem: as many windows as the writeback section counts passes, and the data the flusher
+    wrote (ext4 delayed allocation: every page of the file, at syncfs) made inside them, byte for
+    byte what the device was sent as background writes."""
+    result = fsprof_result(tmp_path, "--fs", "ext4", "--", "sh", "-c", " ".join(DD) + "; sync -f big.dat")
+    (fs,) = result["filesystems"]
+    flusher = fs["behind"]["workers"]["flusher writeback"]["all"]
+    passes = sum(v["passes"] for by_reason in section(fs)["writeback"].values() for v in by_reason.values())
+    assert flusher["windows"] == passes > 0
+    device = fs["block"][fs["device"]["name"]]["async_write"]
+    assert flusher["requests"]["async_write"]["bytes"] == device["bytes"] == 64 << 20
+    assert 0 < flusher["oncpu_ns"] <= flusher["wall_ns"]
+
+
 # ---- the periodic flusher ----
 
 WRITER = """

@@ -2,7 +2,6 @@
 errors a user can meet (verifier rejection, missing tracepoint)."""
 
 import ctypes as c
-import json
 import os
 import subprocess
 import time

@@ -188,7 +188,7 @@ def worker_causes(fs):
 
 
 def _cls_words(cls):
-    return cls.replace("_", " ").replace("fua", "FUA")
+    return cls.replace("_", " ")
 
 
 def evidence(fs, op):
