@@ -28,6 +28,7 @@ class Filesystem:
     mkfs_force: str      # mkfs's flag to write over an existing signature
     mkfs_defaults: tuple = ()    # mkfs arguments fsprof adds before the user's
     multi_device: bool = False   # one filesystem over several devices (`--devices N`)
+    kthreads: tuple = ()         # its own kernel threads' names ({dev}: a block device's name; machine/kthreads.py)
 
 
 # Scratch ext3/ext4 are made with inode tables and journal initialised up front: otherwise the
@@ -35,13 +36,14 @@ class Filesystem:
 _EAGER_INIT = ("-E", "lazy_itable_init=0,lazy_journal_init=0")
 
 _EXT = dict(module="ext4", behind="ext4", rules="ext4", tracepoints=("ext4", "jbd2"), package="e2fsprogs",
-            mkfs_force="-F")
+            mkfs_force="-F", kthreads=("jbd2/{dev}-*",))
 TABLE = {fs.name: fs for fs in (
     Filesystem("ext2", **_EXT),
     Filesystem("ext3", **_EXT, mkfs_defaults=_EAGER_INIT),
     Filesystem("ext4", **_EXT, mkfs_defaults=_EAGER_INIT),
-    Filesystem("xfs", "xfs", "xfs", "xfs", ("xfs",), "xfsprogs", "-f"),
-    Filesystem("btrfs", "btrfs", "btrfs", "btrfs", ("btrfs",), "btrfs-progs", "-f", multi_device=True),
+    Filesystem("xfs", "xfs", "xfs", "xfs", ("xfs",), "xfsprogs", "-f", kthreads=("xfsaild/{dev}",)),
+    Filesystem("btrfs", "btrfs", "btrfs", "btrfs", ("btrfs",), "btrfs-progs", "-f", multi_device=True,
+               kthreads=("btrfs-transaction", "btrfs-cleaner")),
 )}
 NAMES = tuple(TABLE)
 # The filesystems whose own driver they are (ext2 and ext3 are served by ext4's): one mkfs tool each.

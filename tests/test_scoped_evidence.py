@@ -128,3 +128,15 @@ def test_xfs_frees_the_blocks_in_inodegc_after_the_unlink(runs):
     assert gc_row["us_per_op"][0] == 0 and gc_row["us_per_op"][1] == pytest.approx(gc["worker"]["wall_ns"] / 1e3)
     assert "inodes" in gc_row["link"]
     assert "Work done elsewhere for this op" in run_fsprof("compare", str(run_dir), "--op", "unlinkat").stdout
+
+
+def test_kernel_threads_cpu_covers_their_windows(runs):
+    """The filesystems' own threads over the run (/proc/PID/schedstat) against the worker windows
+    timed in BPF: jbd2's thread ran at least its commit windows' on-CPU time; XFS's AIL pusher is
+    found by its device's name."""
+    _, fss, _ = runs
+    ext4, xfs = fss["ext4"], fss["xfs"]
+    (jbd2,) = [t for name, t in ext4["kernel_threads"].items() if name.startswith("jbd2/")]
+    windows = ext4["behind"]["workers"]["jbd2 commit"]["all"]
+    assert jbd2["cpu_ns"] >= 0.95 * windows["oncpu_ns"] > 0, (jbd2, windows)
+    assert [name for name in xfs["kernel_threads"]] == [f"xfsaild/{xfs['device']['name']}"]

@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .. import __version__, behind, filesystems
-from ..machine import blockdev, scratch
+from ..machine import blockdev, kthreads, scratch
 from ..trace import maps
 from ..analysis.assemble import assemble
 from .collect import Collector
@@ -99,7 +99,9 @@ def measure(collector, sfs, workload, out_dir, drop_caches, changes=None):
     collector.set_targets([target])
     # reset() between two equal reads of /sys/block with nothing in flight: a request that ends
     # after the kernel's first count began must have started after the probes' did.
+    threads = kthreads.find(sfs.config.fs, block_devs.values())
     _, before, quiet_at_start = blockdev.read_settled(block_devs.values(), collector.reset)
+    threads_before = kthreads.read(threads)
     proc = GatedProcess(workload.argv(str(result_file), sfs.mountpoint), cwd=str(workdir),
                         env=workload.env(label_dir))
     try:
@@ -118,6 +120,7 @@ def measure(collector, sfs, workload, out_dir, drop_caches, changes=None):
     # writes, ...): the snapshot is taken between two equal reads of /sys/block with nothing in
     # flight, so that both count the same requests.
     raw, after, settled = blockdev.read_settled(block_devs.values(), collector.snapshot)
+    threads_after = kthreads.read(threads)
     raw["phase_start_ns"][0] = start_ns  # phase 0 starts when the workload is let go
     own = workload.own_result(result_file, status, label_dir)
 
@@ -139,6 +142,8 @@ def measure(collector, sfs, workload, out_dir, drop_caches, changes=None):
         # False: the devices did not go quiet within 5 s at the start or the end, and the block
         # counts above may differ from kernel_counters by the requests that ended in between.
         "kernel_counters_settled": quiet_at_start and settled,
+        # The filesystem's own kernel threads over the run (all their work, linked to an op or not).
+        "kernel_threads": kthreads.delta(threads_before, threads_after),
     }
     for name in block_devs.values():  # every device under test, every class, even at zero
         dev = entry["block"].setdefault(name, {})

@@ -286,8 +286,9 @@ def work_elsewhere(fs, op):
 
 def _elsewhere_pairs(base, other, op):
     """[{kind, us_per_op: [base, other], cpu_us_per_op, link}] linked to the op on either side,
-    largest change first, then [{kind, us_per_s}] of those linked on neither side."""
-    linked, unlinked = {}, {}
+    largest change first; [{kind, us_per_s}] of those linked on neither side; [{thread,
+    cpu_us_per_s}] of the filesystems' own kernel threads, all their work (kthreads.py)."""
+    linked, unlinked, threads = {}, {}, {}
     for g, side in ((base, 0), (other, 1)):
         for _, fs in g.entries:
             for kind, e in work_elsewhere(fs, op).items():
@@ -299,9 +300,14 @@ def _elsewhere_pairs(base, other, op):
                 elif e["us_per_s"] is not None:
                     row = unlinked.setdefault(kind, {"kind": kind, "us_per_s": [0.0, 0.0]})
                     row["us_per_s"][side] += e["us_per_s"] / len(g.entries)
+            secs = fs.get("elapsed_s") or 0
+            for name, t in fs.get("kernel_threads", {}).items() if secs else ():
+                row = threads.setdefault(name, {"thread": name, "cpu_us_per_s": [0.0, 0.0]})
+                row["cpu_us_per_s"][side] += t["cpu_ns"] / 1e3 / secs / len(g.entries)
     ranked = sorted((r for r in linked.values() if any(r["us_per_op"])),
                     key=lambda r: -abs(r["us_per_op"][1] - r["us_per_op"][0]))
-    return ranked, [r for k, r in sorted(unlinked.items()) if k not in linked]
+    return (ranked, [r for k, r in sorted(unlinked.items()) if k not in linked],
+            sorted(threads.values(), key=lambda r: -abs(r["cpu_us_per_s"][1] - r["cpu_us_per_s"][0])))
 
 
 def _fmt_us(us):
@@ -371,7 +377,7 @@ def compare_pair(base, other, op):
         **decompose(causes, b - a, threshold),
         "phases": phase_times(base, other),
         "evidence": _evidence_pairs(base, other, op),
-        **dict(zip(("elsewhere", "elsewhere_not_linkable"), _elsewhere_pairs(base, other, op))),
+        **dict(zip(("elsewhere", "elsewhere_not_linkable", "kernel_threads"), _elsewhere_pairs(base, other, op))),
     }
 
 
@@ -564,6 +570,10 @@ def _elsewhere_lines(cmp):
         lines.append("  Not linkable to any op (run-wide, per second of the run): " + "; ".join(
             f"{r['kind']} {_fmt_us(r['us_per_s'][1])} vs {_fmt_us(r['us_per_s'][0])}"
             for r in cmp["elsewhere_not_linkable"]) + ".")
+    threads = [r for r in cmp.get("kernel_threads", []) if max(r["cpu_us_per_s"]) >= 1]
+    if threads:
+        lines.append("  The filesystems' kernel threads, all their work (on CPU per second of the run): " + "; ".join(
+            f"{r['thread']} {_fmt_us(r['cpu_us_per_s'][1])} vs {_fmt_us(r['cpu_us_per_s'][0])}" for r in threads) + ".")
     return lines
 
 

@@ -118,6 +118,12 @@ def render_fs(fs):
         section = fs.get("behind", {}).get(module.NAME)
         if section:
             lines.extend(module.report_lines(section, fs))
+    threads = fs.get("kernel_threads")
+    if threads:
+        lines.append("   the filesystem's kernel threads (all their work): " + ", ".join(
+            f"{name} {t['cpu_ns'] / 1e6:.1f} ms on CPU" + (f" (+{t['runqueue_ns'] / 1e6:.1f} ms waiting for a CPU)"
+                                                          if t["runqueue_ns"] >= 100_000 else "")
+            for name, t in threads.items()))
     lines.append(f"   off-CPU time no rule explained (\"other wait\"): {100 * fs.get('other_wait_share', 0):.1f}%")
     lost = maps.lost_events(fs.get("drops", {}))
     lines.append("   lost events: " + (", ".join(f"{k} {v}" for k, v in lost.items()) if lost else "none"))
