@@ -1,6 +1,7 @@
 """Helpers shared by the tests: running the CLI, and finding what a test left mounted or attached."""
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -41,7 +42,31 @@ def run_fsprof(*args, cwd=REPO, timeout=600 * TIME_SCALE):
             assert results, f"fsprof {args[0]} exited 0 and wrote no result.json under {out}"
         for result_file in results:
             assert_invariants(json.loads(result_file.read_text()))
+    if proc.returncode == 0 and args[0] == "compare":
+        assert_sound_comparison(proc.stdout, "--json" in args)
     return proc
+
+
+_SHARE = re.compile(r"; (\d+)% of the (?:increases|decreases)\)")
+_LISTED = re.compile(r"^    [+-][\d.]+ (?:ms|us)/op (.+?) \([\d.]+ (?:ms|us) vs ", re.M)
+_SHIFT = re.compile(r"^(.+) [+-][\d.]+ (?:ms|us)$")
+_NOT_DIFFERENT = re.compile(r"each under the threshold \(not different\): (.+)\.$", re.M)
+
+
+def assert_sound_comparison(out, as_json):
+    """Every comparison the suite prints: no share above 100%, no cause in two lists."""
+    if as_json:
+        for cmp in json.loads(out):
+            if "causes" in cmp:
+                check_adds_up(cmp)
+        return
+    assert all(int(n) <= 100 for n in _SHARE.findall(out)), out
+    for block in out.split("\n\n") if "\n\n" in out else [out]:
+        for part in re.split(r"^(?=\S)", block, flags=re.M):  # one comparison per unindented line
+            listed = _LISTED.findall(part)
+            rest = [_SHIFT.match(c).group(1) for m in _NOT_DIFFERENT.findall(part) for c in m.split(", ")
+                    if _SHIFT.match(c)]
+            assert len(listed) == len(set(listed)) and not set(listed) & set(rest), part
 
 
 _SCHEMA = json.loads(Path(REPO, "profiler", "schema", "result.schema.json").read_text())
