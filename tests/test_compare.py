@@ -57,7 +57,7 @@ def test_barrier_off_is_explained_by_cache_flushing_first(tmp_path):
     # One phase of the workload, explained alone, from that phase's own figures.
     (phase,) = json.loads(compare(on, off, "--phase", "run", "--json"))
     assert "cache flush" in phase["causes"][0]["cause"]
-    assert phase["evidence"]["flush requests to the device per second (run-wide)"][1] == 0
+    assert phase["evidence"]["flush requests to the device per second (phase-wide)"][1] == 0
     assert phase["evidence"]["preflush write requests per jbd2 commit (the work that ends its journal commit wait)"] == [1, 0]
     proc = run_fsprof("compare", str(on), str(off), "--phase", "no-such")
     assert proc.returncode == 2 and "no phase 'no-such'" in proc.stderr

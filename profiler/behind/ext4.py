@@ -7,6 +7,7 @@ import ctypes as c
 
 from .. import filesystems
 from ..causes import check as known_cause
+from .scope import in_scope, wide
 from ..machine.conditions import kernel_hz
 from ..trace import hist, maps, syscalls
 
@@ -591,11 +592,12 @@ def thread_causes(section):
 
 
 def evidence(section, fs, op):
-    """Counts that explain a journal commit wait, for `fsprof compare`: run-wide, or per commit."""
-    j = section.get("journal", {}).get("all", {})
+    """Counts that explain a journal commit wait, for `fsprof compare`: run-wide (or phase-wide), or
+    per commit."""
+    j = in_scope(section.get("journal"), fs)
     if not j or not fs.get("elapsed_s"):
         return {}
-    out = {"jbd2 commits per second (run-wide)": j.get("commits", 0) / fs["elapsed_s"],
+    out = {f"jbd2 commits per second ({wide(fs)})": j.get("commits", 0) / fs["elapsed_s"],
            "blocks logged per jbd2 commit": j.get("per_commit", {}).get("blocks_logged", 0)}
     block = j.get("commit_block", {})
     if block.get("count"):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..machine import blockdev, tracefs
 from ..causes import check as known_cause
+from .scope import in_scope, wide
 from ..trace import hist, maps, syscalls
 
 NAME = "writeback"
@@ -496,11 +497,11 @@ def evidence(section, fs, op):
     """Counts that explain dirty throttling, for `fsprof compare`: run-wide (a pause is counted
     for the writer, whatever syscall it was in; the op's own pauses are its "times blocked in
     dirty throttling")."""
-    throttle = section.get("all", {}).get("throttle", {})
+    throttle = in_scope(section, fs).get("throttle", {})
     limit = section.get("dirty_state", {}).get("last", {}).get("dirty_limit")
     if not fs.get("elapsed_s") or not throttle:
         return {}
-    out = {"dirty throttling pauses per second (run-wide)": throttle.get("pauses", 0) / fs["elapsed_s"]}
+    out = {f"dirty throttling pauses per second ({wide(fs)})": throttle.get("pauses", 0) / fs["elapsed_s"]}
     if throttle.get("pauses"):
         out["dirty throttling pause, avg us"] = throttle["avg_ns"] / 1e3
     if limit is not None:

@@ -8,6 +8,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..causes import check as known_cause
+from .scope import in_scope, wide
 from ..trace import hist, maps, symbols, syscalls
 
 NAME = "xfs"
@@ -552,7 +553,7 @@ def work_links(section):
 def evidence(section, fs, op):
     """Counts that explain a log force wait, for `fsprof compare`: the log forces the op's own
     calls made (per op), iclog writes per log force, and both per second of the run (run-wide)."""
-    fig = section.get("all", {})
+    fig = in_scope(section, fs)
     n = fs["attribution"].get(op, {}).get("count", 0)
     forces, writes = fig.get("log_forces", {}), fig.get("iclogs", {}).get("writes", 0)
     if not forces:
@@ -563,5 +564,5 @@ def evidence(section, fs, op):
     if forces.get("count"):
         out["XFS iclog writes per log force"] = writes / forces["count"]
     if fs.get("elapsed_s"):
-        out["XFS log forces per second (run-wide)"] = forces.get("count", 0) / fs["elapsed_s"]
+        out[f"XFS log forces per second ({wide(fs)})"] = forces.get("count", 0) / fs["elapsed_s"]
     return out

@@ -25,6 +25,7 @@ from ..errors import FsprofError
 from ..trace.maps import BLK_CLASSES, BLK_WRITE_CLASSES
 from ..rundir import INDEX_FILE, RESULT_FILE, load, load_index
 from .. import behind
+from ..behind.scope import wide
 from ..causes import TABLE as CAUSES
 from ..analysis import repeats
 
@@ -225,17 +226,18 @@ def evidence(fs, op):
     if secs:
         for cls in ("flush", "fua_write", "preflush_write", "sync_write", "async_write", "read"):
             if cls in counts:
-                out[f"{_cls_words(cls)} requests to the device per second (run-wide)"] = counts[cls]["count"] / secs
+                out[f"{_cls_words(cls)} requests to the device per second ({wide(fs)})"] = counts[cls]["count"] / secs
     written = sum(h.get("bytes", 0) for name, h in fs["syscalls"].items() if "write" in name)
     device_bytes = sum(counts.get(c, {}).get("bytes", 0) for c in BLK_WRITE_CLASSES)
     if written:
-        out["write amplification, run-wide (device bytes / bytes written by the syscalls)"] = device_bytes / written
-    for module in behind.MODULES if not fs.get("phase_view") else ():
+        out[f"write amplification, {wide(fs)} (device bytes / bytes written by the syscalls)"] = device_bytes / written
+    for module in behind.MODULES:
         fn = getattr(module, "evidence", None)
         section = fs.get("behind", {}).get(module.NAME)
         if fn and section:
             out.update(fn(section, fs, op))
     return out
+
 
 
 # Classes shown per op even at zero on both sides: a sync write or flush an op did not make is news.

@@ -1,0 +1,13 @@
+"""Which part of a behind module's summary `fsprof compare` is explaining."""
+
+
+def in_scope(part, fs):
+    """Of a summary's {"all": ..., "phases": {name: ...}} pair, one phase's when the entry is a
+    phase view (`compare --phase`: it carries "phase_view"), else the whole run's."""
+    phase = fs.get("phase_view")
+    return (part or {}).get("phases", {}).get(phase, {}) if phase else (part or {}).get("all", {})
+
+
+def wide(fs):
+    """How a count over that part is labelled: "run-wide", or "phase-wide" for one phase."""
+    return "phase-wide" if fs.get("phase_view") else "run-wide"
