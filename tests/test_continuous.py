@@ -149,14 +149,19 @@ def test_prometheus_stores_flushes_and_commits_equal_to_the_kernels(tmp_path):
             labels = f'{{mountpoint="{sfs.mountpoint}"}}'
             prom.wait_for(f"fsprof_cache_flushes_total{labels}")
             metrics_ = ("fsprof_cache_flushes_total", "fsprof_jbd2_commits_total",
-                        f'fsprof_syscall_latency_seconds_count{{mountpoint="{sfs.mountpoint}",op="fsync"}}')
+                        f'fsprof_syscall_latency_seconds_count{{mountpoint="{sfs.mountpoint}",op="fsync"}}',
+                        f'fsprof_worker_windows_total{{mountpoint="{sfs.mountpoint}",worker="jbd2 commit"}}',
+                        f'fsprof_worker_block_requests_total{{mountpoint="{sfs.mountpoint}",worker="jbd2 commit",'
+                        'class="preflush_write"}')
             kernel0, stored0 = settled(prom, sfs.devices[0], labels, metrics_)
             write_fsyncs(Path(sfs.mountpoint) / "a.dat", 150)
             kernel1, stored1 = settled(prom, sfs.devices[0], labels, metrics_)
-            flushes, commits, fsyncs = (b - a for a, b in zip(stored0, stored1))
+            flushes, commits, fsyncs, windows, commit_blocks = (b - a for a, b in zip(stored0, stored1))
             flushes1, commits1 = kernel1
             flushes0, commits0 = kernel0
             assert fsyncs == 150
+            # Each jbd2 commit is a worker window that writes one commit block (PREFLUSH + FUA).
+            assert windows == commit_blocks == commits1 - commits0
             assert flushes1 - flushes0 >= 150 and flushes == flushes1 - flushes0
             assert commits1 - commits0 >= 150 and commits == commits1 - commits0
             # The time by cause adds up to the syscalls' time (the attribution's invariant).

@@ -181,7 +181,8 @@ class Collector:
         """Everything the probes aggregated since reset(), as plain data keyed by superblock dev
         and phase index. Stacks are raw addresses; "behind" holds each behind-the-wait probe's own.
         With drain, the stack-keyed aggregates (off-CPU intervals, on-CPU samples, workers' off-CPU
-        time), the only ones whose keys grow with what runs, are emptied as they are read (Map.drain):
+        time), the only ones whose keys grow with what runs, are emptied as they are read (Map.drain),
+        and so are the workers' runs, whose on-CPU time is their wall time minus that off-CPU time:
         each snapshot then holds what happened since the one before, and nothing is lost between
         them (fsprof record --continuous). Syscall histograms, block and behind counters stay
         cumulative: their keys are bounded by the filesystems and syscalls traced."""
@@ -209,7 +210,7 @@ class Collector:
                         "requests": maps.requests_of(v.count, v.bytes)} for k, v in self.op_rqs.items()]
         worker_runs = [{"dev": k.dev, "phase": k.phase, "windows": v.windows, "wall_ns": v.wall_ns,
                         "kind": maps.WORKER_KINDS[k.kind] if k.kind < len(maps.WORKER_KINDS) else str(k.kind),
-                        "requests": maps.requests_of(v.rqs.count, v.rqs.bytes)} for k, v in self.worker_runs.items()]
+                        "requests": maps.requests_of(v.rqs.count, v.rqs.bytes)} for k, v in read(self.worker_runs)]
         behind_raw = {name: probe.snapshot() for name, probe in self.probes.items()}
         for module in behind.MODULES:  # a summary tells unknown figures from zeros by these
             if module.NAME in behind_raw:

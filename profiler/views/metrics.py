@@ -32,6 +32,11 @@ METRICS = {
     "fsprof_fua_writes": ("counter", "Writes with FUA issued to this filesystem's device"),
     "fsprof_block_requests": ("counter", "Block requests completed on this filesystem's device, by class"),
     "fsprof_block_bytes": ("counter", "Bytes of block requests on this filesystem's device, by class"),
+    "fsprof_op_block_requests": ("counter", "Block requests the traced processes' syscalls made from their own bios inside the calls, by op and class"),
+    "fsprof_worker_windows": ("counter", "Windows of this filesystem's workers (a jbd2 commit, an XFS CIL push or inodegc run, a flusher pass, ...)"),
+    "fsprof_worker_seconds": ("counter", "Wall time inside this filesystem's worker windows"),
+    "fsprof_worker_cpu_seconds": ("counter", "On-CPU time inside this filesystem's worker windows"),
+    "fsprof_worker_block_requests": ("counter", "Block requests made inside this filesystem's worker windows, by class"),
     "fsprof_lost_events": ("counter", "Events fsprof's BPF programs could not record, by reason"),
     "fsprof_approximated_events": ("counter", "Events recorded less exactly (an open's off-CPU interval kept under the filesystem known at its entry)"),
     "fsprof_bpf_program_runs": ("counter", "Runs of fsprof's BPF programs (counted while kernel.bpf_stats_enabled=1)"),
@@ -77,6 +82,9 @@ def cumulative_figures(entry):
             v = classes.get(cls, {"count": 0, "bytes": 0})
             out[("fsprof_block_requests", dl + (cls,))] = v["count"]
             out[("fsprof_block_bytes", dl + (cls,))] = v["bytes"]
+    for op, b in entry["attribution"].items():
+        for cls, v in b.get("requests", {}).items():
+            out[("fsprof_op_block_requests", fl + (op, cls))] = v["count"]
     return out
 
 
@@ -85,10 +93,22 @@ def _le(log2):
 
 
 def window_figures(entry):
-    """{(metric, labels): value} of one window's entry: the time by cause its syscalls spent."""
+    """{(metric, labels): value} of one window's entry: the time by cause its syscalls spent, and
+    what the filesystem's workers did in it (their runs are drained each window, as their
+    off-CPU time is)."""
     fl = fs_labels(entry)
-    return {("fsprof_syscall_time_seconds", fl + (op, cause)): ns * NS
-            for op, b in entry["attribution"].items() for cause, ns in b["causes"].items() if ns > 0}
+    out = {("fsprof_syscall_time_seconds", fl + (op, cause)): ns * NS
+           for op, b in entry["attribution"].items() for cause, ns in b["causes"].items() if ns > 0}
+    for kind, w in entry["behind"].get("workers", {}).items():
+        w = w.get("all", {})
+        if "windows" not in w:
+            continue
+        out[("fsprof_worker_windows", fl + (kind,))] = w["windows"]
+        out[("fsprof_worker_seconds", fl + (kind,))] = w["wall_ns"] * NS
+        out[("fsprof_worker_cpu_seconds", fl + (kind,))] = w["oncpu_ns"] * NS
+        for cls, v in w["requests"].items():
+            out[("fsprof_worker_block_requests", fl + (kind, cls))] = v["count"]
+    return out
 
 
 class Totals:
@@ -158,6 +178,11 @@ LABELS = {
     "fsprof_syscall_time_seconds": FS_LABELS + ("op", "cause"),
     "fsprof_block_requests": FS_LABELS + ("class",),
     "fsprof_block_bytes": FS_LABELS + ("class",),
+    "fsprof_op_block_requests": FS_LABELS + ("op", "class"),
+    "fsprof_worker_windows": FS_LABELS + ("worker",),
+    "fsprof_worker_seconds": FS_LABELS + ("worker",),
+    "fsprof_worker_cpu_seconds": FS_LABELS + ("worker",),
+    "fsprof_worker_block_requests": FS_LABELS + ("worker", "class"),
     "fsprof_lost_events": ("reason",),
     "fsprof_approximated_events": ("reason",),
     "fsprof_bpf_program_runs": ("program",),
