@@ -539,10 +539,11 @@ def report_lines(section, fs):
     return lines
 
 
-def work_links(section):
+def work_links(section, fs):
     """{worker kind: {"by", "shares": {op: share}}}: inodegc's work shared among the ops by the
-    inodes each queued for inactivation (xfs_inode_set_need_inactive in its calls)."""
-    queued = section.get("all", {}).get("inodegc", {}).get("queued", {})
+    inodes each queued for inactivation (xfs_inode_set_need_inactive in its calls), in the
+    comparison's scope (the run, or one phase)."""
+    queued = in_scope(section, fs).get("inodegc", {}).get("queued", {})
     total = queued.get("count", 0)
     if not total:
         return {}

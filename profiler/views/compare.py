@@ -239,7 +239,6 @@ def evidence(fs, op):
     return out
 
 
-
 # Classes shown per op even at zero on both sides: a sync write or flush an op did not make is news.
 _SCOPED_CLASSES = ("flush", "sync_write")
 _WORKER_CLASSES = ("flush", "preflush_write", "fua_write")  # a worker's barrier, or its absence
@@ -259,11 +258,11 @@ def work_elsewhere(fs, op):
     attribution = fs["attribution"]
     n = attribution.get(op, {}).get("count", 0)
     links = {}
-    for module in behind.MODULES if not phase else ():
+    for module in behind.MODULES:
         fn = getattr(module, "work_links", None)
         section = fs.get("behind", {}).get(module.NAME)
         if fn and section:
-            links.update(fn(section))
+            links.update(fn(section, fs))
     out = {}
     for kind, w in workers.items():
         w = w.get("phases", {}).get(phase, {}) if phase else w.get("all", {})
@@ -537,10 +536,10 @@ def sentences(cmp):
     if rest:
         lines.append(f"    {_fmt_signed(cmp['not_different_us'])}/op together, each under the threshold "
                      "(not different): " + ", ".join(f"{r['cause']} {_fmt_signed(r['diff_us'])}" for r in rest) + ".")
-    lines += _elsewhere_lines(cmp)
     if abs(cmp["residual_us"]) >= 0.05:
         lines.append(f"    {_fmt_signed(cmp['residual_us'])}/op not attributed (the causes' sum against the "
                      "wall time).")
+    lines += _elsewhere_lines(cmp)
     others = [k for k in moved if k not in used]
     if others:
         lines.append("  Other counts that differ: " + "; ".join(f"{k} {_fmt_n(moved[k][1])} vs {_fmt_n(moved[k][0])}"
@@ -569,12 +568,12 @@ def _elsewhere_lines(cmp):
             lines.append(f"    {_fmt_signed(y - x)}/op {r['kind']} ({_fmt_us(y)} vs {_fmt_us(x)}, of it on CPU "
                          f"{_fmt_us(cy)} vs {_fmt_us(cx)}; shared among the ops {r['link']}).")
     if cmp.get("elsewhere_not_linkable"):
-        lines.append("  Not linkable to any op (run-wide, per second of the run): " + "; ".join(
+        lines.append("  Not linkable to any op (their whole time, per second of the run or phase): " + "; ".join(
             f"{r['kind']} {_fmt_us(r['us_per_s'][1])} vs {_fmt_us(r['us_per_s'][0])}"
             for r in cmp["elsewhere_not_linkable"]) + ".")
     threads = [r for r in cmp.get("kernel_threads", []) if max(r["cpu_us_per_s"]) >= 1]
     if threads:
-        lines.append("  The filesystems' kernel threads, all their work (on CPU per second of the run): " + "; ".join(
+        lines.append("  The filesystems' kernel threads, all their work over the run (on CPU per second): " + "; ".join(
             f"{r['thread']} {_fmt_us(r['cpu_us_per_s'][1])} vs {_fmt_us(r['cpu_us_per_s'][0])}" for r in threads) + ".")
     return lines
 
