@@ -76,9 +76,10 @@ struct {
 	__type(value, __s64);
 } workers_open SEC(".maps");
 
-/* Off-CPU time of workers inside their windows, by (dev, kind, phase, stack, runnable). */
+/* Off-CPU time of workers inside their windows, by (dev, kind, phase, stack, runnable). One value
+ * for all CPUs, with atomic adds (see offcpu in syscalls.bpf.c). */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
 	__type(key, struct worker_key);
 	__type(value, struct off_val);

@@ -113,11 +113,13 @@ struct {
 	__type(value, struct hist);
 } op_hist SEC(".maps");
 
-/* Preallocated: allocating as keys appear (BPF_F_NO_PREALLOC) would make it in a few ms instead of
- * 40-80, but sched_switch runs under the run-queue lock, where the allocator cannot refill its
- * per-CPU cache, and lost intervals (offcpu_full) in a 300-fsync run when tried. */
+/* Preallocated: allocating as keys appear (BPF_F_NO_PREALLOC) fails under the run-queue lock that
+ * sched_switch runs under, where the allocator cannot refill its per-CPU cache (lost intervals,
+ * offcpu_full, in a 300-fsync run when tried). One value for all CPUs with atomic adds, as
+ * `samples`: a preallocated per-CPU hash of this size took about 50 ms of every start to make
+ * (on 2 CPUs, more with more), against 3 ms. */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
 	__type(key, struct off_key);
 	__type(value, struct off_val);
@@ -283,8 +285,8 @@ static __always_inline void add_offcpu(struct op_key *opk, __s32 stackid, __u32 
 			return;
 		}
 	}
-	v->count += count;
-	v->total_ns += ns;
+	__sync_fetch_and_add(&v->count, count);
+	__sync_fetch_and_add(&v->total_ns, ns);
 }
 
 static __always_inline void add_op(struct op_key *key, __u64 delta, long ret)
@@ -462,8 +464,8 @@ static __always_inline void worker_switch_in(__u32 tid, __u64 now)
 		v = bpf_map_lookup_elem(&worker_offcpu, &key);
 	}
 	if (v) {
-		v->count++;
-		v->total_ns += now - w->out_ns;
+		__sync_fetch_and_add(&v->count, 1);
+		__sync_fetch_and_add(&v->total_ns, now - w->out_ns);
 	} else {
 		count_drop(DROP_WORKER_FULL);
 	}

@@ -198,13 +198,13 @@ class Collector:
         offcpu = [{"dev": k.op.dev, "op": syscalls.name_of(k.op.nr), "phase": k.op.phase, "stack": k.stackid,
                    "runnable": bool(k.runnable), "waker_stack": k.waker_stack,
                    "waker_comm": k.waker_comm.decode(errors="replace"),
-                   "count": sum(x.count for x in v), "total_ns": sum(x.total_ns for x in v)}
+                   "count": v.count, "total_ns": v.total_ns}
                   for k, v in read(self.offcpu)]
         samples = [{"dev": k.op.dev, "op": syscalls.name_of(k.op.nr), "phase": k.op.phase, "stack": k.stackid,
                     "count": v} for k, v in read(self.samples)]
         workers = [{"dev": k.dev, "kind": maps.WORKER_KINDS[k.kind] if k.kind < len(maps.WORKER_KINDS) else str(k.kind),
                     "phase": k.phase, "stack": k.stackid, "runnable": bool(k.runnable),
-                    "count": sum(x.count for x in v), "total_ns": sum(x.total_ns for x in v)}
+                    "count": v.count, "total_ns": v.total_ns}
                    for k, v in read(self.worker_offcpu)]
         op_requests = [{"dev": k.dev, "op": syscalls.name_of(k.nr), "phase": k.phase,
                         "requests": maps.requests_of(v.count, v.bytes)} for k, v in self.op_rqs.items()]
