@@ -205,6 +205,15 @@ WHY_NOTE = [
     "while the result is written, and the process waits for it before exiting. Its raw arguments "
     "lack the dirty counts and the smoothed limit the tracepoint reads from globals that no BTF "
     "holds and the host's kallsyms does not list (docs/kernel-notes.md).",
+    "",
+    "Start (hand experiment, 2026-11-26, `bench/bench_startup.py --rounds 3` on e93d062 and on "
+    "6feb386, one after the other): most of `Collector()` is syscalls.bpf.o's load (about 100 ms, "
+    "the other objects load beside it in 30-50 ms each), and half of that was making the "
+    "preallocated per-CPU `offcpu` hash (65,536 entries, about 50 ms on 2 CPUs; `worker_offcpu` "
+    "10 ms more). Both are now one value for all CPUs with atomic adds, as `samples` already was: "
+    "record attached 355 -> 287 ms, Collector() 327 -> 274 ms, the 2 s recording 2,470 -> 2,397 ms; "
+    "on_switch's run time did not move (1,231-1,279 ns before, 1,207-1,218 ns after, two "
+    "one-round runs each). What remains is the verifier and libbpf's relocation of 99 programs.",
 ]
 
 
