@@ -916,18 +916,10 @@ static __always_inline void span_end(void *map, struct inode *inode, __u16 event
 	key.phase = current_phase();
 	key.event = event_on_cpu + (switches_of(bpf_get_current_task_btf()) != st->switches);
 	fill_who(&key);
-	if (st->start_ns && st->start_ns <= now) {
-		v = bpf_map_lookup_elem(&freeing_spans, &key);
-		if (!v) {
-			bpf_map_update_elem(&freeing_spans, &key, &zero, BPF_NOEXIST);
-			v = bpf_map_lookup_elem(&freeing_spans, &key);
-		}
-		if (v) {
-			__sync_fetch_and_add(&v->count, 1);
-			__sync_fetch_and_add(&v->ns, now - st->start_ns);
-		} else {
-			count_drop(DROP_FS_FULL);
-		}
+	if (st->start_ns && st->start_ns <= now &&
+	    (v = lookup_or_init(&freeing_spans, &key, &zero, DROP_FS_FULL))) {
+		__sync_fetch_and_add(&v->count, 1);
+		__sync_fetch_and_add(&v->ns, now - st->start_ns);
 	}
 	bpf_map_delete_elem(map, &tid);
 }

@@ -103,6 +103,21 @@ static __always_inline void count_drop(__u32 reason)
 		(*n)++;
 }
 
+/* An aggregate's value for `key`, created from `zero` if absent; NULL (counted under `full`, an
+ * enum drop_reason) when the map is full. */
+static __always_inline void *lookup_or_init(void *map, const void *key, const void *zero, __u32 full)
+{
+	void *v = bpf_map_lookup_elem(map, key);
+
+	if (v)
+		return v;
+	bpf_map_update_elem(map, key, zero, BPF_NOEXIST);
+	v = bpf_map_lookup_elem(map, key);
+	if (!v)
+		count_drop(full);
+	return v;
+}
+
 static __always_inline __u16 current_phase(void)
 {
 	__u32 zero = 0;
@@ -122,16 +137,8 @@ static __always_inline __s64 *workers_open_count(void)
 static __always_inline struct worker_run *worker_run_of(struct worker_window *w)
 {
 	struct worker_run_key key = { .dev = w->dev, .kind = w->kind, .phase = w->phase };
-	struct worker_run *v;
 
-	v = bpf_map_lookup_elem(&worker_runs, &key);
-	if (v)
-		return v;
-	bpf_map_update_elem(&worker_runs, &key, &zero_worker_run, BPF_NOEXIST);
-	v = bpf_map_lookup_elem(&worker_runs, &key);
-	if (!v)
-		count_drop(DROP_WORKER_FULL);
-	return v;
+	return lookup_or_init(&worker_runs, &key, &zero_worker_run, DROP_WORKER_FULL);
 }
 
 /* The current thread starts work of `kind` for `dev` (a begin tracepoint of bpf/<fs>.bpf.c). */

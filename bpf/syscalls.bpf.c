@@ -511,7 +511,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 static __always_inline void add_request(struct bio *bio, __u64 made)
 {
 	struct inflight *op;
-	struct rq_classes *v;
+	struct rq_classes *rqs = NULL;
 	struct worker_window *w;
 	struct worker_run *run;
 	__s64 *open;
@@ -520,35 +520,25 @@ static __always_inline void add_request(struct bio *bio, __u64 made)
 
 	if (!bio)
 		return;
+	/* Most requests on the machine are neither: find where it counts before reading the bio. */
 	op = inflight_of(bpf_get_current_task_btf());
+	if (op) {
+		rqs = lookup_or_init(&op_rqs, &op->op, &zero_rqs, DROP_OPS_FULL);
+	} else if ((open = workers_open_count()) && *open > 0) {
+		tid = (__u32)bpf_get_current_pid_tgid();
+		w = bpf_map_lookup_elem(&worker_windows, &tid);
+		if (w && (run = worker_run_of(w)))
+			rqs = &run->rqs;
+	}
+	if (!rqs)
+		return;
 	bytes = BPF_CORE_READ(bio, bi_iter.bi_size);
 	cls = blk_classify(BPF_CORE_READ(bio, bi_opf), bytes);
 	if (cls >= N_BLK_CLASSES)
 		return;
-	if (op) {
-		v = bpf_map_lookup_elem(&op_rqs, &op->op);
-		if (!v) {
-			bpf_map_update_elem(&op_rqs, &op->op, &zero_rqs, BPF_NOEXIST);
-			v = bpf_map_lookup_elem(&op_rqs, &op->op);
-		}
-		if (!v) {
-			count_drop(DROP_OPS_FULL);
-			return;
-		}
-		if (made)
-			__sync_fetch_and_add(&v->count[cls], 1);
-		__sync_fetch_and_add(&v->bytes[cls], bytes);
-		return;
-	}
-	if (!(open = workers_open_count()) || *open <= 0)
-		return;
-	tid = (__u32)bpf_get_current_pid_tgid();
-	w = bpf_map_lookup_elem(&worker_windows, &tid);
-	if (!w || !(run = worker_run_of(w)))
-		return;
 	if (made)
-		__sync_fetch_and_add(&run->rqs.count[cls], 1);
-	__sync_fetch_and_add(&run->rqs.bytes[cls], bytes);
+		__sync_fetch_and_add(&rqs->count[cls], 1);
+	__sync_fetch_and_add(&rqs->bytes[cls], bytes);
 }
 
 /* The same requests as block_io_start (which 6.1 lacks), in the submitter's context. */

@@ -303,20 +303,6 @@ static __always_inline struct backing_dev_info *inode_bdi(struct inode *inode)
 	return BPF_CORE_READ(sb, s_bdi);
 }
 
-/* A per-CPU (or shared) aggregate's value for `key`, created zeroed; NULL (counted) if full. */
-static __always_inline void *lookup_or_init(void *map, const void *key, const void *zero)
-{
-	void *v = bpf_map_lookup_elem(map, key);
-
-	if (v)
-		return v;
-	bpf_map_update_elem(map, key, zero, BPF_NOEXIST);
-	v = bpf_map_lookup_elem(map, key);
-	if (!v)
-		count_drop(DROP_WRITEBACK_FULL);
-	return v;
-}
-
 static __always_inline bool in_flusher_pass(__u32 tid)
 {
 	struct flusher_state *st = bpf_map_lookup_elem(&flushers, &tid);
@@ -447,7 +433,7 @@ int BPF_PROG(on_balance_dirty_pages, struct bdi_writeback *wb)
 	read_bdp_event(ctx, &e);
 	key.phase = current_phase();
 	key.who = current_who(&key.nr);
-	v = lookup_or_init(&throttle, &key, &zero);
+	v = lookup_or_init(&throttle, &key, &zero, DROP_WRITEBACK_FULL);
 	if (!v)
 		return 0;
 	first = v->checks == 0;
@@ -555,7 +541,7 @@ int on_global_dirty_state(struct trace_event_raw_global_dirty_state *ctx)
 {
 	__u32 phase = current_phase();
 	static const struct dirty_state_val zero;
-	struct dirty_state_val *v = lookup_or_init(&dirty_state, &phase, &zero);
+	struct dirty_state_val *v = lookup_or_init(&dirty_state, &phase, &zero, DROP_WRITEBACK_FULL);
 	__u64 now = bpf_ktime_get_ns();
 	__u64 f[N_GDS_FIELDS] = { ctx->nr_dirty, ctx->nr_writeback, ctx->background_thresh,
 				  ctx->dirty_thresh, ctx->dirty_limit, ctx->nr_dirtied, ctx->nr_written };
@@ -606,7 +592,7 @@ static __always_inline struct work_val *work_of(__u16 bdi, __u16 phase, __u8 rea
 	static const struct work_val zero;
 	struct work_key key = { .bdi = bdi, .phase = phase, .reason = reason, .integrity = integrity };
 
-	return lookup_or_init(&wb_work, &key, &zero);
+	return lookup_or_init(&wb_work, &key, &zero, DROP_WRITEBACK_FULL);
 }
 
 /* writeback:writeback_queue: a work item is queued for a bdi's flusher (sync, syncfs, fs free
@@ -656,7 +642,7 @@ static __always_inline void record_run_gap(const struct work_event *e, struct fl
 	struct hist *h;
 
 	if (last) {
-		h = lookup_or_init(&run_gaps, &gk, &zero);
+		h = lookup_or_init(&run_gaps, &gk, &zero, DROP_WRITEBACK_FULL);
 		if (h) {
 			__u32 slot = fine_slot(now - *last);
 
@@ -691,7 +677,7 @@ int BPF_PROG(on_writeback_start, struct bdi_writeback *wb, struct wb_writeback_w
 	read_work_event(wb, work, &e);
 	if (!e.bdi)
 		return 0;
-	st = lookup_or_init(&flushers, &tid, &fresh);
+	st = lookup_or_init(&flushers, &tid, &fresh, DROP_WRITEBACK_FULL);
 	if (!st)
 		return 0;
 	if (st->bdi != e.bdi || st->reason != e.reason || st->integrity != e.integrity)
@@ -783,7 +769,7 @@ int BPF_PROG(on_writeback_pages_written, long pages_written)
 	key.bdi = st->bdi;
 	key.phase = current_phase();
 	bpf_map_delete_elem(&flushers, &tid);
-	v = lookup_or_init(&wb_flush, &key, &zero);
+	v = lookup_or_init(&wb_flush, &key, &zero, DROP_WRITEBACK_FULL);
 	if (v) {
 		v->calls++;
 		v->pages += pages_written;
@@ -802,7 +788,7 @@ int BPF_PROG(on_writeback_wake_background, struct bdi_writeback *wb)
 
 	if (!key.bdi)
 		return 0;
-	v = lookup_or_init(&wb_flush, &key, &zero);
+	v = lookup_or_init(&wb_flush, &key, &zero, DROP_WRITEBACK_FULL);
 	if (v)
 		v->background_kicks++;
 	return 0;
@@ -817,7 +803,7 @@ static __always_inline void count_inode_event(__u16 bdi, __u8 event, __u64 pages
 	struct inode_val *v;
 
 	key.who = current_who(&key.nr);
-	v = lookup_or_init(&inode_events, &key, &zero);
+	v = lookup_or_init(&inode_events, &key, &zero, DROP_WRITEBACK_FULL);
 	if (v) {
 		v->count++;
 		v->pages += pages;

@@ -25,7 +25,7 @@ from ..errors import FsprofError
 from ..trace.maps import BLK_CLASSES, BLK_WRITE_CLASSES
 from ..rundir import INDEX_FILE, RESULT_FILE, load, load_index
 from .. import behind
-from ..behind.scope import wide
+from ..behind.scope import in_scope, wide
 from ..causes import TABLE as CAUSES
 from ..analysis import repeats
 
@@ -211,8 +211,7 @@ def evidence(fs, op):
     for cause, waits in b.get("waits", {}).items() if n else ():
         out[f"times blocked in {cause}, per {op}"] = waits / n
         kind = CAUSES[cause].worker if cause in CAUSES else None
-        w = workers.get(kind, {})
-        w = w.get("phases", {}).get(fs["phase_view"], {}) if fs.get("phase_view") else w.get("all", {})
+        w = in_scope(workers.get(kind), fs)
         if w.get("windows") and "requests" in w:
             for cls in BLK_CLASSES:
                 if cls in w["requests"] or cls in _WORKER_CLASSES:
@@ -254,7 +253,6 @@ def work_elsewhere(fs, op):
     and its run-wide time per second (us_per_s). Not part of the op's wall time: a thread's
     work may overlap the op's wait for it, or come after the op returned."""
     workers = fs.get("behind", {}).get("workers", {})
-    phase = fs.get("phase_view")
     attribution = fs["attribution"]
     n = attribution.get(op, {}).get("count", 0)
     links = {}
@@ -265,7 +263,7 @@ def work_elsewhere(fs, op):
             links.update(fn(section, fs))
     out = {}
     for kind, w in workers.items():
-        w = w.get("phases", {}).get(phase, {}) if phase else w.get("all", {})
+        w = in_scope(w, fs)
         if not w.get("wall_ns"):
             continue
         share, how = None, None
