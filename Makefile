@@ -23,8 +23,8 @@ DEB_PKGS := clang llvm bpftool libbpf1 libbpf-dev libelf-dev zlib1g-dev e2fsprog
 # The untar workload's real kernel tree; without it the workload generates a synthetic one.
 OPT_PKGS := linux-source-6.1
 
-.PHONY: setup deps tracefs build inferno run report test bench clean
-setup: deps $(VENV)/.installed tracefs build inferno
+.PHONY: setup deps tracefs build bytecode inferno run report test bench clean
+setup: deps $(VENV)/.installed tracefs build bytecode inferno
 
 # Install only what is missing, so a second `make setup` is quick and needs no network.
 deps:
@@ -53,6 +53,12 @@ inferno:
 	  echo "installing inferno (cargo install inferno --locked: about a minute)"; \
 	  PATH="$(dir $(CARGO)):$$PATH" $(CARGO) install --quiet --locked inferno; \
 	else echo "note: cargo not found: fsprof will write flame graphs as folded stacks only (no SVG)"; fi
+
+# What `pip install .` does: the package's bytecode compiled once. Where PYTHONDONTWRITEBYTECODE
+# is set (CI, containers), an editable install would otherwise compile every module at every start:
+# about 50 ms of `fsprof record`'s start (docs/benchmarks.md).
+bytecode: $(VENV)/.installed
+	@$(PY) -m compileall -q profiler >/dev/null
 
 tracefs:
 	@mountpoint -q /sys/kernel/tracing || mount -t tracefs tracefs /sys/kernel/tracing

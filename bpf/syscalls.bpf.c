@@ -354,16 +354,25 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 }
 
 /* One part of an off-CPU interval. Its key is the syscall's (filesystem, syscall, phase); for an
- * open, whose filesystem is certain only at exit, it waits in the in-flight record until then. */
-static __always_inline void add_interval(struct inflight *op, __u32 runnable, const struct waker *waker, __u64 ns)
+ * open, whose filesystem is certain only at exit, it waits in the in-flight record until then.
+ * A global function: the verifier checks it once, on its own, instead of at each of its three
+ * calls in sched_switch, where the paths of its slot loop multiplied (29 ms of every start). */
+__noinline int add_interval(struct inflight *op, __u32 runnable, __u32 woken, __u64 ns)
 {
-	/* Runnable time is CPU contention whatever the stack: an open keeps it in one slot. */
-	__s32 stack = op->deferred && runnable ? -1 : op->out_stack;
+	/* The waker is the op's own record or no_waker, chosen here: a global function's pointer
+	 * arguments must be writable memory, which no_waker (.rodata) is not. */
+	const struct waker *waker;
+	__s32 stack;
 	int free = -1;
 
+	if (!op)
+		return 0;
+	waker = woken ? &op->waker : &no_waker;
+	/* Runnable time is CPU contention whatever the stack: an open keeps it in one slot. */
+	stack = op->deferred && runnable ? -1 : op->out_stack;
 	if (!op->deferred) {
 		add_offcpu(&op->op, stack, runnable, waker, 1, ns);
-		return;
+		return 0;
 	}
 	#pragma unroll
 	for (int i = 0; i < OFF_SLOTS; i++) {
@@ -371,7 +380,7 @@ static __always_inline void add_interval(struct inflight *op, __u32 runnable, co
 		    op->slots[i].runnable == runnable && op->slots[i].waker.stack == waker->stack) {
 			op->slots[i].count++;
 			op->slots[i].total_ns += ns;
-			return;
+			return 0;
 		}
 		if (!op->slots[i].count && free < 0)
 			free = i;
@@ -383,10 +392,11 @@ static __always_inline void add_interval(struct inflight *op, __u32 runnable, co
 		__builtin_memcpy(op->slots[free].waker.comm, waker->comm, COMM_LEN);
 		op->slots[free].count = 1;
 		op->slots[free].total_ns = ns;
-		return;
+		return 0;
 	}
 	count_drop(DROP_OFF_SLOTS);
 	add_offcpu(&op->op, stack, runnable, waker, 1, ns);
+	return 0;
 }
 
 /* Back on CPU. A blocked interval splits at its wakeup: until then the thread waited for what its
@@ -396,12 +406,11 @@ static __always_inline void add_interval(struct inflight *op, __u32 runnable, co
 static __always_inline void off_interval_end(struct inflight *op, __u64 now)
 {
 	if (op->woken_ns && op->woken_ns >= op->out_ns && op->woken_ns <= now) {
-		add_interval(op, op->out_runnable, op->out_runnable ? &no_waker : &op->waker,
-			     op->woken_ns - op->out_ns);
+		add_interval(op, op->out_runnable, !op->out_runnable, op->woken_ns - op->out_ns);
 		if (now > op->woken_ns)
-			add_interval(op, 1, &no_waker, now - op->woken_ns);
+			add_interval(op, 1, 0, now - op->woken_ns);
 	} else {
-		add_interval(op, op->out_runnable, &no_waker, now - op->out_ns);
+		add_interval(op, op->out_runnable, 0, now - op->out_ns);
 	}
 	op->out_ns = 0;
 	op->woken_ns = 0;

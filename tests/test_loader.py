@@ -112,6 +112,8 @@ int bad(void *ctx) { return *(volatile int *)0; }  /* a NULL dereference the ver
     assert "verifier rejected" in msg and "\n" not in msg
     log = next((tmp_path / "logs").iterdir()).read_text()
     assert "BEGIN PROG LOAD LOG" in log
+    # libbpf's debug messages are dropped while loads succeed; a failed load is redone with them.
+    assert "libbpf: elf: section" in log
 
 
 def test_missing_tracepoint_is_skipped_and_said(tmp_path):
@@ -195,3 +197,26 @@ def test_collector_loads_side_by_side_and_leaves_no_program_behind():
 
 def kernel_program_ids():
     return {p["id"] for p in kernel_programs()}
+
+
+def test_kernel_function_addresses_are_kallsyms_own_and_kept_for_the_next_start(tmp_path, monkeypatch):
+    """bpf/xfs.bpf.c's work functions, found with bytes.find, against a plain parse of
+    /proc/kallsyms; the next start reads them from the per-boot cache instead."""
+    from profiler import filesystems
+    from profiler.behind import xfs
+    from profiler.trace import symbols
+    filesystems.load_modules(["xfs"])   # where xfs is a module, its symbols are listed once loaded
+    monkeypatch.setattr(symbols, "CACHE_DIR", tmp_path)
+    wanted = {"xlog_cil_push_work", "xfs_log_worker", "xfs_inodegc_worker"}
+    listed = {}
+    for line in Path("/proc/kallsyms").read_text().splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[2] in wanted and parts[1] in "tT":
+            listed.setdefault(parts[2], int(parts[0], 16))
+    assert len(listed) == 3 and all(listed.values())
+    assert xfs.kernel_functions() == listed
+    cached = list(tmp_path.glob("ksyms-*.json"))
+    assert len(cached) == 1
+    cached[0].write_text('{"xfs_log_worker": 1}')   # what the next start returns is the cache's
+    assert xfs.kernel_functions() == {"xfs_log_worker": 1}
+    assert symbols._find_text(["xfs_log_worker", "no_such_function_anywhere"]) == {"xfs_log_worker": listed["xfs_log_worker"]}

@@ -4,7 +4,6 @@ log space reservation waits, and delayed allocation. docs/behind-xfs.md says wha
 and how it is checked against the per-mount counters in /sys/fs/xfs/<dev>/stats/stats."""
 
 import ctypes as c
-from functools import lru_cache
 from pathlib import Path
 
 from ..causes import check as known_cause
@@ -111,16 +110,9 @@ class XfsCfg(c.Structure):
     _fields_ = [("cil_push_work", c.c_uint64), ("log_worker", c.c_uint64), ("inodegc_worker", c.c_uint64)]
 
 
-@lru_cache(maxsize=1)
 def kernel_functions():
     """{name: address} of the work functions bpf/xfs.bpf.c recognises in workqueue tracepoints."""
-    wanted = {"xlog_cil_push_work", "xfs_log_worker", "xfs_inodegc_worker"}
-    found = {}
-    for line in Path("/proc/kallsyms").read_text().splitlines():
-        parts = line.split()
-        if len(parts) >= 3 and parts[2] in wanted and parts[1] in "tT":
-            found.setdefault(parts[2], int(parts[0], 16))
-    return found
+    return symbols.text_addresses(("xlog_cil_push_work", "xfs_log_worker", "xfs_inodegc_worker"), "xfs")
 
 
 # Fields of the per-mount /sys/fs/xfs/<dev>/stats/stats lines this module compares with (the

@@ -51,8 +51,11 @@ _libc = _c.CDLL(None, use_errno=True)
 _libc.vsnprintf.argtypes = [_c.c_char_p, _c.c_size_t, _c.c_char_p, _vp]
 _libc.syscall.restype = _c.c_long
 # What libbpf printed during the current load, per thread (objects may load side by side; libbpf
-# prints from the thread that called it); saved to a file when a load fails.
+# prints from the thread that called it); saved to a file when a load fails. Its debug messages
+# (about 4,700 per start, each a call into Python under the GIL: 20-30 ms of every start) are
+# kept only when `_log.debug` is set: a failed load is done again with them before its log is saved.
 _log = threading.local()
+_LIBBPF_DEBUG = 2   # enum libbpf_print_level
 
 
 def _log_lines():
@@ -67,6 +70,8 @@ _VA_LIST_SIZE = 32
 
 @_PRINT_FN
 def _collect_print(level, fmt, args):
+    if level == _LIBBPF_DEBUG and not getattr(_log, "debug", False):
+        return 0
     # A verifier log arrives as one message of up to megabytes: format it whole (its last line is
     # the reason), from a copy of the va_list when the first try is too short.
     saved = _c.create_string_buffer(_c.string_at(args, _VA_LIST_SIZE), _VA_LIST_SIZE)
@@ -400,19 +405,22 @@ def tracepoint_of(section):
 
 
 # {tracepoint group: its event names}, listed once per process: asking tracefs per program (any
-# group, for raw_tp and tp_btf) stat()ed every group each time, 14 ms of each Collector's start.
-# A group that appears later (a module loaded) is listed when first seen; an event not found is
-# asked of tracefs itself, so the index can only save time, never skip a program wrongly.
+# group, for raw_tp and tp_btf) stat()ed every group each time, 14 ms of each Collector's start,
+# and listing the groups again at each of 99 programs cost 10 ms more. An event not in the index
+# (a module loaded since) is asked of tracefs itself, so the index can only save time, never skip
+# a program wrongly.
 _event_groups = {}
+_event_groups_lock = threading.Lock()   # objects load side by side
 
 
 def _has_event(name, category=None):
     events = tracefs.TRACEFS / "events"
     try:
-        for group in os.listdir(events):
-            if group not in _event_groups:
-                path = events / group
-                _event_groups[group] = frozenset(os.listdir(path)) if path.is_dir() else frozenset()
+        with _event_groups_lock:
+            if not _event_groups:
+                for group in os.listdir(events):
+                    path = events / group
+                    _event_groups[group] = frozenset(os.listdir(path)) if path.is_dir() else frozenset()
     except OSError:
         return tracefs.has_event(name, category)
     if category:
@@ -560,10 +568,16 @@ class BpfObject:
         self._maps, self._obj = {}, None
         required = set(required or ())
         refused = {}
+        _log.debug = False
         while True:
             err = self._open_and_load(only, share, refused)
             if not err:
                 break
+            if not _log.debug:  # the same load again, with libbpf's debug messages for the log
+                _log.debug = True
+                err = self._open_and_load(only, share, refused)
+                if not err:
+                    break
             lines = list(_log_lines())
             log_file = self._save_log(lines)
             prog, reason = failed_program(lines)

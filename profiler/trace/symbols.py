@@ -1,9 +1,14 @@
 """Kernel addresses to function names, from /proc/kallsyms (read once per process)."""
 
 import bisect
+import hashlib
+import json
+import os
 import re
 from functools import lru_cache
 from pathlib import Path
+
+from .kernel_flags import CACHE_DIR
 
 
 # Compiler clones (foo.isra.0, foo.constprop.0, foo.part.0, foo.cold) are the same function to a
@@ -55,3 +60,55 @@ def strip_tracer(frames):
     while i < len(frames) - 1 and _TRACER_FRAME.match(frames[i]):
         i += 1
     return frames[i:]
+
+
+def text_addresses(names, module):
+    """{name: address} of the functions `names` of kernel module `module` (or of the kernel, where
+    it is built in), from /proc/kallsyms. Reading /proc/kallsyms costs about 50 ms of kernel CPU
+    and splitting its 5 MB into lines 50 more, at every start: what was found is kept in CACHE_DIR
+    for this boot and this load of the module (its text address and build), and found with
+    bytes.find when it is not."""
+    sections = Path("/sys/module") / module / "sections" / ".text"
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        loaded = sections.read_text().strip() if sections.exists() else "built-in"
+        build = (Path("/sys/module") / module / "srcversion").read_text().strip() if sections.exists() else ""
+    except OSError:
+        return _find_text(names)
+    key = hashlib.sha1("\n".join([boot, module, loaded, build, *sorted(names)]).encode()).hexdigest()[:20]
+    cache = CACHE_DIR / f"ksyms-{key}.json"
+    try:
+        return json.loads(cache.read_text())
+    except (OSError, ValueError):
+        pass
+    found = _find_text(names)
+    if set(found) == set(names):   # a symbol not found may be one a later load has: not kept
+        try:
+            CACHE_DIR.mkdir(parents=True, exist_ok=True)
+            tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(found))
+            os.replace(tmp, cache)
+        except OSError:
+            pass
+    return found
+
+
+def _find_text(names):
+    try:
+        data = Path("/proc/kallsyms").read_bytes()
+    except OSError:
+        return {}
+    found = {}
+    for name in names:
+        needle, pos = f" {name}".encode(), 0
+        while (pos := data.find(needle, pos)) >= 0:
+            end = pos + len(needle)
+            start = data.rfind(b"\n", 0, pos) + 1
+            pos = end
+            if data[end:end + 1] not in (b"\n", b"\t"):   # a longer name; "\t[module]" follows a module's
+                continue
+            fields = data[start:end].split()
+            if len(fields) == 3 and fields[1] in (b"t", b"T") and int(fields[0], 16):
+                found[name] = int(fields[0], 16)
+                break
+    return found
