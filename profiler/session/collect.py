@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from .. import behind, filesystems, signals
 from ..trace import maps, syscalls
-from ..trace.bpf import BpfObject, close_all, create_maps
+from ..trace.bpf import BpfObject, close_all, create_maps, detach_all
 from ..errors import FsprofError
 
 DEFAULT_SAMPLE_HZ = 999
@@ -241,6 +241,12 @@ class Collector:
     def run_stats(self):
         """{object:program: (run_cnt, run_time_ns, recursion_misses)} of every loaded program."""
         return {f"{o.name}:{p}": v for o in self.objects for p, v in o.run_stats().items()}
+
+    def stop(self):
+        """Detach every program, keeping the maps to read: a snapshot taken after it is of a
+        recording that has ended, and the classic tracepoint's slow detach (bpf.destroy_links)
+        has begun while the snapshot is taken."""
+        detach_all(self.objects)
 
     def close(self):
         """Detach everything; the one classic tracepoint's link, whose detach waits in the kernel,

@@ -114,10 +114,10 @@ def descendants(pid):
 def wait(args, deadline):
     """Until the duration is over, the traced process is gone, or Ctrl-C / SIGTERM."""
     try:
-        while time.monotonic() < deadline:
+        while (left := deadline - time.monotonic()) > 0:
             if args.pid is not None and not _alive(args.pid):
                 return "the process exited"
-            time.sleep(0.1)
+            time.sleep(min(0.1, left))   # a whole 0.1 s step past the deadline made --duration longer
         return "the duration ended"
     except KeyboardInterrupt:
         return "interrupted"
@@ -171,6 +171,7 @@ def record(args):
         print(f"fsprof: recording {what}; Ctrl-C to stop", file=sys.stderr, flush=True)
         ended_by = wait(args, time.monotonic() + duration)
         end_ns = time.monotonic_ns()
+        collector.stop()
         raw = collector.snapshot()
         after = {name: blockdev.read_stat(name) for name in block_devs.values()}
         raw["phase_start_ns"][0] = start_ns

@@ -775,11 +775,10 @@ def destroy_links(links, slow_links=()):
             lib.bpf_link__destroy(link)
 
 
-def close_all(objects):
+def detach_all(objects):
     """Detach every link of these objects together (a classic tracepoint's on a thread of its own:
-    destroy_links), then free the objects in the order given. A signal cannot cut it in half (the
-    detach threads inherit the blocked signals)."""
-    objects = list(objects)
+    destroy_links); their maps stay readable until the objects are freed. A signal cannot cut it
+    in half (the detach threads inherit the blocked signals)."""
     with signals.deferred():
         links, slow = [], []
         for obj in objects:
@@ -787,5 +786,12 @@ def close_all(objects):
             slow.extend(obj.slow_links)
             obj.links, obj.slow_links = [], []
         destroy_links(links, slow)
+
+
+def close_all(objects):
+    """detach_all, then free the objects in the order given."""
+    objects = list(objects)
+    with signals.deferred():
+        detach_all(objects)
         for obj in objects:
             obj._free()
