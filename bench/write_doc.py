@@ -213,7 +213,24 @@ WHY_NOTE = [
     "10 ms more). Both are now one value for all CPUs with atomic adds, as `samples` already was: "
     "record attached 355 -> 287 ms, Collector() 327 -> 274 ms, the 2 s recording 2,470 -> 2,397 ms; "
     "on_switch's run time did not move (1,231-1,279 ns before, 1,207-1,218 ns after, two "
-    "one-round runs each). What remains is the verifier and libbpf's relocation of 99 programs.",
+    "one-round runs each).",
+    "Start, continued (hand experiments, 2026-11-26 evening: `perf record -g` of fresh processes "
+    "each making one Collector, and the verifier's statistics at log level 4): Collector() took "
+    "235 ms in a fresh process and 150 ms in one that had made one before. What the first paid: "
+    "on_switch's verification, 29 ms (28,792 instructions processed: the off-CPU interval code, "
+    "with its loop over four slots, inlined at three call sites multiplied the paths), now a global "
+    "BPF function that the verifier checks once on its own (2.3 ms; syscalls.bpf.o's load 57 -> "
+    "28 ms); reading /proc/kallsyms (5 MB: about 45 ms of kernel CPU, and as much again to split "
+    "it in Python) for three XFS work-function addresses, now kept per boot and per load of the "
+    "module; libbpf's 4,700 debug messages, each a call into Python under the GIL (20-30 ms), now "
+    "kept only for a failed load's log. `bench/bench_startup.py --rounds 3` on b13b232 and on "
+    "3b18a2b, one after the other: record attached 274 -> 190 ms, the 2 s recording 2,382 -> "
+    "2,303 ms. Where PYTHONDONTWRITEBYTECODE is set (this machine, CI, many containers), an "
+    "editable install compiled every module at each start (importing what record loads: 91 ms "
+    "instead of 42); `make setup` now compiles the bytecode once, as `pip install .` does, and "
+    "both figures above are with it. Past its 2 s, the whole run is the detach of 99 tp_btf links "
+    "(34 ms) and, the critical path, global_dirty_state's classic detach (75-120 ms), which now "
+    "begins before the snapshot (Collector.stop) and overlaps it and the result.",
 ]
 
 

@@ -13,7 +13,6 @@ from pathlib import Path
 from .. import __version__, behind, filesystems
 from ..machine import blockdev
 from ..trace import maps
-from ..analysis.assemble import assemble
 from .collect import Collector
 from ..machine.conditions import sysctls_in_force
 from ..errors import FsprofError
@@ -176,6 +175,7 @@ def record(args):
         after = {name: blockdev.read_stat(name) for name in block_devs.values()}
         raw["phase_start_ns"][0] = start_ns
         skipped, unavailable = collector.skipped, collector.unavailable
+    from ..analysis.assemble import assemble  # loaded once the recording is over: attached sooner
     seen = {r["dev"] for r in raw["ops"] if r["dev"]}
     entries = []
     for m in scope:
