@@ -204,9 +204,9 @@ def test_kernel_function_addresses_are_kallsyms_own_and_kept_for_the_next_start(
     /proc/kallsyms; the next start reads them from the per-boot cache instead."""
     from profiler import filesystems
     from profiler.behind import xfs
-    from profiler.trace import symbols
+    from profiler.trace import kernel_flags, symbols
     filesystems.load_modules(["xfs"])   # where xfs is a module, its symbols are listed once loaded
-    monkeypatch.setattr(symbols, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(kernel_flags, "CACHE_DIR", tmp_path)
     wanted = {"xlog_cil_push_work", "xfs_log_worker", "xfs_inodegc_worker"}
     listed = {}
     for line in Path("/proc/kallsyms").read_text().splitlines():

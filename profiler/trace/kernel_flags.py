@@ -97,17 +97,24 @@ def values():
         boot = "unknown"
     # Named by FIELDS too: a cache an older fsprof wrote this boot, with fewer fields, is not read.
     fields = hashlib.sha1(",".join(FIELDS).encode()).hexdigest()[:8]
-    cache = CACHE_DIR / f"kernel-flags-{fields}-{boot}.json"
+    return cached(f"kernel-flags-{fields}-{boot}.json", _find)
+
+
+def cached(name, find, keep=lambda found: True):
+    """What CACHE_DIR/name holds, else find()'s result, kept there when keep(result) says so.
+    Written whole or not at all (several fsprof processes may start at once)."""
+    cache = CACHE_DIR / name
     try:
         return json.loads(cache.read_text())
     except (OSError, ValueError):
         pass
-    found = _find()
-    try:
-        CACHE_DIR.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(found))
-        os.replace(tmp, cache)
-    except OSError:
-        pass
+    found = find()
+    if keep(found):
+        try:
+            CACHE_DIR.mkdir(parents=True, exist_ok=True)
+            tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(found))
+            os.replace(tmp, cache)
+        except OSError:
+            pass
     return found

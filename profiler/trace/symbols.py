@@ -2,13 +2,11 @@
 
 import bisect
 import hashlib
-import json
-import os
 import re
 from functools import lru_cache
 from pathlib import Path
 
-from .kernel_flags import CACHE_DIR
+from . import kernel_flags
 
 
 # Compiler clones (foo.isra.0, foo.constprop.0, foo.part.0, foo.cold) are the same function to a
@@ -65,9 +63,9 @@ def strip_tracer(frames):
 def text_addresses(names, module):
     """{name: address} of the functions `names` of kernel module `module` (or of the kernel, where
     it is built in), from /proc/kallsyms. Reading /proc/kallsyms costs about 50 ms of kernel CPU
-    and splitting its 5 MB into lines 50 more, at every start: what was found is kept in CACHE_DIR
-    for this boot and this load of the module (its text address and build), and found with
-    bytes.find when it is not."""
+    and splitting its 5 MB into lines 50 more, at every start: what was found is kept (as the
+    kernel flags are, kernel_flags.cached) for this boot and this load of the module (its text
+    address and build), and found with bytes.find when it is not."""
     sections = Path("/sys/module") / module / "sections" / ".text"
     try:
         boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
@@ -76,21 +74,9 @@ def text_addresses(names, module):
     except OSError:
         return _find_text(names)
     key = hashlib.sha1("\n".join([boot, module, loaded, build, *sorted(names)]).encode()).hexdigest()[:20]
-    cache = CACHE_DIR / f"ksyms-{key}.json"
-    try:
-        return json.loads(cache.read_text())
-    except (OSError, ValueError):
-        pass
-    found = _find_text(names)
-    if set(found) == set(names):   # a symbol not found may be one a later load has: not kept
-        try:
-            CACHE_DIR.mkdir(parents=True, exist_ok=True)
-            tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(found))
-            os.replace(tmp, cache)
-        except OSError:
-            pass
-    return found
+    # A symbol not found may be one a later load has: only a complete answer is kept.
+    return kernel_flags.cached(f"ksyms-{key}.json", lambda: _find_text(names),
+                               keep=lambda found: set(found) == set(names))
 
 
 def _find_text(names):
