@@ -131,16 +131,6 @@ static __always_inline struct blk_val *stats_of(__u32 dev, __u16 cls, __u16 phas
 	return v;
 }
 
-static __always_inline void hist_add(struct hist *h, __u64 ns)
-{
-	__sync_fetch_and_add(&h->count, 1);
-	__sync_fetch_and_add(&h->total_ns, ns);
-	__sync_fetch_and_add(&h->slots[fine_slot(ns)], 1);
-	/* No atomic max in BPF: a racing larger value can be lost; its slot still counts it. */
-	if (ns > h->max_ns)
-		h->max_ns = ns;
-}
-
 static __always_inline __u32 size_slot(__u32 bytes)
 {
 	__u32 slot = bytes ? log2_slot(bytes) : 0;
@@ -352,7 +342,7 @@ int BPF_PROG(on_rq_issue, struct request *rq)
 	if (info->insert_ns && info->start_ns && info->start_ns < info->insert_ns)
 		__sync_fetch_and_add(&v->wait_ns, info->insert_ns - info->start_ns);
 	if (queued_at && queued_at <= now)
-		hist_add(&v->queue, now - queued_at);
+		hist_record(&v->queue, now - queued_at);
 	if (info->cls != BLK_FLUSH && info->who[0])
 		add_submitter(dev, info->cls, phase, info->who, 1, bytes);
 	/* A requeued request is inserted again: its next queue time starts at that insert. */
@@ -413,7 +403,7 @@ int BPF_PROG(on_rq_complete, struct request *rq, blk_status_t error, unsigned in
 		v = stats_of(info->dev, info->cls, info->phase);
 		if (v) {
 			__sync_fetch_and_add(&v->completed, 1);
-			hist_add(&v->device, now - info->issue_ns);
+			hist_record(&v->device, now - info->issue_ns);
 		}
 	}
 	if ((rq->rq_flags & flush_seq) &&

@@ -115,7 +115,7 @@ struct {
 } super_devs SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 8192);
 	__type(key, struct bt_key);
 	__type(value, struct bt_val);
@@ -138,7 +138,7 @@ struct {
 } oe_inflight SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 2048);
 	__type(key, struct resv_key);
 	__type(value, struct bt_val);
@@ -217,9 +217,9 @@ static __always_inline void count_event(__u32 dev, __u16 event, __u32 arg, __s32
 			return;
 		}
 	}
-	v->count++;
-	v->bytes += bytes;
-	v->total_ns += ns;
+	__sync_fetch_and_add(&v->count, 1);
+	__sync_fetch_and_add(&v->bytes, bytes);
+	__sync_fetch_and_add(&v->total_ns, ns);
 	if (ns > v->max_ns)
 		v->max_ns = ns;
 }
@@ -228,7 +228,6 @@ static __always_inline void hist_add(__u32 dev, __u16 phase, __u16 which, __u64 
 {
 	struct bh_key key = { .dev = dev, .phase = phase, .which = which };
 	struct hist *h = bpf_map_lookup_elem(&bt_hists, &key);
-	__u32 slot;
 
 	if (!h) {
 		bpf_map_update_elem(&bt_hists, &key, &zero_hist, BPF_NOEXIST);
@@ -238,13 +237,7 @@ static __always_inline void hist_add(__u32 dev, __u16 phase, __u16 which, __u64 
 			return;
 		}
 	}
-	__sync_fetch_and_add(&h->count, 1);
-	__sync_fetch_and_add(&h->total_ns, ns);
-	if (ns > h->max_ns)
-		h->max_ns = ns;   /* not atomic: see docs/attribution.md#limits */
-	slot = fine_slot(ns);
-	if (slot < FINE_SLOTS)
-		__sync_fetch_and_add(&h->slots[slot], 1);
+	hist_record(h, ns);   /* its max is not atomic: see docs/attribution.md#limits */
 }
 
 /* btrfs_sync_file: the entry of every btrfs fsync (fsync, fdatasync, O_SYNC writes, msync),
@@ -530,7 +523,7 @@ int BPF_PROG(on_space_reservation, const struct btrfs_fs_info *fs_info, const ch
 			return 0;
 		}
 	}
-	v->count++;
-	v->bytes += bytes;
+	__sync_fetch_and_add(&v->count, 1);
+	__sync_fetch_and_add(&v->bytes, bytes);
 	return 0;
 }

@@ -206,7 +206,7 @@ struct {
 } fc_inflight SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
 	__type(key, struct da_key);
 	__type(value, struct da_val);
@@ -578,11 +578,7 @@ int BPF_PROG(on_jbd2_end_commit, journal_t *journal, transaction_t *commit_trans
 			__sync_fetch_and_add(&v->sync_commits, 1);
 		if (st->ts[CPH_FLUSHING] && st->ts[CPH_END])
 			__sync_fetch_and_add(&v->kernel_ns, st->ts[CPH_END] - st->ts[CPH_FLUSHING]);
-		__sync_fetch_and_add(&v->commit.count, 1);
-		__sync_fetch_and_add(&v->commit.total_ns, total);
-		__sync_fetch_and_add(&v->commit.slots[fine_slot(total)], 1);
-		if (total > v->commit.max_ns)
-			v->commit.max_ns = total;
+		hist_record(&v->commit, total);
 	}
 	bpf_map_delete_elem(&commits_inflight, &key);
 	return 0;
@@ -747,9 +743,9 @@ static __always_inline int da_count(__u32 dev, __u16 event, __s64 blocks)
 			return 0;
 		}
 	}
-	v->count++;
+	__sync_fetch_and_add(&v->count, 1);
 	if (blocks > 0)
-		v->blocks += blocks;
+		__sync_fetch_and_add(&v->blocks, blocks);
 	return 0;
 }
 

@@ -243,4 +243,16 @@ static __always_inline __u32 fine_slot(__u64 v)
 	return slot < FINE_SLOTS ? slot : FINE_SLOTS - 1;
 }
 
+/* One value into a histogram shared by all CPUs (a preallocated HASH value, not per-CPU: a struct
+ * hist is 4.7 KiB, per CPU it would grow with the machine). No atomic max in BPF: a racing larger
+ * maximum can be lost; its slot still counts it. */
+static __always_inline void hist_record(struct hist *h, __u64 ns)
+{
+	__sync_fetch_and_add(&h->count, 1);
+	__sync_fetch_and_add(&h->total_ns, ns);
+	__sync_fetch_and_add(&h->slots[fine_slot(ns)], 1);
+	if (ns > h->max_ns)
+		h->max_ns = ns;
+}
+
 #endif

@@ -301,15 +301,9 @@ static __always_inline void add_op(struct op_key *key, __u64 delta, long ret)
 			return;
 		}
 	}
-	__sync_fetch_and_add(&h->count, 1);
-	__sync_fetch_and_add(&h->total_ns, delta);
-	__sync_fetch_and_add(&h->slots[fine_slot(delta)], 1);
+	hist_record(h, delta);
 	if (ret > 0)
 		__sync_fetch_and_add(&h->ret_sum, ret);
-	/* A maximum has no atomic op: two CPUs finishing a new maximum at the same instant could
-	 * keep the smaller; the histogram's top slot still holds the larger. */
-	if (delta > h->max_ns)
-		h->max_ns = delta;
 }
 
 SEC("tp_btf/sys_exit")

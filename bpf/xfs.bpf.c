@@ -35,7 +35,7 @@ enum xfs_hist {
 	XH_LOG_WORKER = 3,    /* one xfs_log_worker run (the periodic log force / cover) */
 };
 
-/* Plain counters per (dev, phase); per-CPU, summed by userspace. */
+/* Plain counters per (dev, phase): one value for all CPUs, atomic adds. */
 struct xlog_counts {
 	__u64 iclog_syncs;        /* xlog_iclog_sync: one per iclog write, what xs_log_writes counts */
 	__u64 iclog_bytes;        /* bytes written per sync, as xlog_sync sizes them (xs_log_blocks * 512) */
@@ -179,7 +179,7 @@ struct {
 } xfs_cfg SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024);
 	__type(key, struct xfs_key);
 	__type(value, struct xlog_counts);
@@ -193,21 +193,21 @@ struct {
 } xlog_hists SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
 	__type(key, struct force_key);
 	__type(value, __u64);
 } log_forces SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
 	__type(key, struct wait_key);
 	__type(value, __u64);
 } force_waits SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024);
 	__type(key, struct alloc_key);
 	__type(value, struct alloc_val);
@@ -332,12 +332,7 @@ static __always_inline void hist_add(__u32 dev, __u16 phase, __u16 which, __u64 
 			return;
 		}
 	}
-	__sync_fetch_and_add(&h->count, 1);
-	__sync_fetch_and_add(&h->total_ns, delta);
-	__sync_fetch_and_add(&h->slots[fine_slot(delta)], 1);
-	/* No atomic max in BPF: a racing larger maximum can be lost; its slot still counts it. */
-	if (delta > h->max_ns)
-		h->max_ns = delta;
+	hist_record(h, delta);
 }
 
 static __always_inline void count_u64(void *map, void *key)
@@ -353,7 +348,7 @@ static __always_inline void count_u64(void *map, void *key)
 			return;
 		}
 	}
-	(*n)++;
+	__sync_fetch_and_add(n, 1);
 }
 
 /* ---- Log forces ---------------------------------------------------------------------------- */
@@ -386,7 +381,7 @@ int BPF_PROG(on_iclog_force, struct xlog_in_core *iclog, unsigned long caller_ip
 	struct xlog_counts *c;
 
 	if (traced_dev(dev) && (c = counts_now(dev)))
-		c->iclog_force++;
+		__sync_fetch_and_add(&c->iclog_force, 1);
 	return 0;
 }
 
@@ -398,7 +393,7 @@ int BPF_PROG(on_iclog_force_lsn, struct xlog_in_core *iclog, unsigned long calle
 	struct xlog_counts *c;
 
 	if (traced_dev(dev) && (c = counts_now(dev)))
-		c->iclog_force_lsn++;
+		__sync_fetch_and_add(&c->iclog_force_lsn, 1);
 	return 0;
 }
 
@@ -410,7 +405,7 @@ int BPF_PROG(on_iclog_switch, struct xlog_in_core *iclog, unsigned long caller_i
 	struct xlog_counts *c;
 
 	if (traced_dev(dev) && (c = counts_now(dev)))
-		c->iclog_switch++;
+		__sync_fetch_and_add(&c->iclog_switch, 1);
 	return 0;
 }
 
@@ -422,7 +417,7 @@ int BPF_PROG(on_iclog_release, struct xlog_in_core *iclog, unsigned long caller_
 	struct xlog_counts *c;
 
 	if (traced_dev(dev) && (c = counts_now(dev)))
-		c->iclog_release++;
+		__sync_fetch_and_add(&c->iclog_release, 1);
 	return 0;
 }
 
@@ -434,7 +429,7 @@ int BPF_PROG(on_iclog_syncing, struct xlog_in_core *iclog, unsigned long caller_
 	struct xlog_counts *c;
 
 	if (traced_dev(dev) && (c = counts_now(dev)))
-		c->iclog_syncing++;
+		__sync_fetch_and_add(&c->iclog_syncing, 1);
 	return 0;
 }
 
@@ -464,13 +459,13 @@ int BPF_PROG(on_iclog_sync, struct xlog_in_core *iclog, unsigned long caller_ip)
 	c = counts_of(dev, io.phase);
 	if (!c)
 		return 0;
-	c->iclog_syncs++;
-	c->iclog_bytes += bytes;
-	c->iclog_data_bytes += offset;
+	__sync_fetch_and_add(&c->iclog_syncs, 1);
+	__sync_fetch_and_add(&c->iclog_bytes, bytes);
+	__sync_fetch_and_add(&c->iclog_data_bytes, offset);
 	if (flags & XLOG_ICL_NEED_FLUSH)
-		c->iclog_flush++;
+		__sync_fetch_and_add(&c->iclog_flush, 1);
 	if (flags & XLOG_ICL_NEED_FUA)
-		c->iclog_fua++;
+		__sync_fetch_and_add(&c->iclog_fua, 1);
 	return 0;
 }
 
@@ -489,9 +484,9 @@ int BPF_PROG(on_iclog_write, struct xlog_in_core *iclog, unsigned long caller_ip
 	c = counts_of(dev, io ? io->phase : current_phase());
 	if (!c)
 		return 0;
-	c->iclog_bio_writes++;
+	__sync_fetch_and_add(&c->iclog_bio_writes, 1);
 	if (io)
-		c->sync_to_write_ns += bpf_ktime_get_ns() - io->sync_ns;
+		__sync_fetch_and_add(&c->sync_to_write_ns, bpf_ktime_get_ns() - io->sync_ns);
 	return 0;
 }
 
@@ -509,13 +504,13 @@ int BPF_PROG(on_iclog_sync_done, struct xlog_in_core *iclog, unsigned long calle
 	io = bpf_map_lookup_elem(&iclog_io, &ptr);
 	if (!io || io->done_ns) {
 		if ((c = counts_now(dev)))
-			c->lost_iclog++;
+			__sync_fetch_and_add(&c->lost_iclog, 1);
 		return 0;
 	}
 	io->done_ns = now;
 	hist_add(dev, io->phase, XH_ICLOG_WRITE, now - io->sync_ns);
 	if ((c = counts_of(dev, io->phase)))
-		c->iclog_done++;
+		__sync_fetch_and_add(&c->iclog_done, 1);
 	return 0;
 }
 
@@ -572,16 +567,16 @@ int BPF_PROG(on_iclog_clean, struct xlog_in_core *iclog, unsigned long caller_ip
 	io = bpf_map_lookup_elem(&iclog_io, &ptr);
 	if (io) {
 		if (io->done_ns && (c = counts_of(dev, io->phase))) {
-			c->done_to_clean_ns += now - io->done_ns;
-			c->iclog_cleans++;
+			__sync_fetch_and_add(&c->done_to_clean_ns, now - io->done_ns);
+			__sync_fetch_and_add(&c->iclog_cleans, 1);
 		}
 		bpf_map_delete_elem(&iclog_io, &ptr);
 	}
 	w = bpf_map_lookup_elem(&iclog_waiters, &ptr);
 	if (w) {
 		if ((c = counts_of(dev, w->phase))) {
-			c->force_wait_ns += w->n * now - w->start_sum;
-			c->force_waits_woken += w->n;
+			__sync_fetch_and_add(&c->force_wait_ns, w->n * now - w->start_sum);
+			__sync_fetch_and_add(&c->force_waits_woken, w->n);
 		}
 		bpf_map_delete_elem(&iclog_waiters, &ptr);
 	}
@@ -596,7 +591,7 @@ int BPF_PROG(on_iclog_activate, struct xlog_in_core *iclog, unsigned long caller
 	struct xlog_counts *c;
 
 	if (traced_dev(dev) && (c = counts_now(dev)))
-		c->iclog_activate++;
+		__sync_fetch_and_add(&c->iclog_activate, 1);
 	return 0;
 }
 
@@ -613,9 +608,9 @@ static __always_inline void grant_enter(__u32 dev, __u8 regrant)
 		return;
 	if ((c = counts_of(dev, g.phase))) {
 		if (regrant)
-			c->log_regrant++;
+			__sync_fetch_and_add(&c->log_regrant, 1);
 		else
-			c->log_reserve++;
+			__sync_fetch_and_add(&c->log_reserve, 1);
 	}
 	if (bpf_map_update_elem(&grant_state, &tid, &g, BPF_ANY))
 		count_drop(DROP_FS_FULL);
@@ -684,10 +679,10 @@ int BPF_PROG(on_grant_sleep, struct xlog *log, struct xlog_ticket *tic)
 	g->sleep_ns = bpf_ktime_get_ns();
 	if ((c = counts_of(dev, g->phase))) {
 		if (g->regrant)
-			c->grant_sleep_write++;
+			__sync_fetch_and_add(&c->grant_sleep_write, 1);
 		else
-			c->grant_sleep_reserve++;
-		c->grant_sleep_kthread += g->kthread;
+			__sync_fetch_and_add(&c->grant_sleep_reserve, 1);
+		__sync_fetch_and_add(&c->grant_sleep_kthread, g->kthread);
 	}
 	return 0;
 }
@@ -706,7 +701,7 @@ int BPF_PROG(on_grant_wake, struct xlog *log, struct xlog_ticket *tic)
 	delta = bpf_ktime_get_ns() - g->sleep_ns;
 	hist_add(g->dev, g->phase, XH_GRANT_SLEEP, delta);
 	if (g->kthread && (c = counts_of(g->dev, g->phase)))
-		c->grant_sleep_kthread_ns += delta;
+		__sync_fetch_and_add(&c->grant_sleep_kthread_ns, delta);
 	g->sleep_ns = 0;
 	return 0;
 }
@@ -719,7 +714,7 @@ int BPF_PROG(on_grant_wake_up, struct xlog *log, struct xlog_ticket *tic)
 	struct xlog_counts *c;
 
 	if (traced_dev(dev) && (c = counts_now(dev)))
-		c->grant_wake_up++;
+		__sync_fetch_and_add(&c->grant_wake_up, 1);
 	return 0;
 }
 
@@ -732,7 +727,7 @@ int BPF_PROG(on_cil_wait, struct xlog *log, struct xlog_ticket *tic)
 	struct xlog_counts *c;
 
 	if (traced_dev(dev) && (c = counts_now(dev)))
-		c->cil_throttle++;
+		__sync_fetch_and_add(&c->cil_throttle, 1);
 	return 0;
 }
 
@@ -848,8 +843,8 @@ static __always_inline void count_alloc(__u32 dev, __u8 event, __u64 blocks)
 			return;
 		}
 	}
-	v->count++;
-	v->blocks += blocks;
+	__sync_fetch_and_add(&v->count, 1);
+	__sync_fetch_and_add(&v->blocks, blocks);
 }
 
 /* xfs_buffered_write_iomap_begin after xfs_bmapi_reserve_delalloc (null startblock: a delayed

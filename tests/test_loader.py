@@ -195,6 +195,35 @@ def test_collector_loads_side_by_side_and_leaves_no_program_behind():
     assert not left
 
 
+PERCPU_MAP_TYPES = {5: "percpu_hash", 6: "percpu_array", 10: "lru_percpu_hash"}
+
+
+def own_maps():
+    """fdinfo of the BPF maps this process holds: [{map_type, value_size, max_entries, map_id, ...}]."""
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") != "anon_inode:bpf-map":
+                continue
+            info = dict(line.split(":", 1) for line in Path(f"/proc/self/fdinfo/{fd}").read_text().splitlines())
+        except OSError:
+            continue
+        out.append({k.strip(): v.strip() for k, v in info.items()})
+    return out
+
+
+def test_no_map_grows_with_the_cpu_count():
+    """Per-CPU maps cost their whole size once per possible CPU: a per-CPU hash of histograms was
+    5 MB a CPU. What is left per CPU must stay small (drop counters, a few phases)."""
+    from profiler.session.collect import Collector
+    with Collector():
+        maps = own_maps()
+    per_cpu = {(m["map_id"], PERCPU_MAP_TYPES[int(m["map_type"])]): int(m["max_entries"]) * ((int(m["value_size"]) + 7) & ~7)
+               for m in maps if int(m["map_type"]) in PERCPU_MAP_TYPES}
+    assert len(maps) > 40
+    assert sum(per_cpu.values()) <= 16 * 1024, per_cpu
+
+
 def kernel_program_ids():
     return {p["id"] for p in kernel_programs()}
 

@@ -193,9 +193,8 @@ class Probe:
         events = []
         for k, v in self.counts.items():
             events.append({"dev": k.dev, "phase": k.phase, "event": EVENTS[k.event] if k.event < len(EVENTS) else str(k.event),
-                           "arg": k.arg, "stack": k.stackid, "count": sum(x.count for x in v),
-                           "bytes": sum(x.bytes for x in v), "total_ns": sum(x.total_ns for x in v),
-                           "max_ns": max(x.max_ns for x in v)})
+                           "arg": k.arg, "stack": k.stackid, "count": v.count,
+                           "bytes": v.bytes, "total_ns": v.total_ns, "max_ns": v.max_ns})
         hists = []
         for k, v in self.hists.items():
             h = maps.sum_hists(v)
@@ -203,8 +202,8 @@ class Probe:
             h["fine"] = {str(slot): n for slot, n in h["fine"].items()}  # JSON-able, and not a stack id
             hists.append({"dev": k.dev, "phase": k.phase, "which": HISTS[k.which], **h})
         resv = [{"dev": k.dev, "phase": k.phase, "reserve": bool(k.reserve),
-                 "type": k.type.decode(errors="replace"), "count": sum(x.count for x in v),
-                 "bytes": sum(x.bytes for x in v)} for k, v in self.resv.items()]
+                 "type": k.type.decode(errors="replace"), "count": v.count,
+                 "bytes": v.bytes} for k, v in self.resv.items()]
         inflight = {}
         for k, _ in self.inflight.items():
             inflight[k.dev] = inflight.get(k.dev, 0) + 1

@@ -171,7 +171,7 @@ class Probe:
                                   "count": v.count, "total_ns": v.total_ns, "max_ns": v.max_ns, "blocks": v.blocks}
                                  for k, v in self.fc.items()],
                 "delalloc": [da_row(k, v) for k, v in self.da.items()],
-                "freeing_spans": [{**da_row(k, [DaVal(count=v.count)]), "what": SPAN_EVENTS[k.event][0],
+                "freeing_spans": [{**da_row(k, DaVal(count=v.count)), "what": SPAN_EVENTS[k.event][0],
                                    "kind": SPAN_EVENTS[k.event][1], "ns": v.ns}
                                   for k, v in self.spans.items() if k.event < len(SPAN_EVENTS)]}
 
@@ -195,11 +195,11 @@ def plain_hist(h):
     return out
 
 
-def da_row(k, per_cpu):
+def da_row(k, v):
     return {"dev": k.dev, "phase": k.phase, "event": name_at(DA_EVENTS, k.event), "who": k.who,
             "syscall": syscalls.name_of(k.nr) if k.who == WHO_SYSCALL else None,
             "comm": k.comm.decode(errors="replace"),
-            "count": sum(x.count for x in per_cpu), "blocks": sum(x.blocks for x in per_cpu)}
+            "count": v.count, "blocks": v.blocks}
 
 
 # ---- summarize: one snapshot -> the section in result.json ----

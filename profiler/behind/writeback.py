@@ -181,9 +181,9 @@ def read_dirty_sysctls():
     return out
 
 
-def plain_hist(per_cpu):
+def plain_hist(h):
     """maps.sum_hists with string slot keys: the snapshot is JSON-shaped (collect.py walks it)."""
-    h = maps.sum_hists(per_cpu)
+    h = maps.sum_hists(h)
     h["fine"] = {str(slot): n for slot, n in h["fine"].items()}
     return h
 
@@ -246,31 +246,26 @@ class Probe:
             "dirty_state": [dirty_state_row(k.value, v) for k, v in self.dirty_state.items()
                             if any(x.count for x in v)],
             "work": [{"bdi": k.bdi, "phase": k.phase, "reason": reason(k.reason), "integrity": bool(k.integrity),
-                      **{f: sum(getattr(x, f) for x in v) for f in WORK_COUNTS},
-                      "pass_max_ns": max(x.pass_max_ns for x in v)} for k, v in self.work.items()],
+                      **{f: getattr(v, f) for f in WORK_COUNTS},
+                      "pass_max_ns": v.pass_max_ns} for k, v in self.work.items()],
             "run_gaps": [{"bdi": k.bdi, "phase": k.phase, "reason": reason(k.reason), **plain_hist(v)}
                          for k, v in self.gaps.items()],
-            "flush": [{"bdi": k.bdi, "phase": k.phase, **{f: sum(getattr(x, f) for x in v) for f in FLUSH_COUNTS}}
+            "flush": [{"bdi": k.bdi, "phase": k.phase, **{f: getattr(v, f) for f in FLUSH_COUNTS}}
                       for k, v in self.flush.items()],
             "inodes": [{"bdi": k.bdi, "phase": k.phase, "event": INODE_EVENTS[k.event], "who": who_name(k.who, k.nr),
-                        "count": sum(x.count for x in v), "pages": sum(x.pages for x in v)}
+                        "count": v.count, "pages": v.pages}
                        for k, v in self.inodes.items() if k.event < len(INODE_EVENTS)],
         }
 
 
-def throttle_row(k, per_cpu):
-    """One (bdi, phase, who) of balance_dirty_pages, per-CPU copies merged: sums added, the last
-    figures taken from the CPU that saw the newest hit, minima and maxima over CPUs that saw any."""
-    seen = [v for v in per_cpu if v.checks]
-    newest = max(seen, key=lambda v: v.last_ns) if seen else None
-    row = {"bdi": k.bdi, "phase": k.phase, "who": who_name(k.who, k.nr), "last_ns": newest.last_ns if newest else 0,
-           **{f: sum(getattr(v, f) for v in per_cpu) for f in THROTTLE_SUMS},
-           **{f: getattr(newest, f) if newest else 0 for f in THROTTLE_LAST},
-           "slept": plain_hist([v.slept for v in per_cpu])}
-    for f in ("limit", "dirty"):
-        row[f"{f}_min"] = min((getattr(v, f"{f}_min") for v in seen), default=0)
-        row[f"{f}_max"] = max((getattr(v, f"{f}_max") for v in seen), default=0)
-    return row
+def throttle_row(k, v):
+    """One (bdi, phase, who) of balance_dirty_pages (one value for all CPUs: bpf/writeback.bpf.c)."""
+    seen = v.checks > 0
+    return {"bdi": k.bdi, "phase": k.phase, "who": who_name(k.who, k.nr), "last_ns": v.last_ns,
+            **{f: getattr(v, f) for f in THROTTLE_SUMS},
+            **{f: getattr(v, f) if seen else 0 for f in THROTTLE_LAST},
+            **{f: getattr(v, f) if seen else 0 for f in ("limit_min", "limit_max", "dirty_min", "dirty_max")},
+            "slept": plain_hist(v.slept)}
 
 
 def dirty_state_row(phase, per_cpu):

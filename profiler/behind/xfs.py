@@ -209,18 +209,18 @@ class Probe:
         """Plain records keyed by superblock dev and phase index; callers as function names."""
         counts = []
         for k, v in self.counts.items():
-            counts.append({"dev": k.dev, "phase": k.phase, **{f: sum(getattr(x, f) for x in v) for f in COUNT_FIELDS}})
+            counts.append({"dev": k.dev, "phase": k.phase, **{f: getattr(v, f) for f in COUNT_FIELDS}})
         hists = [{"dev": k.dev, "phase": k.phase, "which": HISTS[k.which] if k.which < len(HISTS) else str(k.which),
                   **string_slots(maps.sum_hists(v))} for k, v in self.hists.items()]
         forces = [{"dev": k.dev, "phase": k.phase, "seq": bool(k.seq), "who": who(k.kthread, k.nr),
-                   "kthread": bool(k.kthread), "caller": symbols.name(k.caller_ip), "count": sum(v)}
+                   "kthread": bool(k.kthread), "caller": symbols.name(k.caller_ip), "count": v}
                   for k, v in self.forces.items()]
         waits = [{"dev": k.dev, "phase": k.phase, "slept": bool(k.slept), "who": who(k.kthread, k.nr),
-                  "kthread": bool(k.kthread), "caller": symbols.name(k.caller_ip), "count": sum(v)}
+                  "kthread": bool(k.kthread), "caller": symbols.name(k.caller_ip), "count": v}
                  for k, v in self.waits.items()]
         alloc = [{"dev": k.dev, "phase": k.phase, "event": ALLOC_EVENTS[k.event] if k.event < len(ALLOC_EVENTS)
                   else str(k.event), "who": who(k.kthread, k.nr), "kthread": bool(k.kthread),
-                  "count": sum(x.count for x in v), "blocks": sum(x.blocks for x in v)}
+                  "count": v.count, "blocks": v.blocks}
                  for k, v in self.alloc.items()]
         kernel = [{"dev": dev, "name": self.stat_names[dev], **stats_delta(before, after)}
                   for dev, after in self._read_stats().items()
