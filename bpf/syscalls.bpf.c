@@ -220,8 +220,10 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 {
 	__u32 nr = id;
 	struct task_struct *task;
-	struct inflight op = {}, *rec;
+	struct inflight *rec;
+	struct op_key key = {};
 	struct filter *f;
+	bool deferred;
 	__u64 arg0;
 	__u8 *src;
 
@@ -238,31 +240,40 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 	task = (struct task_struct *)bpf_get_current_task();
 	switch (*src) {
 	case DEV_SRC_FD:
-		op.op.dev = fd_dev(task, arg0);
+		key.dev = fd_dev(task, arg0);
 		break;
 	case DEV_SRC_DIRFD:
 	case DEV_SRC_RET_FD_AT:
 		/* dirfd is an int: only the low 32 bits of the register are meaningful. */
-		op.op.dev = path_dev(task, (int)arg0, (const char *)SYSCALL_ARG1(regs));
+		key.dev = path_dev(task, (int)arg0, (const char *)SYSCALL_ARG1(regs));
 		break;
 	case DEV_SRC_CWD:
 	case DEV_SRC_RET_FD:
-		op.op.dev = path_dev(task, AT_FDCWD, (const char *)arg0);
+		key.dev = path_dev(task, AT_FDCWD, (const char *)arg0);
 		break;
 	}
-	op.deferred = *src == DEV_SRC_RET_FD || *src == DEV_SRC_RET_FD_AT;
+	deferred = *src == DEV_SRC_RET_FD || *src == DEV_SRC_RET_FD_AT;
 	/* With a filesystem filter, operations known to be elsewhere are not followed at all. */
-	if (f->dev && op.op.dev != f->dev && !op.deferred)
+	if (f->dev && key.dev != f->dev && !deferred)
 		return 0;
-	op.op.nr = nr;
-	op.op.phase = current_phase();
-	op.out_stack = -1;
-	op.start_ns = bpf_ktime_get_ns();
+	key.nr = nr;
+	key.phase = current_phase();
 	rec = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (rec)
-		__builtin_memcpy(rec, &op, sizeof(op));
-	else
+	if (!rec) {
 		count_drop(DROP_INFLIGHT_FULL);
+		return 0;
+	}
+	/* Field by field, not a copy of a whole zeroed record: the slots (most of its 300 bytes) are
+	 * used by opens only, and only they need them cleared. */
+	rec->op = key;
+	rec->out_ns = 0;
+	rec->woken_ns = 0;
+	rec->out_stack = -1;
+	rec->out_runnable = 0;
+	rec->deferred = deferred;
+	if (deferred)
+		__builtin_memset(rec->slots, 0, sizeof(rec->slots));
+	rec->start_ns = bpf_ktime_get_ns();
 	return 0;
 }
 
@@ -337,7 +348,7 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 		add_op(&key, delta, ret);
 		#pragma unroll
 		for (int i = 0; i < OFF_SLOTS; i++) {
-			if (op->slots[i].count)
+			if (op->deferred && op->slots[i].count)
 				add_offcpu(&key, op->slots[i].stackid, op->slots[i].runnable, &op->slots[i].waker,
 					   op->slots[i].count, op->slots[i].total_ns);
 		}
