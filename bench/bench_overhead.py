@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
 from common import (QUICK, Bpftrace, BpfStats, Fsprof, Gated, LibbpfTools, NoTracer, busy, fmt,  # noqa: E402
-                    interleaved, sh, spread)
+                    interleaved, prog_rows, sh, spread)
 from profiler.machine.scratch import Changes  # noqa: E402
 from profiler.signals import install_handlers  # noqa: E402
 
@@ -227,23 +227,6 @@ def render(results, args):
             for tracer, s in st.items():
                 lines += prog_rows(key, tracer, s)
     return "\n".join(lines)
-
-
-TOP_PROGRAMS = 10
-
-
-def prog_rows(key, tracer, s):
-    """The programs with the most run time, the rest summed, and the total."""
-    progs = [p for p in s["progs"] if p["run_cnt"]]
-    secs = s["elapsed"]
-    rows = [f"| {key} | {tracer} | {p['name']} | {p['run_cnt'] / secs:,.0f} | {p['run_time_ns'] / p['run_cnt']:,.0f} | "
-            f"{p['run_time_ns'] / secs / 1e7:.2f} |" for p in progs[:TOP_PROGRAMS]]
-    rest = progs[TOP_PROGRAMS:]
-    if rest:
-        rows.append(f"| {key} | {tracer} | {len(rest)} others | | | {sum(p['run_time_ns'] for p in rest) / secs / 1e7:.2f} |")
-    total = sum(p["run_time_ns"] for p in progs)
-    rows.append(f"| {key} | {tracer} | **all {len(progs)}** | | | **{total / secs / 1e7:.2f}** |")
-    return rows
 
 
 HOW = """How: `make bench` (or `.venv/bin/python bench/bench_overhead.py`). One fresh loop-backed ext4

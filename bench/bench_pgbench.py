@@ -172,6 +172,25 @@ def run_round(server, args, traced):
     return {"tps": tps, "attach_s": rec.attached - rec.started}
 
 
+def prog_costs(server, args):
+    """One more traced round with kernel.bpf_stats_enabled=1: each fsprof program's runs and run
+    time, read while fsprof still holds them (from attach until pgbench ends)."""
+    with common.BpfStats():
+        rec = Record(server.pid)
+        try:
+            tps, out = pgbench(server, args, args.time)
+            progs = common.own_prog_stats(rec.proc.pid)
+            elapsed = time.time() - rec.attached
+        finally:
+            rec.wait(interrupt=True)
+    total = sum(p["run_time_ns"] for p in progs)
+    print(f"  bpf_stats: {total / 1e6:.1f} ms of BPF in {elapsed:.1f} s, {tps:,.0f} tps", flush=True)
+    done = next(int(line.split(":")[1].split("/")[0]) for line in out.splitlines()
+                if line.startswith("number of transactions actually processed:"))
+    return {"tps": tps, "transactions": done, "elapsed": elapsed, "bpf_ns": total,
+            "progs": sorted(progs, key=lambda p: -p["run_time_ns"])}
+
+
 def completions(log_prefix):
     """Completion times (epoch seconds) of every transaction in pgbench's per-transaction logs."""
     out = []
@@ -265,6 +284,7 @@ def main():
                 w = control_window(server, args)
                 print(f"  control window {i + 1}: " + common.brief(w), flush=True)
                 controls.append(w)
+            stats = prog_costs(server, args)
         finally:
             server.stop()
     ratios = [t["tps"] / u["tps"] for u, t in zip(runs["untraced"], runs["fsprof"])]
@@ -275,13 +295,13 @@ def main():
                "attach_dip": spread([w["attach_dip"] for w in windows]),
                "recording_dip": spread([w["recording_dip"] for w in windows]),
                "control_dip": spread([w["dip"] for w in controls])}
-    md = render(runs, ratios, windows, controls, summary, args)
+    md = render(runs, ratios, windows, controls, summary, stats, args)
     print("\n" + md)
-    common.save("pgbench", {"runs": runs, "windows": windows, "controls": controls, "summary": summary, "markdown": md, "how": HOW,
-                            "args": vars(args)})
+    common.save("pgbench", {"runs": runs, "windows": windows, "controls": controls, "summary": summary,
+                            "stats": stats, "markdown": md, "how": HOW, "args": vars(args)})
 
 
-def render(runs, ratios, windows, controls, s, args):
+def render(runs, ratios, windows, controls, s, stats, args):
     lines = ["| round | untraced tps | under `fsprof record` tps | ratio |", "|---|---|---|---|"]
     for i, (u, t, r) in enumerate(zip(runs["untraced"], runs["fsprof"], ratios), 1):
         lines.append(f"| {i} | {u['tps']:,.0f} | {t['tps']:,.0f} | {r:.3f} |")
@@ -297,7 +317,14 @@ def render(runs, ratios, windows, controls, s, args):
               + ", ".join(f"{c['seconds'] * 1000:.0f}" for c in controls) + " ms): "
               f"{fmt(s['control_dip'], 1, pct=True)}.", "",
               f"pgbench -c {args.clients} -j {min(args.clients, 2)} -T {args.time}, scale {args.scale}, "
-              f"{args.rounds} rounds, {len(windows)} attach and control windows."]
+              f"{args.rounds} rounds, {len(windows)} attach and control windows.", "",
+              f"BPF run time per transaction (kernel bpf_stats, one more traced round of {stats['tps']:,.0f} tps): "
+              f"**{stats['bpf_ns'] / stats['transactions'] / 1e3:.1f} µs** of fsprof's programs, counted from "
+              "attach until pgbench ended (the seconds around its run add a little). runs/s and CPU are per "
+              "second of that span. The bpftrace script and libbpf-tools are not run here: they follow one "
+              "pid, and a server is a process per connection.", "",
+              "| workload | tracer | program | runs/s | ns/run | CPU (% of a core) |", "|---|---|---|---|---|---|",
+              *common.prog_rows("pgbench", "fsprof", stats)]
     return "\n".join(lines)
 
 

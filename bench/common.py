@@ -366,6 +366,23 @@ class BpfStats:
         self.changes.__exit__(*exc)
 
 
+TOP_PROGRAMS = 10
+
+
+def prog_rows(key, tracer, s):
+    """The programs with the most run time, the rest summed, and the total."""
+    progs = [p for p in s["progs"] if p["run_cnt"]]
+    secs = s["elapsed"]
+    rows = [f"| {key} | {tracer} | {p['name']} | {p['run_cnt'] / secs:,.0f} | {p['run_time_ns'] / p['run_cnt']:,.0f} | "
+            f"{p['run_time_ns'] / secs / 1e7:.2f} |" for p in progs[:TOP_PROGRAMS]]
+    rest = progs[TOP_PROGRAMS:]
+    if rest:
+        rows.append(f"| {key} | {tracer} | {len(rest)} others | | | {sum(p['run_time_ns'] for p in rest) / secs / 1e7:.2f} |")
+    total = sum(p["run_time_ns"] for p in progs)
+    rows.append(f"| {key} | {tracer} | **all {len(progs)}** | | | **{total / secs / 1e7:.2f}** |")
+    return rows
+
+
 # ---- processes' own CPU and memory -------------------------------------------------------------------
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
