@@ -47,8 +47,14 @@ def test_fsync_waits_for_each_filesystems_own_commit(tmp_path):
         assert b["count"] == f["workload"]["fsyncs"] == COUNT  # the workload's own count
         # The model's error bar: what no rule explains stays small.
         assert share(b, "other wait") < 0.05, (f["fs"], b["other_wait_frames"])
-    assert share(breakdown(fs["ext4"], "fsync", "run"), "journal commit wait") > 0.5
-    assert share(breakdown(fs["xfs"], "fsync", "run"), "log force wait") > 0.5
+    # The commit is each fsync's main wait. Its share of the wall time also moves with the machine's
+    # load (CPU contention, 0.09 here; XFS's log force share once fell to 0.49 of the wall in a
+    # full run), so it is asserted of the blocked time, with a lower floor of the wall.
+    for name, commit in (("ext4", "journal commit wait"), ("xfs", "log force wait")):
+        b = breakdown(fs[name], "fsync", "run")
+        blocked = b["offcpu_ns"] - b["causes"].get("cpu contention", 0)
+        assert max(b["causes"], key=b["causes"].get) == commit, (name, b["causes"])
+        assert b["causes"][commit] > 0.6 * blocked and share(b, commit) > 0.35, (name, b["causes"])
     btrfs = breakdown(fs["btrfs"], "fsync", "run")
     assert share(btrfs, "btrfs tree-log sync") > 0.1
     assert share(btrfs, "btrfs tree-log sync") + share(btrfs, "cache flush") > 0.5
