@@ -149,19 +149,24 @@ def test_close_detaches_every_link():
     assert tracing_progs() == before
 
 
-def own_programs():
-    """{prog_id: prog_tag} of the BPF programs this process holds (/proc/self/fdinfo). The tag is
-    the kernel's hash of the program as loaded, map references left out."""
-    progs = {}
+def own_fdinfo(kind):
+    """The fdinfo of each BPF object of `kind` ("prog", "map") this process holds, {field: value}."""
+    out = []
     for fd in os.listdir("/proc/self/fd"):
         try:
-            if os.readlink(f"/proc/self/fd/{fd}") != "anon_inode:bpf-prog":
+            if os.readlink(f"/proc/self/fd/{fd}") != f"anon_inode:bpf-{kind}":
                 continue
-            info = dict(line.split(":", 1) for line in Path(f"/proc/self/fdinfo/{fd}").read_text().splitlines())
+            lines = Path(f"/proc/self/fdinfo/{fd}").read_text().splitlines()
         except OSError:
             continue
-        progs[int(info["prog_id"])] = info["prog_tag"].strip()
-    return progs
+        out.append({k.strip(): v.strip() for k, v in (line.split(":", 1) for line in lines)})
+    return out
+
+
+def own_programs():
+    """{prog_id: prog_tag} of the BPF programs this process holds. The tag is the kernel's hash of
+    the program as loaded, map references left out."""
+    return {int(p["prog_id"]): p["prog_tag"] for p in own_fdinfo("prog")}
 
 
 def test_minimised_kernel_btf_relocates_as_the_kernel_btf(tmp_path):
@@ -198,26 +203,12 @@ def test_collector_loads_side_by_side_and_leaves_no_program_behind():
 PERCPU_MAP_TYPES = {5: "percpu_hash", 6: "percpu_array", 10: "lru_percpu_hash"}
 
 
-def own_maps():
-    """fdinfo of the BPF maps this process holds: [{map_type, value_size, max_entries, map_id, ...}]."""
-    out = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            if os.readlink(f"/proc/self/fd/{fd}") != "anon_inode:bpf-map":
-                continue
-            info = dict(line.split(":", 1) for line in Path(f"/proc/self/fdinfo/{fd}").read_text().splitlines())
-        except OSError:
-            continue
-        out.append({k.strip(): v.strip() for k, v in info.items()})
-    return out
-
-
 def test_no_map_grows_with_the_cpu_count():
     """Per-CPU maps cost their whole size once per possible CPU: a per-CPU hash of histograms was
     5 MB a CPU. What is left per CPU must stay small (drop counters, a few phases)."""
     from profiler.session.collect import Collector
     with Collector():
-        maps = own_maps()
+        maps = own_fdinfo("map")
     per_cpu = {(m["map_id"], PERCPU_MAP_TYPES[int(m["map_type"])]): int(m["max_entries"]) * ((int(m["value_size"]) + 7) & ~7)
                for m in maps if int(m["map_type"]) in PERCPU_MAP_TYPES}
     assert len(maps) > 40
