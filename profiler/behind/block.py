@@ -55,16 +55,11 @@ def _fua(name):
 
 # Collection.
 
-# Slot maps are keyed by strings, as in JSON (collect.behind_stack_ids walks keys as strings).
-def _raw_hist(h):
-    return {"count": h.count, "total_ns": h.total_ns, "max_ns": h.max_ns,
-            "fine": {str(i): n for i, n in enumerate(h.slots) if n}}
-
 
 def _stat(v):
     out = {f: getattr(v, f) for f in COUNTERS}
     out["sizes_log2"] = {str(i): n for i, n in enumerate(v.size_log2) if n}
-    out["queue"], out["device"] = _raw_hist(v.queue), _raw_hist(v.device)
+    out["queue"], out["device"] = maps.snapshot_hist(v.queue), maps.snapshot_hist(v.device)
     return out
 
 

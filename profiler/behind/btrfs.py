@@ -197,10 +197,7 @@ class Probe:
                            "bytes": v.bytes, "total_ns": v.total_ns, "max_ns": v.max_ns})
         hists = []
         for k, v in self.hists.items():
-            h = maps.sum_hists(v)
-            h.pop("ret_sum", None)
-            h["fine"] = {str(slot): n for slot, n in h["fine"].items()}  # JSON-able, and not a stack id
-            hists.append({"dev": k.dev, "phase": k.phase, "which": HISTS[k.which], **h})
+            hists.append({"dev": k.dev, "phase": k.phase, "which": HISTS[k.which], **maps.snapshot_hist(v)})
         resv = [{"dev": k.dev, "phase": k.phase, "reserve": bool(k.reserve),
                  "type": k.type.decode(errors="replace"), "count": v.count,
                  "bytes": v.bytes} for k, v in self.resv.items()]

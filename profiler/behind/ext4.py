@@ -184,15 +184,8 @@ def commit_row(k, v):
     row = {"dev": k.dev, "phase": k.phase, **{f: getattr(v, f) for f in COUNT_FIELDS},
            "interval_max_ns": v.interval_max_ns,
            "phase_ns": dict(zip(COMMIT_PHASES, v.phase_ns)), "phase_max_ns": dict(zip(COMMIT_PHASES, v.phase_max_ns)),
-           "commit_hist": plain_hist(v.commit)}
+           "commit_hist": maps.snapshot_hist(v.commit)}
     return row
-
-
-def plain_hist(h):
-    """maps.sum_hists with string slot keys (JSON keys; collect.py walks snapshots by str key)."""
-    out = maps.sum_hists(h)
-    out["fine"] = {str(k): n for k, n in out["fine"].items()}
-    return out
 
 
 def da_row(k, v):

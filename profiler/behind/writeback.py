@@ -181,13 +181,6 @@ def read_dirty_sysctls():
     return out
 
 
-def plain_hist(h):
-    """maps.sum_hists with string slot keys: the snapshot is JSON-shaped (collect.py walks it)."""
-    h = maps.sum_hists(h)
-    h["fine"] = {str(slot): n for slot, n in h["fine"].items()}
-    return h
-
-
 def who_name(who, nr):
     return syscalls.name_of(nr) if who == WHO_SYSCALL else WHO_NAMES.get(who, f"who-{who}")
 
@@ -248,7 +241,7 @@ class Probe:
             "work": [{"bdi": k.bdi, "phase": k.phase, "reason": reason(k.reason), "integrity": bool(k.integrity),
                       **{f: getattr(v, f) for f in WORK_COUNTS},
                       "pass_max_ns": v.pass_max_ns} for k, v in self.work.items()],
-            "run_gaps": [{"bdi": k.bdi, "phase": k.phase, "reason": reason(k.reason), **plain_hist(v)}
+            "run_gaps": [{"bdi": k.bdi, "phase": k.phase, "reason": reason(k.reason), **maps.snapshot_hist(v)}
                          for k, v in self.gaps.items()],
             "flush": [{"bdi": k.bdi, "phase": k.phase, **{f: getattr(v, f) for f in FLUSH_COUNTS}}
                       for k, v in self.flush.items()],
@@ -265,7 +258,7 @@ def throttle_row(k, v):
             **{f: getattr(v, f) for f in THROTTLE_SUMS},
             **{f: getattr(v, f) if seen else 0 for f in THROTTLE_LAST},
             **{f: getattr(v, f) if seen else 0 for f in ("limit_min", "limit_max", "dirty_min", "dirty_max")},
-            "slept": plain_hist(v.slept)}
+            "slept": maps.snapshot_hist(v.slept)}
 
 
 def dirty_state_row(phase, per_cpu):

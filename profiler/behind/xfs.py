@@ -159,12 +159,6 @@ def who(kthread, nr):
     return syscalls.name_of(nr) if nr != NO_SYSCALL else "process (no syscall)"
 
 
-def string_slots(h):
-    """A histogram with its fine slots keyed by strings, as in result.json (collect.py walks
-    snapshots for stack ids by key name and expects string keys)."""
-    return {**h, "fine": {str(k): v for k, v in h["fine"].items()}}
-
-
 class Probe:
     def __init__(self, obj):
         self.obj = obj
@@ -211,7 +205,7 @@ class Probe:
         for k, v in self.counts.items():
             counts.append({"dev": k.dev, "phase": k.phase, **{f: getattr(v, f) for f in COUNT_FIELDS}})
         hists = [{"dev": k.dev, "phase": k.phase, "which": HISTS[k.which] if k.which < len(HISTS) else str(k.which),
-                  **string_slots(maps.sum_hists(v))} for k, v in self.hists.items()]
+                  **maps.snapshot_hist(v)} for k, v in self.hists.items()]
         forces = [{"dev": k.dev, "phase": k.phase, "seq": bool(k.seq), "who": who(k.kthread, k.nr),
                    "kthread": bool(k.kthread), "caller": symbols.name(k.caller_ip), "count": v}
                   for k, v in self.forces.items()]

@@ -190,7 +190,7 @@ class Collector:
         read = (lambda m: m.drain()) if drain else (lambda m: m.items())
         ops = []
         for k, v in self.op_hist.items():
-            op, h = syscalls.name_of(k.nr), maps.sum_hists(v)
+            op, h = syscalls.name_of(k.nr), maps.hist_data(v)
             ret_sum = h.pop("ret_sum")
             if op in syscalls.MOVES_BYTES:
                 h["bytes"] = ret_sum

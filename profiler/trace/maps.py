@@ -127,15 +127,15 @@ Stack = c.c_uint64 * MAX_STACK_DEPTH
 SPILL_STACK_BIT = 1 << 30  # a stack id of the spill map (bpf/shared_maps.h get_stack)
 
 
-def sum_hists(per_cpu):
-    """One histogram (as plain data) from one struct hist or its per-CPU copies: the fine slots as
-    a sparse {slot: count} map (see profiler/trace/hist.py for what a slot means)."""
-    if not isinstance(per_cpu, list):
-        per_cpu = [per_cpu]
-    fine = {}
-    for h in per_cpu:
-        for i, n in enumerate(h.slots):
-            if n:
-                fine[i] = fine.get(i, 0) + n
-    return {"count": sum(h.count for h in per_cpu), "total_ns": sum(h.total_ns for h in per_cpu),
-            "max_ns": max(h.max_ns for h in per_cpu), "ret_sum": sum(h.ret_sum for h in per_cpu), "fine": fine}
+def hist_data(h):
+    """One struct hist as plain data: the fine slots as a sparse {slot: count} map (see
+    profiler/trace/hist.py for what a slot means). Every histogram map is shared by all CPUs."""
+    return {"count": h.count, "total_ns": h.total_ns, "max_ns": h.max_ns, "ret_sum": h.ret_sum,
+            "fine": {i: n for i, n in enumerate(h.slots) if n}}
+
+
+def snapshot_hist(h):
+    """A struct hist as a probe's snapshot holds it: its fine slots keyed by strings, as in JSON
+    (collect.py walks snapshots for stack ids by key name)."""
+    return {"count": h.count, "total_ns": h.total_ns, "max_ns": h.max_ns,
+            "fine": {str(i): n for i, n in enumerate(h.slots) if n}}
