@@ -30,6 +30,8 @@ from common import (QUICK, Bpftrace, BpfStats, Fsprof, Gated, LibbpfTools, NoTra
 from profiler.machine.scratch import Changes  # noqa: E402
 from profiler.signals import install_handlers  # noqa: E402
 
+# fsprof-sampled: off-CPU and waker stacks walked in 1 of this many calls (fsprof --stack-sample).
+SAMPLED = 8
 FSYNC_ARGS = ["--file-test-mode", "rndwr", "--file-fsync-all", "on", "--file-num", "16",
               "--file-total-size", "64M"]
 WORKLOADS = {
@@ -49,7 +51,8 @@ def parse_args():
     ap.add_argument("--untar-entries", type=int, default=20000 if QUICK else 0,
                     help="entries to extract; 0: the whole tree (default)")
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
-    ap.add_argument("--tracers", default="untraced,fsprof,bpftrace,libbpf-tools")
+    ap.add_argument("--tracers", default="untraced,fsprof,fsprof-sampled,bpftrace,libbpf-tools",
+                    help=f"fsprof-sampled: fsprof --stack-sample {SAMPLED}")
     ap.add_argument("--no-stats", action="store_true", help="skip the bpf_stats runs")
     return ap.parse_args()
 
@@ -132,7 +135,8 @@ def run_traced(changes, argv, workdir, tracer):
 
 
 def make_tracers(names, sfs):
-    every = {"untraced": NoTracer(), "fsprof": Fsprof([common.target_of(sfs)]), "bpftrace": Bpftrace(),
+    every = {"untraced": NoTracer(), "fsprof": Fsprof([common.target_of(sfs)]),
+             "fsprof-sampled": Fsprof([common.target_of(sfs)], stack_sample=SAMPLED), "bpftrace": Bpftrace(),
              "libbpf-tools": LibbpfTools()}
     return [every[n] for n in names]
 

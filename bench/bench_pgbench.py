@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Benchmark: what tracing costs a real database. PostgreSQL (Debian's packages) runs on a scratch
 ext4 (loop-backed, barriers on): initdb, `pgbench -i`, then interleaved rounds of pgbench's TPC-B-like
-script, untraced and under `fsprof record --pid POSTMASTER` (the command a user would run: the
-postmaster, its existing children and every backend it forks for pgbench's clients are traced), the
-order alternated each round; the ratio of tps is taken within each round.
+script, untraced, under `fsprof record --pid POSTMASTER` (the command a user would run: the
+postmaster, its existing children and every backend it forks for pgbench's clients are traced) and
+under the same with `--stack-sample 8`, the order rotated each round; the ratio of tps is taken
+within each round.
 
 Then the attach window: pgbench runs with a per-transaction log; a few seconds in, `fsprof record
 --pid POSTMASTER --duration 3s` starts. The transactions that completed between its start and its
@@ -37,12 +38,14 @@ from profiler.signals import install_handlers  # noqa: E402
 
 FSPROF = [PY, "-m", "profiler"]
 PORT = 54329          # not PostgreSQL's default: a server the machine runs is left alone
+SAMPLED = "fsprof --stack-sample"  # the third variant: stacks walked in 1 of N calls
 BEFORE_S = 3.0        # the attach window's baseline: tps of the seconds before fsprof starts
 
 
 def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=2 if QUICK else 5, help="interleaved rounds (default 5)")
+    ap.add_argument("--stack-sample", type=int, default=8, help="the sampled variant's --stack-sample N (default 8)")
     ap.add_argument("--time", type=int, default=5 if QUICK else 20, help="pgbench seconds per run (default 20)")
     ap.add_argument("--clients", type=int, default=4, help="pgbench clients (default 4)")
     ap.add_argument("--scale", type=int, default=10, help="pgbench scale factor (default 10: 1M accounts)")
@@ -123,9 +126,10 @@ def pgbench(server, args, seconds, log_prefix=None):
 class Record:
     """`fsprof record --pid POSTMASTER` as a user runs it, until SIGINT (Ctrl-C)."""
 
-    def __init__(self, pid, duration=None, out=None):
+    def __init__(self, pid, duration=None, out=None, stack_sample=1):
         self.out = out or tempfile.mkdtemp(prefix="bench-pgbench-", dir="/var/tmp")
-        argv = [*FSPROF, "record", "--pid", str(pid), "-o", os.path.join(self.out, "run")]
+        argv = [*FSPROF, "record", "--pid", str(pid), "-o", os.path.join(self.out, "run"),
+                "--stack-sample", str(stack_sample)]
         if duration:
             argv += ["--duration", duration]
         self.started = time.time()
@@ -160,11 +164,11 @@ class Record:
             raise SystemExit(f"bench_pgbench: fsprof record failed ({self.proc.returncode}): {err.strip()[-300:]}")
 
 
-def run_round(server, args, traced):
+def run_round(server, args, traced, stack_sample=1):
     if not traced:
         tps, _ = pgbench(server, args, args.time)
         return {"tps": tps}
-    rec = Record(server.pid)
+    rec = Record(server.pid, stack_sample=stack_sample)
     try:
         tps, _ = pgbench(server, args, args.time)
     finally:
@@ -172,11 +176,11 @@ def run_round(server, args, traced):
     return {"tps": tps, "attach_s": rec.attached - rec.started}
 
 
-def prog_costs(server, args):
+def prog_costs(server, args, stack_sample=1):
     """One more traced round with kernel.bpf_stats_enabled=1: each fsprof program's runs and run
     time, read while fsprof still holds them (from attach until pgbench ends)."""
     with common.BpfStats():
-        rec = Record(server.pid)
+        rec = Record(server.pid, stack_sample=stack_sample)
         try:
             tps, out = pgbench(server, args, args.time)
             progs = common.own_prog_stats(rec.proc.pid)
@@ -275,7 +279,8 @@ def main():
                   f"PostgreSQL {Path(pg_bin('postgres')).parts[4]} on scratch ext4", flush=True)
             pgbench(server, args, min(args.time, 10))   # warm-up: caches, WAL segments
             runs = interleaved([("untraced", lambda: run_round(server, args, False)),
-                                ("fsprof", lambda: run_round(server, args, True))], args.rounds)
+                                ("fsprof", lambda: run_round(server, args, True)),
+                                (SAMPLED, lambda: run_round(server, args, True, args.stack_sample))], args.rounds)
             windows, controls = [], []
             for i in range(args.attach_rounds):
                 w = attach_window(server, args)
@@ -285,27 +290,35 @@ def main():
                 print(f"  control window {i + 1}: " + common.brief(w), flush=True)
                 controls.append(w)
             stats = prog_costs(server, args)
+            sampled_stats = prog_costs(server, args, args.stack_sample)
         finally:
             server.stop()
     ratios = [t["tps"] / u["tps"] for u, t in zip(runs["untraced"], runs["fsprof"])]
+    sampled_ratios = [t["tps"] / u["tps"] for u, t in zip(runs["untraced"], runs[SAMPLED])]
     summary = {"untraced": spread([r["tps"] for r in runs["untraced"]]),
                "fsprof": spread([r["tps"] for r in runs["fsprof"]]),
                "overhead": spread([1 - r for r in ratios]),
+               "sampled": spread([r["tps"] for r in runs[SAMPLED]]),
+               "sampled_overhead": spread([1 - r for r in sampled_ratios]), "stack_sample": args.stack_sample,
                "attach_s": spread([w["attach_s"] for w in windows]),
                "attach_dip": spread([w["attach_dip"] for w in windows]),
                "recording_dip": spread([w["recording_dip"] for w in windows]),
                "control_dip": spread([w["dip"] for w in controls])}
-    md = render(runs, ratios, windows, controls, summary, stats, args)
+    md = render(runs, ratios, sampled_ratios, windows, controls, summary, stats, sampled_stats, args)
     print("\n" + md)
     common.save("pgbench", {"runs": runs, "windows": windows, "controls": controls, "summary": summary,
-                            "stats": stats, "markdown": md, "how": HOW, "args": vars(args)})
+                            "stats": stats, "sampled_stats": sampled_stats, "markdown": md, "how": HOW,
+                            "args": vars(args)})
 
 
-def render(runs, ratios, windows, controls, s, stats, args):
-    lines = ["| round | untraced tps | under `fsprof record` tps | ratio |", "|---|---|---|---|"]
-    for i, (u, t, r) in enumerate(zip(runs["untraced"], runs["fsprof"], ratios), 1):
-        lines.append(f"| {i} | {u['tps']:,.0f} | {t['tps']:,.0f} | {r:.3f} |")
-    lines += ["", f"Throughput cost (1 - ratio, median of rounds): {fmt(s['overhead'], 1, pct=True)}.", "",
+def render(runs, ratios, sampled_ratios, windows, controls, s, stats, sampled_stats, args):
+    lines = [f"| round | untraced tps | under `fsprof record` tps | ratio | under `fsprof record --stack-sample "
+             f"{args.stack_sample}` tps | ratio |", "|---|---|---|---|---|---|"]
+    for i, (u, t, r, ts, rs) in enumerate(zip(runs["untraced"], runs["fsprof"], ratios, runs[SAMPLED],
+                                              sampled_ratios), 1):
+        lines.append(f"| {i} | {u['tps']:,.0f} | {t['tps']:,.0f} | {r:.3f} | {ts['tps']:,.0f} | {rs:.3f} |")
+    lines += ["", f"Throughput cost (1 - ratio, median of rounds): {fmt(s['overhead'], 1, pct=True)}; with "
+              f"`--stack-sample {args.stack_sample}`: {fmt(s['sampled_overhead'], 1, pct=True)}.", "",
               "| attach window | tps before | tps while attaching | tps while recording | attaching took |",
               "|---|---|---|---|---|"]
     for i, w in enumerate(windows, 1):
@@ -319,12 +332,15 @@ def render(runs, ratios, windows, controls, s, stats, args):
               f"pgbench -c {args.clients} -j {min(args.clients, 2)} -T {args.time}, scale {args.scale}, "
               f"{args.rounds} rounds, {len(windows)} attach and control windows.", "",
               f"BPF run time per transaction (kernel bpf_stats, one more traced round of {stats['tps']:,.0f} tps): "
-              f"**{stats['bpf_ns'] / stats['transactions'] / 1e3:.1f} µs** of fsprof's programs, counted from "
+              f"**{stats['bpf_ns'] / stats['transactions'] / 1e3:.1f} µs** of fsprof's programs; with "
+              f"`--stack-sample {args.stack_sample}` (a round of {sampled_stats['tps']:,.0f} tps) "
+              f"**{sampled_stats['bpf_ns'] / sampled_stats['transactions'] / 1e3:.1f} µs**; counted from "
               "attach until pgbench ended (the seconds around its run add a little). runs/s and CPU are per "
               "second of that span. The bpftrace script and libbpf-tools are not run here: they follow one "
               "pid, and a server is a process per connection.", "",
               "| workload | tracer | program | runs/s | ns/run | CPU (% of a core) |", "|---|---|---|---|---|---|",
-              *common.prog_rows("pgbench", "fsprof", stats)]
+              *common.prog_rows("pgbench", "fsprof", stats),
+              *common.prog_rows("pgbench", f"fsprof --stack-sample {args.stack_sample}", sampled_stats)]
     return "\n".join(lines)
 
 

@@ -200,12 +200,14 @@ class Fsprof:
     workload runs, as `fsprof record` does)."""
     name = "fsprof"
 
-    def __init__(self, targets):
-        self.targets = targets
+    def __init__(self, targets, stack_sample=1):
+        self.targets, self.stack_sample = targets, stack_sample
+        if stack_sample > 1:
+            self.name = f"fsprof --stack-sample {stack_sample}"
 
     def start(self, pid):
         from profiler.session.collect import Collector
-        self.collector = Collector()
+        self.collector = Collector(stack_sample=self.stack_sample)
         try:
             self.collector.set_targets(self.targets)
             self.collector.reset()

@@ -24,7 +24,8 @@ import write_doc  # noqa: E402
 # defaults so that the whole of `make bench` stays near 30 minutes; their docs/workload-*.md
 # give the longer runs).
 OWN = [("overhead", ["bench/bench_overhead.py"]), ("startup", ["bench/bench_startup.py"]),
-       ("pgbench", ["bench/bench_pgbench.py"]), ("capacity", ["bench/bench_capacity.py"]),
+       ("pgbench", ["bench/bench_pgbench.py"]), ("sampling", ["bench/bench_sampling.py"]),
+       ("capacity", ["bench/bench_capacity.py"]),
        ("report", ["bench/bench_report.py"]), ("soak", ["bench/bench_soak.py"])]
 WORKLOADS_FULL = [
     ("fsync_heavy", ["bench/bench_fsync_heavy.py", "--repeats", "3"]),

@@ -116,6 +116,12 @@ def closing_note(overhead, startup, pgbench, capacity):
                          else "more than the CPU it uses.") if p.get("control_dip") else ".")
                    + (f" fsprof's programs ran {pgbench['stats']['bpf_ns'] / pgbench['stats']['transactions'] / 1e3:.1f} µs "
                       "per transaction (bpf_stats round)." if pgbench.get("stats") else ""))
+        if p.get("sampled_overhead"):
+            so, st = p["sampled_overhead"]["median"], pgbench.get("sampled_stats")
+            missed |= so > OVERHEAD_TARGET
+            out.append(f"  With `--stack-sample {p['stack_sample']}`: {p['sampled']['median']:,.0f} tps, {so * 100:+.1f}% "
+                       f"({'within' if so <= OVERHEAD_TARGET else 'over'} the {OVERHEAD_TARGET:.0%} target)"
+                       + (f"; {st['bpf_ns'] / st['transactions'] / 1e3:.1f} µs of BPF per transaction." if st else "."))
     if capacity:
         for r in capacity["rows"]:
             out.append(f"- **Capacity** ({r['what']}, {r['seconds']:.0f} s): {r['syscalls_per_s']:,.0f} syscalls/s, "
@@ -136,7 +142,7 @@ def overhead_note(overhead):
         if not fs:
             continue
         peers = "; ".join(f"{name} {v['overhead']['median'] * 100:+.1f}%" for name, v in s.items()
-                          if name not in ("untraced", "fsprof") and v.get("overhead"))
+                          if name != "untraced" and not name.startswith("fsprof") and v.get("overhead"))
         bt = s.get("bpftrace", {}).get("overhead")
         target = "within" if fs["median"] <= OVERHEAD_TARGET else "over"
         missed |= fs["median"] > OVERHEAD_TARGET
@@ -168,6 +174,15 @@ def overhead_note(overhead):
                           f"({'at or below' if pr[0] <= bt_pr[0] else f'{pr[0] / bt_pr[0]:.1f}x'} it)")
             out.append(f"  BPF run time per request (all of fsprof's programs in the bpf_stats run, divided by "
                        f"its requests): {pr[0]:.1f} µs{versus}; an untraced request takes {pr[1]:.1f} µs.")
+        sampled = next((name for name in s if name.startswith("fsprof --stack-sample")), None)
+        if sampled and s[sampled].get("overhead"):
+            spr = per_request(res, sampled)
+            over = s[sampled]["overhead"]["median"]
+            out.append(f"  With `{sampled}` (stacks walked in 1 of N calls, the rest estimated): overhead "
+                       f"{over * 100:+.1f}% ({'within' if over <= OVERHEAD_TARGET else 'over'} the target)"
+                       + (f", {spr[0]:.1f} µs of BPF per request"
+                          + (f" ({'at or below' if spr[0] <= bt_pr[0] else f'{spr[0] / bt_pr[0]:.1f}x'} the "
+                             "script's)" if bt_pr else "") if spr else "") + ".")
     return out, missed
 
 
@@ -274,6 +289,7 @@ def write(done=None):
     lines += section("Tracing overhead", overhead, "bench/bench_overhead.py", "overhead")
     lines += section("Start-up", startup, "bench/bench_startup.py", "startup")
     lines += section("A real database: PostgreSQL pgbench", pgbench, "bench/bench_pgbench.py", "pgbench")
+    lines += section("Stack sampling: the same answers?", load("sampling"), "bench/bench_sampling.py", "sampling")
     lines += section("Capacity", capacity, "bench/bench_capacity.py", "capacity")
     lines += section("Report cost", report, "bench/bench_report.py", "report")
     lines += section("Continuous mode: soak", load("soak"), "bench/bench_soak.py", "soak")

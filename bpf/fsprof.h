@@ -43,6 +43,19 @@ struct filter {
 	__u32 dev;             /* nonzero: only operations on this superblock count */
 };
 
+/* Stack sampling (fsprof --stack-sample): off-CPU and waker stacks are walked in 1 of `every`
+ * calls of an op once `first` of its blocked intervals have been (windows of a worker: once it has
+ * had `first` windows); every <= 1: in all. In a map, not .rodata, so that every kernel's verifier
+ * checks both paths whatever a run chooses. */
+struct stack_sampling {
+	__u32 every;
+	__u32 first;
+};
+
+/* The stack id of an interval in a call whose stacks were not walked (stack sampling): its time
+ * is split in userspace in the proportions of the same op's walked calls. Below every errno. */
+#define STACK_NOT_WALKED (-100000)
+
 struct phase_state {
 	__u32 current;
 	__u32 pad;
@@ -122,7 +135,8 @@ struct worker_window {
 	__u16 kind;            /* enum worker_kind */
 	__u16 phase;
 	__s32 out_stack;
-	__u32 out_runnable;
+	__u16 out_runnable;
+	__u16 no_stacks;       /* stack sampling passed this window over: its intervals are STACK_NOT_WALKED */
 };
 
 struct worker_key {

@@ -13,6 +13,14 @@ struct {
 	__type(value, struct phase_state);
 } phase_state SEC(".maps");
 
+/* Set by userspace before attaching (struct stack_sampling). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct stack_sampling);
+} stack_sampling SEC(".maps");
+
 /* enum drop_reason -> count of events not recorded. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -126,6 +134,20 @@ static __always_inline __u16 current_phase(void)
 	return ps ? ps->current : 0;
 }
 
+/* Whether to walk the stacks of a call (worker window) whose op has had `done` waits walked (whose
+ * worker has had `done` windows): always until stack_sampling.first, then 1 in
+ * stack_sampling.every at random. Decided once per call, so a walked call keeps all its
+ * intervals' stacks and wakers and their proportions. */
+static __always_inline bool walk_stacks(__u64 done)
+{
+	__u32 zero = 0;
+	struct stack_sampling *s = bpf_map_lookup_elem(&stack_sampling, &zero);
+
+	if (!s || s->every <= 1 || done < s->first)
+		return true;
+	return bpf_get_prandom_u32() % s->every == 0;
+}
+
 static __always_inline __s64 *workers_open_count(void)
 {
 	__u32 zero = 0;
@@ -151,17 +173,18 @@ static __always_inline void worker_begin(__u16 kind, __u32 dev)
 	__s64 *open;
 	long err;
 
+	run = worker_run_of(&w);
+	w.no_stacks = !walk_stacks(run ? run->windows : 0);
 	err = bpf_map_update_elem(&worker_windows, &tid, &w, BPF_NOEXIST);
 	if (err == -ERR_EEXIST) {  /* a window left open (its end missed): replaced, not counted again */
 		err = bpf_map_update_elem(&worker_windows, &tid, &w, BPF_ANY);
 	} else if (!err && (open = workers_open_count())) {
 		__sync_fetch_and_add(open, 1);
 	}
-	if (err) {
+	if (err)
 		count_drop(DROP_WORKER_FULL);
-	} else if ((run = worker_run_of(&w))) {
+	else if (run)
 		__sync_fetch_and_add(&run->windows, 1);
-	}
 }
 
 /* Forgets the thread's window, if it has one. */

@@ -80,7 +80,8 @@ struct inflight {
 	struct op_key op;      /* dev as known at entry; an open's fd is resolved at exit */
 	__s32 out_stack;
 	__u16 out_runnable;
-	__u16 deferred;        /* an open: its filesystem is known only at exit, so off-CPU time waits in slots */
+	__u8 deferred;         /* an open: its filesystem is known only at exit, so off-CPU time waits in slots */
+	__u8 no_stacks;        /* stack sampling passed this call over: its intervals are STACK_NOT_WALKED */
 	struct waker waker;    /* who woke it while switched out */
 	struct off_slot slots[OFF_SLOTS];
 };
@@ -143,7 +144,18 @@ struct {
 	__type(value, struct rq_classes);
 } op_rqs SEC(".maps");
 
+/* Stack sampling: the blocked intervals of each (filesystem, syscall, phase) whose stacks were
+ * walked. An op's calls are all walked until it has this many (stack_sampling.first), so that a
+ * kind of wait met rarely is seen in full rather than estimated from a handful. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 2048);
+	__type(key, struct op_key);
+	__type(value, __u64);
+} waits_walked SEC(".maps");
+
 const struct hist zero_hist = {};
+const __u64 zero_count = 0;
 const struct rq_classes zero_rqs = {};
 const __u8 one = 1;
 
@@ -210,6 +222,25 @@ static __always_inline void set_phase(__u64 index)
 		ps->start_ns[index] = bpf_ktime_get_ns();
 }
 
+static __always_inline bool sampling_stacks(void)
+{
+	__u32 zero = 0;
+	struct stack_sampling *s = bpf_map_lookup_elem(&stack_sampling, &zero);
+
+	return s && s->every > 1;
+}
+
+/* The blocked intervals of an op whose stacks were walked so far (0 when not sampling). */
+static __always_inline __u64 walked_so_far(struct op_key *key)
+{
+	__u64 *n;
+
+	if (!sampling_stacks())
+		return 0;
+	n = bpf_map_lookup_elem(&waits_walked, key);
+	return n ? *n : 0;
+}
+
 /* The raw syscall tracepoints give the registers: on x86-64 a syscall's arguments are in di, si,
  * dx, r10, r8, r9 and its number in orig_ax (what raw_syscalls' own fields are copied from). */
 #define SYSCALL_ARG0(regs) ((regs)->di)
@@ -271,6 +302,7 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 	rec->out_stack = -1;
 	rec->out_runnable = 0;
 	rec->deferred = deferred;
+	rec->no_stacks = !walk_stacks(walked_so_far(&key));
 	if (deferred)
 		__builtin_memset(rec->slots, 0, sizeof(rec->slots));
 	rec->start_ns = bpf_ktime_get_ns();
@@ -372,7 +404,16 @@ __noinline int add_interval(struct inflight *op, __u32 runnable, __u32 woken, __
 
 	if (!op)
 		return 0;
-	waker = woken ? &op->waker : &no_waker;
+	if (!runnable && !op->no_stacks && sampling_stacks()) {
+		/* A copy on the stack: older verifiers take a map key from there, not from op's memory. */
+		struct op_key key = op->op;
+		__u64 *n = lookup_or_init(&waits_walked, &key, &zero_count, DROP_OPS_FULL);
+
+		if (n)
+			__sync_fetch_and_add(n, 1);
+	}
+	/* A call whose stacks are not walked keeps no waker either: one record per kind of interval. */
+	waker = woken && !op->no_stacks ? &op->waker : &no_waker;
 	/* Runnable time is CPU contention whatever the stack: an open keeps it in one slot. */
 	stack = op->deferred && runnable ? -1 : op->out_stack;
 	if (!op->deferred) {
@@ -432,7 +473,7 @@ int BPF_PROG(on_waking, struct task_struct *p)
 	op = inflight_of(p);
 	if (!op || !op->out_ns || op->woken_ns)
 		return 0;
-	if (!op->out_runnable) {
+	if (!op->out_runnable && !op->no_stacks) {
 		op->waker.stack = get_stack(ctx);
 		if (op->waker.stack < 0)
 			count_drop(DROP_WAKER_STACK);
@@ -454,6 +495,10 @@ static __always_inline void worker_switch_out(__u32 tid, void *ctx, bool runnabl
 		return;
 	w->out_ns = now;
 	w->out_runnable = runnable;
+	if (w->no_stacks) {
+		w->out_stack = STACK_NOT_WALKED;
+		return;
+	}
 	w->out_stack = get_stack(ctx);
 	if (w->out_stack < 0)
 		count_drop(DROP_OFFCPU_STACK);
@@ -504,9 +549,13 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 		op->waker.stack = -1;
 		op->waker.comm[0] = 0;
 		op->out_runnable = preempt || prev_state == 0 /* TASK_RUNNING */;
-		op->out_stack = get_stack(ctx);
-		if (op->out_stack < 0)
-			count_drop(DROP_OFFCPU_STACK);
+		if (op->no_stacks) {
+			op->out_stack = STACK_NOT_WALKED;
+		} else {
+			op->out_stack = get_stack(ctx);
+			if (op->out_stack < 0)
+				count_drop(DROP_OFFCPU_STACK);
+		}
 	}
 	op = inflight_of(next);
 	if (op && op->out_ns)

@@ -129,17 +129,26 @@ class ScratchExt4:
             subprocess.run(["losetup", "-d", self.dev], capture_output=True)
 
 
-def fsprof_run(workload, *args):
+def fsprof_run(workload, *args, stack_sample=1):
     """A short three-filesystem run of a bundled workload; PASS when it exits 0 with a result of
-    all three filesystems."""
+    all three filesystems. With stack_sample N > 1 (--stack-sample), each filesystem's result must
+    also say that part of its off-CPU time was estimated: the sampler passed calls over."""
     def check(ctx):
         out = ctx.work / "run"
+        sampling = ["--stack-sample", str(stack_sample)] if stack_sample > 1 else []
         ctx.run([*FSPROF, "run", "--fs", "ext4,xfs,btrfs", "--scratch-dir", str(ctx.work / "scratch"),
-                 "-o", str(out), "--workload", workload, *args])
+                 "-o", str(out), "--workload", workload, *sampling, *args])
         result = json.loads((out / "result.json").read_text())
         have = sorted(fs["fs"] for fs in result["filesystems"])
         if have != ["btrfs", "ext4", "xfs"]:
             raise CheckFailed(f"result.json has filesystems {have}, not ext4, xfs and btrfs")
+        if sampling:
+            estimated = {fs["fs"]: fs.get("stack_sampling", {}).get("estimated_share", 0)
+                         for fs in result["filesystems"]}
+            if not all(estimated.values()):
+                raise CheckFailed(f"--stack-sample {stack_sample}: estimated shares {estimated}")
+            return "; ".join(filter(None, ["stacks sampled: estimated " + ", ".join(
+                f"{k} {v:.0%}" for k, v in sorted(estimated.items())), noted(ctx, result)]))
         return noted(ctx, result)
     return check
 
@@ -270,7 +279,10 @@ IN_VM = False  # set by --inside: the checks run in a guest (under TCG, slow)
 CHECKS = [
     ("doctor", 600, check_doctor),
     ("fsync-loop", 1200, fsprof_run("fsync-loop", "--count", "200")),
-    ("fsync-heavy", 1200, fsprof_run("fsync-heavy", "--file-num", "4", "--file-total-size", "16M", "--time", "3")),
+    # Stack sampling on: the sampled paths of on_sys_enter, on_switch, on_waking and the worker
+    # windows run on each kernel (the verifier checks both paths whatever the run chooses).
+    ("fsync-heavy", 1200, fsprof_run("fsync-heavy", "--file-num", "4", "--file-total-size", "16M", "--time", "3",
+                                     stack_sample=4)),
     ("bonnie", 1200, fsprof_run("bonnie", "-s", "16", "-n", "1", "-f")),
     ("untar", 1200, fsprof_run("untar", "--files", "2000", "--synthetic", "--image-size", "1G")),
     ("record-pid", 600, check_record),

@@ -50,9 +50,10 @@ def assemble(raw, target, names, end_ns):
     phase i's name (phase 0: everything before the workload's first marker)."""
     fs, sb_dev = target.fs, target.sb_dev
     mine = lambda recs: [r for r in recs if r["dev"] == sb_dev]  # noqa: E731
-    ops, offcpu, samples = mine(raw["ops"]), mine(raw["offcpu"]), mine(raw["samples"])
+    ops, offcpu, samples = mine(raw["ops"]), attribution.split_unwalked(mine(raw["offcpu"])), mine(raw["samples"])
     # A worker names the superblock, or (jbd2) the block device its journal is on.
-    worker_recs = [r for r in raw.get("workers", []) if r["dev"] == sb_dev or r["dev"] in target.block_devs]
+    worker_recs = attribution.split_unwalked([r for r in raw.get("workers", [])
+                                              if r["dev"] == sb_dev or r["dev"] in target.block_devs])
     worker_runs = [r for r in raw.get("worker_runs", []) if r["dev"] == sb_dev or r["dev"] in target.block_devs]
     op_rqs = mine(raw.get("op_requests", []))
     scoped = raw.get("requests_per_op", False)  # None of the per-op requests when the kernel lacks block_getrq
@@ -113,14 +114,17 @@ def assemble(raw, target, names, end_ns):
         "trace": {
             "sample_hz": raw["sample_hz"],
             "offcpu": [{k: r[k] for k in ("phase", "op", "stack", "runnable", "waker_stack", "waker_comm",
-                                          "count", "total_ns")} for r in offcpu],
+                                          "count", "total_ns", "estimated_ns") if k in r} for r in offcpu],
             "samples": [{k: r[k] for k in ("phase", "op", "stack", "count")} for r in samples],
-            "workers": [{k: r[k] for k in ("phase", "kind", "stack", "runnable", "count", "total_ns")}
-                        for r in worker_recs],
+            "workers": [{k: r[k] for k in ("phase", "kind", "stack", "runnable", "count", "total_ns", "estimated_ns")
+                         if k in r} for r in worker_recs],
             "stacks": {str(k): v for k, v in stacks.items()},
         },
         "drops": raw["drops"],
     }
+    if raw.get("stack_sampling"):
+        estimated = sum(b.get("offcpu_estimated_ns", 0) for p in phases.values() for b in p["attribution"].values())
+        entry["stack_sampling"] = {**raw["stack_sampling"], "estimated_share": estimated / off if off else 0.0}
     ctx = behind.Context(fs=fs, sb_dev=sb_dev, block_devs=target.block_devs, phase_names=list(names),
                          elapsed_s=sum(elapsed.values()), syscalls=entry["syscalls"], phases=phases,
                          workers=workers(fs, worker_recs, stacks, names, worker_runs), stacks=stacks)

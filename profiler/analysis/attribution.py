@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .. import filesystems
 from ..causes import check as known_cause
+from ..trace.maps import STACK_NOT_WALKED
 
 RULES_DIR = Path(__file__).parent / "rules"
 CPU_CONTENTION = known_cause("cpu contention")
@@ -24,6 +25,7 @@ OTHER_CPU = known_cause("other kernel CPU")
 UNSAMPLED_CPU = known_cause("CPU (too short to sample)")
 NO_STACK_CPU = known_cause("CPU (stack not captured)")
 NO_STACK = "[stack not captured]"
+NOT_WALKED = "[stack not walked: sampled out, no walked wait of its kind to divide it by]"
 RULE_TABLE_OF = {fs.name: fs.rules for fs in filesystems.TABLE.values()}
 
 
@@ -123,6 +125,56 @@ def waker_name(comm, frames):
     return _KWORKER_SUFFIX.sub(r"\1:*", comm)
 
 
+def classify_off(rules, rec, frames, worker=False):
+    """(cause, detail) of an off-CPU record of a syscall (or, with worker, of a worker's window)."""
+    if rec["stack"] == STACK_NOT_WALKED and not rec["runnable"]:
+        return OTHER_WAIT, NOT_WALKED
+    return (rules.classify_worker if worker else rules.classify_off)(frames, rec["runnable"])
+
+
+def apportion(total, weights):
+    """{key: int} summing exactly to `total`, in proportion to weights {key: number > 0}: each
+    share rounded down, the remainder to the largest weight."""
+    whole = sum(weights.values())
+    shares = {k: total * w // whole for k, w in weights.items()}
+    shares[max(weights, key=weights.get)] += total - sum(shares.values())
+    return shares
+
+
+def split_unwalked(offcpu):
+    """Stack sampling (--stack-sample N): the intervals of the calls (a worker's windows) whose
+    stacks were not walked come as records with stack STACK_NOT_WALKED. Each (dev, phase, op or
+    worker kind, runnable) group's such time is divided among the same group's walked records in
+    proportion to their time, and its interval count in proportion to their counts: the calls were
+    chosen at random, so the walked ones are a sample of the rest. A walked record keeps what it
+    received in "estimated_ns". A group with no walked record keeps its own (blocked time with no
+    cause but "other wait", named NOT_WALKED). Totals stay exact; only the division between stacks
+    is estimated."""
+    group = lambda r: (r.get("dev"), r["phase"], r.get("op"), r.get("kind"), r["runnable"])  # noqa: E731
+    walked = [dict(r) for r in offcpu if r["stack"] != STACK_NOT_WALKED]
+    members, unwalked = {}, {}
+    for i, r in enumerate(walked):
+        members.setdefault(group(r), []).append(i)
+    for r in offcpu:
+        if r["stack"] == STACK_NOT_WALKED:
+            u = unwalked.setdefault(group(r), {**r, "count": 0, "total_ns": 0})
+            u["count"] += r["count"]
+            u["total_ns"] += r["total_ns"]
+    out = walked
+    for g, u in unwalked.items():
+        mine = [i for i in members.get(g, []) if walked[i]["total_ns"] > 0]
+        if not mine:
+            out.append({**u, "estimated_ns": u["total_ns"]})
+            continue
+        by_ns = apportion(u["total_ns"], {i: walked[i]["total_ns"] for i in mine})
+        by_count = apportion(u["count"], {i: walked[i]["count"] or 1 for i in mine})
+        for i in mine:
+            walked[i]["total_ns"] += by_ns[i]
+            walked[i]["count"] += by_count[i]
+            walked[i]["estimated_ns"] = walked[i].get("estimated_ns", 0) + by_ns[i]
+    return out
+
+
 def attribute(fs, wall, offcpu, samples, stacks, spans=None):
     """One (filesystem, syscall, phase): wall = {count, total_ns}; offcpu = [{stack, runnable,
     count, total_ns}]; samples = [{stack, count}]; stacks = {id: [function, ...]}; spans =
@@ -132,8 +184,9 @@ def attribute(fs, wall, offcpu, samples, stacks, spans=None):
     (their samples in a measured cause dropped, being counted already)."""
     rules = rules_for(fs)
     causes, other, wakers, waits, off_ns, off_count = {}, {}, {}, {}, 0, 0
+    estimated = sum(rec.get("estimated_ns", 0) for rec in offcpu)
     for rec in offcpu:
-        cause, detail = rules.classify_off(stacks.get(rec["stack"], []), rec["runnable"])
+        cause, detail = classify_off(rules, rec, stacks.get(rec["stack"], []))
         causes[cause] = causes.get(cause, 0) + rec["total_ns"]
         if not rec["runnable"]:
             waits[cause] = waits.get(cause, 0) + rec["count"]
@@ -164,11 +217,7 @@ def attribute(fs, wall, offcpu, samples, stacks, spans=None):
         n_samples += rec["count"]
     if on_ns > 0:
         if n_samples:
-            # Exact integer split of on_ns by sample shares: the remainder goes to the largest.
-            shares = {k: on_ns * n // n_samples for k, n in by_cpu_cause.items()}
-            top = max(by_cpu_cause, key=by_cpu_cause.get)
-            shares[top] += on_ns - sum(shares.values())
-            for k, v in shares.items():
+            for k, v in apportion(on_ns, by_cpu_cause).items():
                 causes[k] = causes.get(k, 0) + v
         else:
             causes[UNSAMPLED_CPU] = causes.get(UNSAMPLED_CPU, 0) + on_ns
@@ -188,6 +237,9 @@ def attribute(fs, wall, offcpu, samples, stacks, spans=None):
     }
     if spans:
         out["cpu_spans"] = spans
+    if estimated:
+        # Off-CPU time of calls whose stacks sampling passed over: its causes are estimated.
+        out["offcpu_estimated_ns"] = estimated
     return out
 
 
@@ -198,15 +250,19 @@ def attribute_worker(fs, offcpu, stacks):
     rules = rules_for(fs)
     causes, other, off_ns, count = {}, {}, 0, 0
     for rec in offcpu:
-        cause, detail = rules.classify_worker(stacks.get(rec["stack"], []), rec["runnable"])
+        cause, detail = classify_off(rules, rec, stacks.get(rec["stack"], []), worker=True)
         causes[cause] = causes.get(cause, 0) + rec["total_ns"]
         if detail:
             other[detail] = other.get(detail, 0) + rec["total_ns"]
         off_ns += rec["total_ns"]
         count += rec["count"]
-    return {"offcpu_ns": off_ns, "offcpu_intervals": count,
-            "causes": dict(sorted(causes.items(), key=lambda kv: -kv[1])),
-            "other_wait_frames": dict(sorted(other.items(), key=lambda kv: -kv[1]))}
+    out = {"offcpu_ns": off_ns, "offcpu_intervals": count,
+           "causes": dict(sorted(causes.items(), key=lambda kv: -kv[1])),
+           "other_wait_frames": dict(sorted(other.items(), key=lambda kv: -kv[1]))}
+    estimated = sum(rec.get("estimated_ns", 0) for rec in offcpu)
+    if estimated:
+        out["offcpu_estimated_ns"] = estimated
+    return out
 
 
 def merge_requests(parts):
@@ -233,6 +289,8 @@ def merge(breakdowns):
             spans[cause] = spans.get(cause, 0) + ns
         for k in ("count", "wall_ns", "offcpu_ns", "offcpu_intervals", "oncpu_ns", "oncpu_samples"):
             out[k] += b[k]
+        if b.get("offcpu_estimated_ns"):
+            out["offcpu_estimated_ns"] = out.get("offcpu_estimated_ns", 0) + b["offcpu_estimated_ns"]
         for cause, by in b.get("wakers", {}).items():
             mine = out["wakers"].setdefault(cause, {})
             for who, ns in by.items():

@@ -5,6 +5,11 @@ import argparse
 from .. import units
 
 
+STACK_SAMPLE_HELP = ("walk off-CPU and waker stacks in 1 of N calls of each syscall once 64 of its waits have "
+                     "been, and divide the other calls' blocked time in the walked calls' proportions: cheaper, and "
+                     "the report says how much is estimated (default 1: every call)")
+
+
 def size(text):
     try:
         return units.parse_size(text)

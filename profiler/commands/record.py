@@ -1,7 +1,7 @@
 """`fsprof record --pid/--cgroup/--mount`: attach to a live system, change nothing. With
 --continuous, record indefinitely in windows for Prometheus and continuous profilers."""
 
-from .arguments import pid, positive, sample_hz
+from .arguments import STACK_SAMPLE_HELP, pid, positive, sample_hz
 
 NEEDS_ROOT = True
 
@@ -12,6 +12,7 @@ def add_arguments(p):
     p.add_argument("--mount", help="every process's operations on the filesystem mounted here")
     p.add_argument("--duration", help="how long (e.g. 30s, 2m); default: until Ctrl-C or the process exits")
     p.add_argument("--sample-hz", type=sample_hz, default=999, help="on-CPU sampling frequency, 0 = off (default 999)")
+    p.add_argument("--stack-sample", type=positive, default=1, metavar="N", help=STACK_SAMPLE_HELP)
     p.add_argument("-o", "--output", help="run directory (default fsprof-runs/<timestamp>)")
     p.add_argument("--json", action="store_true", help="print the result as JSON instead of tables")
     c = p.add_argument_group("continuous mode (docs/continuous.md)")

@@ -7,7 +7,7 @@ from .. import rundir
 from ..machine import spec
 from ..session.run import run, run_spec
 from ..machine.scratch import LOOP_IO, FsConfig
-from .arguments import positive, sample_hz, size
+from .arguments import STACK_SAMPLE_HELP, positive, sample_hz, size
 
 DEFAULT_LOOP_IO = FsConfig.loop_io
 from .report import print_result, write_html_if_asked
@@ -34,6 +34,7 @@ def add_arguments(p):
                    help="bundled workload: fsync-loop, fsync-heavy, bonnie, untar (default: %(default)s)")
     p.add_argument("--sample-hz", type=sample_hz, default=999,
                    help="on-CPU sampling frequency of the traced threads, 0 = off (default 999)")
+    p.add_argument("--stack-sample", type=positive, default=1, metavar="N", help=STACK_SAMPLE_HELP)
     p.add_argument("--mkfs-options", action="append", metavar="[FS=]OPTS",
                    help="extra mkfs arguments, for one filesystem with an FS= prefix; repeatable")
     p.add_argument("--mount-options", action="append", metavar="[FS=]OPTS",

@@ -12,11 +12,15 @@ from ..trace.bpf import BpfObject, close_all, create_maps, detach_all
 from ..errors import FsprofError
 
 DEFAULT_SAMPLE_HZ = 999
+# Stack sampling (--stack-sample N): every call of an op is walked until this many of its blocked
+# intervals have been (every window of a worker until it has had this many windows).
+STACK_FIRST = 64
 
 
 # Maps of bpf/shared_maps.h: made once from syscalls.bpf.o's definitions (bpf.create_maps) and
 # given to every object, which then all read and write the same maps.
 SHARED_MAPS = (("phase_state", c.c_uint32, maps.PhaseState), ("drops", c.c_uint32, c.c_uint64),
+               ("stack_sampling", c.c_uint32, maps.StackSampling),
                ("stacks", c.c_uint32, maps.Stack), ("stacks_spill", c.c_uint32, maps.Stack),
                ("worker_windows", c.c_uint32, maps.WorkerWindow), ("workers_open", c.c_uint32, c.c_int64),
                ("worker_offcpu", maps.WorkerKey, maps.OffVal), ("worker_runs", maps.WorkerRunKey, maps.WorkerRun))
@@ -36,16 +40,21 @@ FIGURES = {
 
 
 class Collector:
-    def __init__(self, sample_hz=DEFAULT_SAMPLE_HZ, fs=filesystems.NAMES):
+    def __init__(self, sample_hz=DEFAULT_SAMPLE_HZ, fs=filesystems.NAMES, stack_sample=1):
         """Loads syscalls.bpf.o and the behind-the-wait objects filesystems `fs` need (after
-        loading their kernel modules: their tracepoints and types exist only then)."""
+        loading their kernel modules: their tracepoints and types exist only then). With
+        stack_sample N > 1, off-CPU and waker stacks are walked in 1 of N calls of an op (windows
+        of a worker) once STACK_FIRST of its waits (windows) have been (analysis/attribution.
+        split_unwalked divides the rest)."""
         self.objects, self.probes = [], {}
+        self.stack_sample = stack_sample
         try:
             filesystems.load_modules(fs)
             self._load_all(fs)
             m = self.sys.map
             shared = {name: m(name, k, v) for name, k, v in SHARED_MAPS}
             self.filter = m("filter_cfg", c.c_uint32, maps.Filter)
+            shared["stack_sampling"].update(c.c_uint32(0), maps.StackSampling(every=stack_sample, first=STACK_FIRST))
             self.tgids = m("traced_tgids", c.c_uint32, c.c_uint8)
             self.phase = shared["phase_state"]
             self.drops = shared["drops"]
@@ -55,6 +64,7 @@ class Collector:
             self.worker_offcpu = shared["worker_offcpu"]
             self.worker_runs = shared["worker_runs"]
             self.op_rqs = m("op_rqs", maps.OpKey, maps.RqClasses)
+            self.waits_walked = m("waits_walked", maps.OpKey, c.c_uint64)
             self.op_hist = m("op_hist", maps.OpKey, maps.Hist)
             self.offcpu = m("offcpu", maps.OffKey, maps.OffVal)
             self.samples = m("samples", maps.SampleKey, c.c_uint64)
@@ -159,7 +169,7 @@ class Collector:
 
     def reset(self):
         for m in (self.op_hist, self.offcpu, self.samples, self.stacks, self.stacks_spill, self.tgids,
-                  self.worker_offcpu, self.worker_windows, self.worker_runs, self.op_rqs):
+                  self.worker_offcpu, self.worker_windows, self.worker_runs, self.op_rqs, self.waits_walked):
             m.clear()
         self.workers_open.update(c.c_uint32(0), c.c_int64(0))  # worker_windows is empty now
         for probe in self.probes.values():
@@ -230,6 +240,7 @@ class Collector:
                 "requests_per_op": "on_getrq" in self.sys.programs,
                 "block": behind_raw.get("block", {}).get("counts", {}), "behind": behind_raw,
                 "phase_start_ns": list(ps.start_ns), "snapshot_ns": now, "sample_hz": self.sample_hz,
+                "stack_sampling": {"every": self.stack_sample, "first": STACK_FIRST} if self.stack_sample > 1 else None,
                 "drops": dict(zip(maps.DROP_REASONS, drops))}
 
     def forget_stacks(self):

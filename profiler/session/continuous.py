@@ -200,9 +200,9 @@ def post_profile(url, data, start_s, end_s, host, session):
 class Generation:
     """One set of loaded BPF programs (a Collector) for the filesystem types in `fs`."""
 
-    def __init__(self, scope, fs, sample_hz, targets):
+    def __init__(self, scope, fs, sample_hz, targets, stack_sample=1):
         self.fs = set(fs)
-        self.collector = Collector(sample_hz=sample_hz, fs=sorted(self.fs))
+        self.collector = Collector(sample_hz=sample_hz, fs=sorted(self.fs), stack_sample=stack_sample)
         self.collector.reset()
         self.what = scope.point(self.collector, targets)
         self.collector.set_targets(targets)
@@ -252,7 +252,8 @@ def continuous(args):
                     one_window(gen, was_found, totals, w_end, time.monotonic_ns())
                     gen.close()
                     totals.begin_generation()
-                gen = Generation(scope, wanted | (gen.fs if gen else set()), args.sample_hz, targets)
+                gen = Generation(scope, wanted | (gen.fs if gen else set()), args.sample_hz, targets,
+                                 args.stack_sample)
                 _say(f"recording {gen.what} in {args.window} windows"
                      + (f"; metrics on http://{args.listen}/metrics" if server else "")
                      + "; Ctrl-C to stop")

@@ -157,7 +157,8 @@ def record(args):
     kind, value, scope = check_target(args)
     out_dir = rundir.make_out_dir(args.output)
     # Only the filesystems mounted in scope: recording loads no module the machine does not use.
-    with Collector(sample_hz=args.sample_hz, fs=sorted({m["fstype"] for m in scope})) as collector:
+    with Collector(sample_hz=args.sample_hz, fs=sorted({m["fstype"] for m in scope}),
+                   stack_sample=args.stack_sample) as collector:
         collector.reset()
         what = apply_target(collector, kind, value)
         targets = [_target(m) for m in scope]

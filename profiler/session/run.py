@@ -215,7 +215,7 @@ def run(args):
             scratch.set_sysctl(run_changes, name, value)
         result["sysctls_in_force"] = sysctls_in_force()
         names = sorted({config.fs for config in configs})
-        with Collector(sample_hz=args.sample_hz, fs=names) as collector:
+        with Collector(sample_hz=args.sample_hz, fs=names, stack_sample=args.stack_sample) as collector:
             result["probes_skipped"] = collector.skipped
             result["unavailable"] = collector.unavailable
             for i, config in enumerate(configs):
@@ -274,7 +274,7 @@ def run_spec(spec, args, progress=print):
         scratch_dir = scratch.make_scratch_dir(run_changes, Path(args.scratch_dir) / out_dir.name)
         erased = set()
         names = sorted({cfg.fs for _, _, cfg in plan})
-        with Collector(sample_hz=sample_hz, fs=names) as collector:
+        with Collector(sample_hz=sample_hz, fs=names, stack_sample=args.stack_sample) as collector:
             for i, (rep, workload, cfg) in enumerate(plan, 1):
                 rel = Path(workload.name) / cfg.name
                 if spec.repeats > 1:

@@ -68,7 +68,7 @@ class WorkerKey(c.Structure):
 
 class WorkerWindow(c.Structure):
     _fields_ = [("start_ns", c.c_uint64), ("out_ns", c.c_uint64), ("dev", c.c_uint32), ("kind", c.c_uint16),
-                ("phase", c.c_uint16), ("out_stack", c.c_int32), ("out_runnable", c.c_uint32)]
+                ("phase", c.c_uint16), ("out_stack", c.c_int32), ("out_runnable", c.c_uint16), ("no_stacks", c.c_uint16)]
 
 
 class OffVal(c.Structure):
@@ -99,6 +99,13 @@ def requests_of(counts, sizes):
 
 class Filter(c.Structure):
     _fields_ = [("mode", c.c_uint32), ("dev", c.c_uint32)]
+
+
+class StackSampling(c.Structure):
+    _fields_ = [("every", c.c_uint32), ("first", c.c_uint32)]
+
+
+STACK_NOT_WALKED = -100000  # the stack id of an interval whose call stack sampling passed over (bpf/fsprof.h)
 
 
 class KernelFlags(c.Structure):

@@ -581,6 +581,17 @@ def _warnings(group):
     return list(dict.fromkeys(w for result, _ in group.entries for w in result.get("warnings", [])))
 
 
+def _sampling_warnings(*groups):
+    """A sentence when a side's stacks were sampled (--stack-sample): its waits' causes are estimates."""
+    every = {g.name: max(fs.get("stack_sampling", {}).get("every", 1) for _, fs in g.entries) for g in groups}
+    sampled = {name: n for name, n in every.items() if n > 1}
+    if not sampled:
+        return []
+    return ["stacks were sampled in " + ", ".join(f"{name} (1 in {n} calls)" for name, n in sampled.items())
+            + ": how its waits divide among causes is an estimate from the walked calls (counts and times "
+              "are not); differences of a few points in a wait's share can come from that"]
+
+
 def _comparable(groups):
     return len(groups) > 1 or len(groups[0].entries) > 1
 
@@ -619,7 +630,8 @@ def compare(paths, op=None, phase=None):
                 continue  # --op names an operation this workload does not make
             raise
         for g in groups[1:]:
-            cmp = {"workload": name, **compare_pair(groups[0], g, wl_op), "warnings": _warnings(groups[0]) + _warnings(g),
+            cmp = {"workload": name, **compare_pair(groups[0], g, wl_op),
+                   "warnings": _warnings(groups[0]) + _warnings(g) + _sampling_warnings(groups[0], g),
                    "workloads_differ": differ}
             cmp["test_bed_notes"] = test_bed_notes(groups[0], g, cmp) if cmp["significant"] else []
             comparisons.append(cmp)

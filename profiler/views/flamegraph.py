@@ -95,7 +95,7 @@ def offcpu_stacks(fs, phase_index=None):
     for rec in fs["trace"]["offcpu"]:
         if _selected(rec, phase_index):
             frames = _frames(fs, rec["stack"]) or []
-            cause, _ = rules.classify_off(frames, rec["runnable"])
+            cause, _ = attribution.classify_off(rules, rec, frames)
             _add(out, _roots(fs, rec["op"], cause) + _root_first(frames), rec["total_ns"])
     return out
 
@@ -108,7 +108,7 @@ def offwake_stacks(fs, phase_index=None):
         if rec["runnable"] or not _selected(rec, phase_index):
             continue
         frames = _frames(fs, rec["stack"]) or []
-        cause, _ = rules.classify_off(frames, False)
+        cause, _ = attribution.classify_off(rules, rec, frames)
         waker = _frames(fs, rec.get("waker_stack", -1))
         who = attribution.waker_name(rec.get("waker_comm", ""), waker)
         waker_part = tuple(_frame(f) for f in _shown(waker)) if waker else (NO_WAKER_STACK,)
@@ -123,17 +123,8 @@ def worker_stacks(fs, phase_index=None):
     for rec in fs["trace"].get("workers", []):
         if _selected(rec, phase_index):
             frames = _frames(fs, rec["stack"]) or []
-            cause, _ = rules.classify_worker(frames, rec["runnable"])
+            cause, _ = attribution.classify_off(rules, rec, frames, worker=True)
             _add(out, _roots(fs, rec["kind"], cause) + _root_first(frames), rec["total_ns"])
-    return out
-
-
-def split_by_shares(total, shares):
-    """total split in proportion to shares {key: count}, in integers summing exactly to total:
-    the remainder goes to the largest share (the first of equals), as attribution.attribute does."""
-    n = sum(shares.values())
-    out = {k: total * v // n for k, v in shares.items()}
-    out[max(shares, key=shares.get)] += total - sum(out.values())
     return out
 
 
@@ -166,9 +157,9 @@ def _add_oncpu(out, fs, op, on_ns, samples):
     if not by_cause:
         _add(out, _roots(fs, op, attribution.UNSAMPLED_CPU), on_ns)
         return
-    cause_ns = split_by_shares(on_ns, {c: sum(p.values()) for c, p in by_cause.items()})
+    cause_ns = attribution.apportion(on_ns, {c: sum(p.values()) for c, p in by_cause.items()})
     for cause, ns in cause_ns.items():
-        for path, part in split_by_shares(ns, by_cause[cause]).items():
+        for path, part in attribution.apportion(ns, by_cause[cause]).items():
             _add(out, _roots(fs, op, cause) + path, part)
 
 
@@ -278,6 +269,10 @@ def titles(result, filesystems, kind, phase, weights):
     title = (f"{TITLES[kind]}: {', '.join(fs_text(fs) for fs in filesystems)}; {workload_text(result)}; "
              f"phase {phase}; µs")
     subtitle = f"total {total:,} µs"
+    sampled = [fs["stack_sampling"] for fs in filesystems if fs.get("stack_sampling")]
+    if sampled and kind != "on-cpu":
+        subtitle += (f"; stacks walked in 1 of {sampled[0]['every']} calls, the rest divided in their proportions "
+                     "(--stack-sample)")
     if len(filesystems) == 1 and kind != "workers":
         summary = _op_summary(weights, op_counts(filesystems[0], phase), "µs")
         subtitle += f"; {summary}" if summary else ""

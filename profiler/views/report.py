@@ -125,6 +125,8 @@ def render_fs(fs):
                                                           if t["runqueue_ns"] >= 100_000 else "")
             for name, t in threads.items()))
     lines.append(f"   off-CPU time no rule explained (\"other wait\"): {100 * fs.get('other_wait_share', 0):.1f}%")
+    if fs.get("stack_sampling"):
+        lines.append(f"   off-CPU stacks sampled: {stack_sampling(fs)}")
     lost = maps.lost_events(fs.get("drops", {}))
     lines.append("   lost events: " + (", ".join(f"{k} {v}" for k, v in lost.items()) if lost else "none"))
     for what, n in maps.approximated_events(fs.get("drops", {})).items():
@@ -134,6 +136,17 @@ def render_fs(fs):
             lines.append(f"   {name} latency:")
             lines.extend(histogram(ops[name]["log2_ns"]))
     return lines
+
+
+def stack_sampling(fs, share=True):
+    """How the off-CPU stacks were taken, in words (result.json "stack_sampling"); with share,
+    how much of the off-CPU time that leaves estimated."""
+    s = fs.get("stack_sampling")
+    if not s:
+        return "walked in every call"
+    how = f"walked in 1 of {s['every']} calls of each syscall once {s['first']} of its waits have been"
+    return how + (f": the causes of {100 * s['estimated_share']:.1f}% of off-CPU time are estimated from the "
+                  "walked calls" if share else "")
 
 
 def unavailable_lines(result):

@@ -22,6 +22,7 @@ from . import charts, flame as html_flame
 from ...causes import colour as cause_colour
 from ...errors import FsprofError
 from ..flamegraph import heaviest_op
+from ..report import stack_sampling
 from .input import groups_of
 from ...trace import maps
 from ...trace.maps import BLK_WRITE_CLASSES
@@ -80,6 +81,7 @@ CONDITIONS = (
     ("recorded less exactly", lambda c: ", ".join(
         f"{k} {v}" for k, v in maps.approximated_events(c.fs.get("drops", {})).items()) or "none"),
     ("off-CPU time no rule explained", lambda c: f"{100 * c.fs.get('other_wait_share', 0):.1f}%"),
+    ("off-CPU stacks", lambda c: stack_sampling(c.fs, share=False)),
 )
 
 

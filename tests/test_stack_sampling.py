@@ -1,0 +1,56 @@
+"""Stack sampling (--stack-sample N): off-CPU and waker stacks walked in 1 of N calls of each op
+once 64 of its waits have been, the other calls' blocked time divided in the walked calls' proportions
+(analysis/attribution.split_unwalked). On real loop-backed filesystems, against a full run of the
+same workload: the counts stay exact (the workload's own), the sum invariant holds, the sampler
+passes over the share of calls it should, and the causes of the blocked time come out as in the
+full run. docs/benchmarks.md measures the shares' agreement over repeated runs (bench_sampling)."""
+
+import json
+
+import pytest
+
+from conftest import assert_invariants, run_fsprof
+from profiler.analysis.attribution import CPU_CONTENTION, OTHER_WAIT
+
+pytestmark = pytest.mark.slow
+COUNT = 1000
+EVERY = 4
+FIRST = 64   # profiler/session/collect.py STACK_FIRST
+
+
+def fsprof_result(tmp_path, name, *args):
+    out = tmp_path / name
+    proc = run_fsprof("run", "--scratch-dir", str(tmp_path / "scratch"), "-o", str(out),
+                      "--fs", "ext4,xfs,btrfs", "--count", str(COUNT), *args)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((out / "result.json").read_text())
+    assert_invariants(result)
+    return {f["fs"]: f for f in result["filesystems"]}, proc.stdout
+
+
+def blocked_shares(b):
+    """Each blocked cause's share of the blocked time (what stack sampling can change)."""
+    blocked = {c: ns for c, ns in b["causes"].items() if c in b.get("waits", {}) and c != CPU_CONTENTION}
+    total = sum(blocked.values())
+    return {c: ns / total for c, ns in blocked.items()}
+
+
+def test_sampled_stacks_keep_the_counts_and_the_causes(tmp_path):
+    full, _ = fsprof_result(tmp_path, "full")
+    sampled, stdout = fsprof_result(tmp_path, "sampled", "--stack-sample", str(EVERY))
+    assert f"walked in 1 of {EVERY} calls of each syscall once {FIRST} of its waits have been" in stdout
+    for name, fs in sampled.items():
+        b, ref = fs["phases"]["run"]["attribution"]["fsync"], full[name]["phases"]["run"]["attribution"]["fsync"]
+        assert b["count"] == fs["workload"]["fsyncs"] == COUNT, name
+        assert fs["stack_sampling"]["every"] == EVERY and "stack_sampling" not in full[name]
+        # Once 64 waits (the first 20-30 fsyncs) have been walked, calls are passed over 3 times in
+        # 4, at random: their share of the fsyncs' off-CPU time is about 0.97 * 3/4 = 0.73.
+        estimated = b["offcpu_estimated_ns"] / b["offcpu_ns"]
+        assert 0.55 < estimated < 0.85, (name, estimated)
+        assert b["causes"].get(OTHER_WAIT, 0) < 0.05 * b["wall_ns"], (name, b["other_wait_frames"])
+        # Every interval is still counted, whatever its stack.
+        assert sum(b["waits"].values()) > 0.9 * sum(ref["waits"].values()), name
+        got, want = blocked_shares(b), blocked_shares(ref)
+        assert max(got, key=got.get) == max(want, key=want.get), (name, got, want)
+        for cause in set(got) | set(want):
+            assert abs(got.get(cause, 0) - want.get(cause, 0)) < 0.05, (name, cause, got, want)
