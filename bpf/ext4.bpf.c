@@ -904,10 +904,11 @@ static __always_inline void span_end(void *map, struct inode *inode, __u16 event
 	struct span_start *st = bpf_map_lookup_elem(map, &tid);
 	struct da_key key = {};
 	struct span_val *v, zero = {};
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now;
 
 	if (!st || st->ino != BPF_CORE_READ(inode, i_ino))
 		return;
+	now = bpf_ktime_get_ns();
 	key.dev = inode_dev(inode);
 	key.phase = current_phase();
 	key.event = event_on_cpu + (switches_of(bpf_get_current_task_btf()) != st->switches);

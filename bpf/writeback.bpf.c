@@ -696,12 +696,13 @@ int BPF_PROG(on_writeback_written, struct bdi_writeback *wb, struct wb_writeback
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct flusher_state *st = bpf_map_lookup_elem(&flushers, &tid);
 	__s64 nr_pages = BPF_CORE_READ(work, nr_pages);
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now;
 	struct worker_window *w;
 	struct work_val *v;
 
 	if (!st || !st->in_pass)
 		return 0;
+	now = bpf_ktime_get_ns();
 	st->in_pass = 0;
 	w = bpf_map_lookup_elem(&worker_windows, &tid);
 	if (w && w->kind == WORKER_FLUSHER)
