@@ -259,6 +259,26 @@ WHY_NOTE = [
     "--tracers fsprof`, two runs each). The same runs: on_sys_enter, which now fills the in-flight "
     "record field by field instead of copying a zeroed 300-byte one, 582-606 -> 532-562 ns on "
     "fsync-b0 and 439-460 -> 423-435 ns on untar.",
+    "Stack sampling and the clock (2026-11-26, night; `bench/bench_overhead.py --rounds 1 --workloads "
+    "fsync-b0`, bpf_stats, one invocation per line so that fsprof's variants and the script share "
+    "the machine's state): `--stack-sample 8` walks the stacks of 1 in 8 calls once 64 waits of the "
+    "op have been walked. Walking only the traced thread's stacks that way took fsync-b0 from 47.2 "
+    "to 34.8 µs of BPF per request; the journal thread's stacks inside its commit windows were as "
+    "costly again (on_switch 13.6 -> 6.8 µs per request with them off), so worker windows are "
+    "sampled the same way (42.4 -> 26.6 µs). An untraced switch cost on_switch 209 ns, 80 of them "
+    "reading the clock (bpf_ktime_get_ns is slow in this nested VM): it is now read only for a "
+    "switch that concerns fsprof (131 ns; pipe ping-pong of two untraced processes under "
+    "bpf_stats), and after the filter in the block completion programs. After both: 18.3 µs per "
+    "request sampled, 38.1 full, the bpftrace script 12.7. What the sampled 18.3 µs are: on_switch "
+    "3.9 (9.5 switches per request on the machine, about 130 ns each for the untraced ones, 65 more "
+    "while a commit window is open, plus the traced thread's intervals), the block request "
+    "programs 5.5 (half of them for the loop device's backing disk, which a real disk does not "
+    "have), sys_enter 1.6 (700 ns: the fd's filesystem, the filter, the clock), on_waking 1.4, the "
+    "jbd2 probes 1.4, ext4's delayed-allocation probes 1.0, and 1.2 for the two other "
+    "sched_switch programs (ext4's commit-block wait and writeback's pause end), which each cost "
+    "the 60-ns floor of a program run at every switch even when they have nothing to do: folding "
+    "them into on_switch's worker windows is the next saving. untar gains nothing from sampling "
+    "(2,000 switches/s): its cost is sys_enter and ext4's per-page probes.",
 ]
 
 

@@ -54,3 +54,28 @@ def test_sampled_stacks_keep_the_counts_and_the_causes(tmp_path):
         assert max(got, key=got.get) == max(want, key=want.get), (name, got, want)
         for cause in set(got) | set(want):
             assert abs(got.get(cause, 0) - want.get(cause, 0)) < 0.05, (name, cause, got, want)
+
+
+def test_the_division_keeps_every_groups_totals():
+    """split_unwalked on records shaped as the kernel's: each (phase, op, runnable) group keeps its
+    exact time and count; unwalked time goes to the walked stacks in proportion to their time; a
+    group with no walked record keeps its own, which attribution names."""
+    from profiler.analysis.attribution import NOT_WALKED, attribute, split_unwalked
+    from profiler.trace.maps import STACK_NOT_WALKED
+
+    def rec(stack, runnable, count, ns, op="fsync", phase=1):
+        return {"phase": phase, "op": op, "stack": stack, "runnable": runnable, "waker_stack": -1,
+                "waker_comm": "", "count": count, "total_ns": ns}
+    raw = [rec(1, False, 10, 3_000), rec(2, False, 5, 1_000), rec(STACK_NOT_WALKED, False, 45, 20_000),
+           rec(3, True, 2, 500), rec(STACK_NOT_WALKED, True, 7, 1_001),
+           rec(STACK_NOT_WALKED, False, 4, 777, op="write")]
+    out = split_unwalked(raw)
+    by = {(r["op"], r["stack"], r["runnable"]): r for r in out}
+    assert by[("fsync", 1, False)]["total_ns"] == 3_000 + 15_000
+    assert by[("fsync", 2, False)]["total_ns"] == 1_000 + 5_000
+    assert by[("fsync", 1, False)]["count"] + by[("fsync", 2, False)]["count"] == 60
+    assert by[("fsync", 3, True)]["total_ns"] == 1_501 and by[("fsync", 3, True)]["estimated_ns"] == 1_001
+    assert ("fsync", STACK_NOT_WALKED, False) not in by
+    assert by[("write", STACK_NOT_WALKED, False)]["total_ns"] == 777
+    b = attribute("ext4", {"count": 4, "total_ns": 1_000}, [by[("write", STACK_NOT_WALKED, False)]], [], {})
+    assert b["other_wait_frames"] == {NOT_WALKED: 777} and b["offcpu_estimated_ns"] == 777
