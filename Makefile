@@ -95,9 +95,10 @@ test: setup
 	  else echo "no test ran: this machine lacks what the tests need (above)"; rc=0; fi; \
 	fi; exit $$rc
 
-# Benchmarks (never part of `make test`), about 25 minutes: fsprof's own cost (tracing overhead
+# Benchmarks (never part of `make test`), about 35 minutes: fsprof's own cost (tracing overhead
 # against bpftrace and libbpf-tools, PostgreSQL pgbench, start-up, capacity, report, the continuous-mode
-# soak) and each bundled workload against its reference tool; writes docs/benchmarks.md
+# soak; each with and without --stack-sample, and whether sampling changes the causes) and each
+# bundled workload against its reference tool; writes docs/benchmarks.md
 # (bench/run_all.py). `make bench BENCH_LONG=1`: 10-minute capacity and soak runs; BENCH_QUICK=1: few, short repeats; BENCH_WORKLOADS=0: fsprof's cost only.
 # postgresql: bench/bench_pgbench.py runs a cluster of its own on a scratch filesystem (Debian's
 # package may also create and start its default cluster on port 5432; the bench does not use it).

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Benchmark: what tracing costs the workload. Each workload runs untraced, traced by fsprof (the
 Collector `fsprof record --pid` and `fsprof run` load: syscalls, off-CPU stacks with wakers, on-CPU
-sampling at 999 Hz, ext4/XFS/btrfs/block/writeback probes), traced by bench/peer.bt in bpftrace
+sampling at 999 Hz, ext4/XFS/btrfs/block/writeback probes), by the same with `--stack-sample 8`
+(fsprof-sampled), traced by bench/peer.bt in bpftrace
 (syscall latency and off-CPU stacks of the same threads), and traced by libbpf-tools' syscount -L,
-offcputime and biolatency together; the four interleaved, the order rotated each round, on one
+offcputime and biolatency together; the five interleaved, the order rotated each round, on one
 scratch filesystem per workload. Throughput is the workload's own: requests/s of the fsync-heavy
 engine's run phase, entries/s of untar's extraction and sync. Overhead = 1 - traced / untraced
 throughput of the same round. Lost events: fsprof's drop counters plus BPF recursion misses.
@@ -234,7 +235,7 @@ def render(results, args):
 
 
 HOW = """How: `make bench` (or `.venv/bin/python bench/bench_overhead.py`). One fresh loop-backed ext4
-per workload (1 GiB; 4 GiB for untar), one untraced warm-up run, then rounds of the four variants
+per workload (1 GiB; 4 GiB for untar), one untraced warm-up run, then rounds of the five variants
 in rotated order. fsync-heavy is the C engine (`build/workloads/fsync_heavy`, options
 `--file-test-mode rndwr --file-fsync-all on --file-num 16 --file-total-size 64M --time T`: a random
 16 KiB write then an fsync of that file, as one request); its throughput is requests/s of its run

@@ -21,7 +21,7 @@ from common import PY, QUICK, REPO, RESULTS  # noqa: E402
 import write_doc  # noqa: E402
 
 # fsprof's own cost, then the workloads against their reference tools (shortened from their own
-# defaults so that the whole of `make bench` stays near 30 minutes; their docs/workload-*.md
+# defaults so that the whole of `make bench` stays near 35 minutes; their docs/workload-*.md
 # give the longer runs).
 OWN = [("overhead", ["bench/bench_overhead.py"]), ("startup", ["bench/bench_startup.py"]),
        ("pgbench", ["bench/bench_pgbench.py"]), ("sampling", ["bench/bench_sampling.py"]),

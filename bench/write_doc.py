@@ -30,7 +30,7 @@ variants are compared (untraced / fsprof / bpftrace / libbpf-tools, or the tools
 are interleaved, the order rotated each round (A B C D, B C D A, ...), so that a machine drifting
 slower or faster falls on every variant alike, and each ratio is taken within one round.
 
-Reproduce: `make bench` (about 25 minutes; needs root, loop devices, bpftrace, libbpf-tools, PostgreSQL, which
+Reproduce: `make bench` (about 35 minutes; needs root, loop devices, bpftrace, libbpf-tools, PostgreSQL, which
 the rule installs). `make bench BENCH_LONG=1` makes the capacity bench's long run and the continuous-mode soak 10 minutes each;
 `BENCH_QUICK=1` runs everything with few, short repeats (to check the scripts: not figures to
 quote); `BENCH_WORKLOADS=0` skips the bundled workloads' benches against their reference tools.
