@@ -134,18 +134,22 @@ static __always_inline __u16 current_phase(void)
 	return ps ? ps->current : 0;
 }
 
-/* Whether to walk the stacks of a call (worker window) whose op has had `done` waits walked (whose
- * worker has had `done` windows): always until stack_sampling.first, then 1 in
- * stack_sampling.every at random. Decided once per call, so a walked call keeps all its
- * intervals' stacks and wakers and their proportions. */
-static __always_inline bool walk_stacks(__u64 done)
+/* The stack sampling settings when sampling is on (every > 1); NULL when every stack is walked. */
+static __always_inline struct stack_sampling *stack_sampling_on(void)
 {
 	__u32 zero = 0;
 	struct stack_sampling *s = bpf_map_lookup_elem(&stack_sampling, &zero);
 
-	if (!s || s->every <= 1 || done < s->first)
-		return true;
-	return bpf_get_prandom_u32() % s->every == 0;
+	return s && s->every > 1 ? s : NULL;
+}
+
+/* Whether sampling passes over the stacks of a call (worker window) whose op has had `done` waits
+ * walked (whose worker has had `done` windows): never until s->first, then all but 1 in
+ * s->every, at random. Decided once per call, so a walked call keeps all its intervals' stacks
+ * and wakers and their proportions. */
+static __always_inline bool sampled_out(struct stack_sampling *s, __u64 done)
+{
+	return done >= s->first && bpf_get_prandom_u32() % s->every != 0;
 }
 
 static __always_inline __s64 *workers_open_count(void)
@@ -173,8 +177,10 @@ static __always_inline void worker_begin(__u16 kind, __u32 dev)
 	__s64 *open;
 	long err;
 
+	struct stack_sampling *s = stack_sampling_on();
+
 	run = worker_run_of(&w);
-	w.no_stacks = !walk_stacks(run ? run->windows : 0);
+	w.no_stacks = s && sampled_out(s, run ? run->windows : 0);
 	err = bpf_map_update_elem(&worker_windows, &tid, &w, BPF_NOEXIST);
 	if (err == -ERR_EEXIST) {  /* a window left open (its end missed): replaced, not counted again */
 		err = bpf_map_update_elem(&worker_windows, &tid, &w, BPF_ANY);

@@ -79,9 +79,10 @@ struct inflight {
 	__u64 woken_ns;        /* when it was woken while switched out; 0 if not (yet) */
 	struct op_key op;      /* dev as known at entry; an open's fd is resolved at exit */
 	__s32 out_stack;
-	__u16 out_runnable;
+	__u8 out_runnable;
 	__u8 deferred;         /* an open: its filesystem is known only at exit, so off-CPU time waits in slots */
 	__u8 no_stacks;        /* stack sampling passed this call over: its intervals are STACK_NOT_WALKED */
+	__u8 counts_walks;     /* sampling, before the op's first waits_walked: its blocked intervals count there */
 	struct waker waker;    /* who woke it while switched out */
 	struct off_slot slots[OFF_SLOTS];
 };
@@ -222,25 +223,6 @@ static __always_inline void set_phase(__u64 index)
 		ps->start_ns[index] = bpf_ktime_get_ns();
 }
 
-static __always_inline bool sampling_stacks(void)
-{
-	__u32 zero = 0;
-	struct stack_sampling *s = bpf_map_lookup_elem(&stack_sampling, &zero);
-
-	return s && s->every > 1;
-}
-
-/* The blocked intervals of an op whose stacks were walked so far (0 when not sampling). */
-static __always_inline __u64 walked_so_far(struct op_key *key)
-{
-	__u64 *n;
-
-	if (!sampling_stacks())
-		return 0;
-	n = bpf_map_lookup_elem(&waits_walked, key);
-	return n ? *n : 0;
-}
-
 /* The raw syscall tracepoints give the registers: on x86-64 a syscall's arguments are in di, si,
  * dx, r10, r8, r9 and its number in orig_ax (what raw_syscalls' own fields are copied from). */
 #define SYSCALL_ARG0(regs) ((regs)->di)
@@ -253,6 +235,7 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 	struct task_struct *task;
 	struct inflight *rec;
 	struct op_key key = {};
+	struct stack_sampling *s;
 	struct filter *f;
 	bool deferred;
 	__u64 arg0;
@@ -302,7 +285,15 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 	rec->out_stack = -1;
 	rec->out_runnable = 0;
 	rec->deferred = deferred;
-	rec->no_stacks = !walk_stacks(walked_so_far(&key));
+	rec->no_stacks = 0;
+	rec->counts_walks = 0;
+	if ((s = stack_sampling_on())) {
+		__u64 *n = bpf_map_lookup_elem(&waits_walked, &key);
+		__u64 walked = n ? *n : 0;
+
+		rec->counts_walks = walked < s->first;
+		rec->no_stacks = sampled_out(s, walked);
+	}
 	if (deferred)
 		__builtin_memset(rec->slots, 0, sizeof(rec->slots));
 	rec->start_ns = bpf_ktime_get_ns();
@@ -404,7 +395,7 @@ __noinline int add_interval(struct inflight *op, __u32 runnable, __u32 woken, __
 
 	if (!op)
 		return 0;
-	if (!runnable && !op->no_stacks && sampling_stacks()) {
+	if (!runnable && op->counts_walks) {
 		/* A copy on the stack: older verifiers take a map key from there, not from op's memory. */
 		struct op_key key = op->op;
 		__u64 *n = lookup_or_init(&waits_walked, &key, &zero_count, DROP_OPS_FULL);
