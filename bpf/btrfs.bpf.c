@@ -196,9 +196,9 @@ static __always_inline __u32 fs_info_dev(const struct btrfs_fs_info *fs_info)
  * trusted_ptr_or_null and refuses that arithmetic before the check. */
 static __always_inline __u32 inode_dev(const struct btrfs_inode *inode)
 {
-	if (!inode)
-		return 0;
-	return fs_info_dev(BPF_CORE_READ(inode, root, fs_info));
+	struct btrfs_root *root = inode ? inode->root : NULL;   /* BTF pointers: plain loads */
+
+	return root ? fs_info_dev(root->fs_info) : 0;
 }
 
 static __always_inline void count_event(__u32 dev, __u16 event, __u32 arg, __s32 stackid, __u64 bytes,
@@ -366,10 +366,12 @@ static __always_inline __u32 ordered_type(unsigned long flags)
 static __always_inline void oe_key_of(struct oe_key *key, __u32 dev, const struct btrfs_inode *inode,
 				      const struct btrfs_ordered_extent *ordered)
 {
+	struct btrfs_root *root = inode->root;   /* inode and ordered are non-NULL BTF pointers here */
+
 	key->dev = dev;
-	key->root = BPF_CORE_READ(inode, root, root_key.objectid);
-	key->ino = BPF_CORE_READ(inode, vfs_inode.i_ino);
-	key->file_offset = BPF_CORE_READ(ordered, file_offset);
+	key->root = root ? root->root_key.objectid : 0;
+	key->ino = inode->vfs_inode.i_ino;
+	key->file_offset = ordered->file_offset;
 }
 
 SEC("tp_btf/btrfs_ordered_extent_add")
@@ -379,10 +381,9 @@ int BPF_PROG(on_oe_add, const struct btrfs_inode *inode, const struct btrfs_orde
 	struct oe_key key = {};
 	struct oe_val val = {};
 
-	if (!dev || !ordered)
+	if (!dev || !inode || !ordered)   /* all three checked: 6.12 takes the arguments as possibly NULL */
 		return 0;
-	count_event(dev, BT_OE_ADD, ordered_type(BPF_CORE_READ(ordered, flags)), -1,
-		    BPF_CORE_READ(ordered, num_bytes), 0);
+	count_event(dev, BT_OE_ADD, ordered_type(ordered->flags), -1, ordered->num_bytes, 0);
 	oe_key_of(&key, dev, inode, ordered);
 	val.add_ns = bpf_ktime_get_ns();
 	val.phase = current_phase();
@@ -399,7 +400,7 @@ int BPF_PROG(on_oe_start, const struct btrfs_inode *inode, const struct btrfs_or
 	__u32 dev = inode_dev(inode);
 
 	if (dev && ordered)
-		count_event(dev, BT_OE_START, 0, -1, BPF_CORE_READ(ordered, num_bytes), 0);
+		count_event(dev, BT_OE_START, 0, -1, ordered->num_bytes, 0);
 	return 0;
 }
 
@@ -422,9 +423,9 @@ int BPF_PROG(on_oe_remove, const struct btrfs_inode *inode, const struct btrfs_o
 	struct oe_key key = {};
 	struct oe_val *added;
 
-	if (!dev || !ordered)
+	if (!dev || !inode || !ordered)   /* all three checked: 6.12 takes the arguments as possibly NULL */
 		return 0;
-	count_event(dev, BT_OE_REMOVE, 0, -1, BPF_CORE_READ(ordered, num_bytes), 0);
+	count_event(dev, BT_OE_REMOVE, 0, -1, ordered->num_bytes, 0);
 	oe_key_of(&key, dev, inode, ordered);
 	added = bpf_map_lookup_elem(&oe_inflight, &key);
 	if (added) {

@@ -221,13 +221,15 @@ struct {
 } committing SEC(".maps");
 
 /* The commit block in flight, by commit thread id: its submission time and the thread's blocked
- * time since (timed by on_switch). */
+ * time so far in its commit window (struct worker_window, timed by syscalls.bpf.c's on_switch: one
+ * sched_switch program for all, rather than one more run at every switch on the machine). */
 struct commit_block {
 	__u64 start_ns;
-	__u64 out_ns;
-	__u64 offcpu_ns;
+	__u64 blocked_at_start;   /* NO_WINDOW: the commit had no worker window (its blocked time is not known) */
 	struct commit_key commit;
 };
+
+#define NO_WINDOW ((__u64)-1)
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -238,17 +240,18 @@ struct {
 
 const struct jbd2_val zero_jbd2 = {};
 
-/* Entries of commit_block_wait: sched_switch, which runs for every switch on the machine, returns
- * at once while it is 0 (always with barrier=0, whose commit blocks carry no flush). Never below
- * the true count: entries userspace clears at a reset are not subtracted (sched_switch then only
- * looks up in vain). */
-__s64 commit_blocks_waiting;
+/* The blocked time so far of the current thread's worker window, or NO_WINDOW. */
+static __always_inline __u64 window_blocked_ns(__u32 thread)
+{
+	struct worker_window *w = bpf_map_lookup_elem(&worker_windows, &thread);
+
+	return w ? w->blocked_ns : NO_WINDOW;
+}
 
 /* Forgets the thread's commit block wait, if it has one. */
 static __always_inline void commit_block_forget(__u32 thread)
 {
-	if (bpf_map_delete_elem(&commit_block_wait, &thread) == 0)
-		__sync_fetch_and_add(&commit_blocks_waiting, -1);
+	bpf_map_delete_elem(&commit_block_wait, &thread);
 }
 
 static __always_inline bool traced_dev(__u32 dev)
@@ -427,35 +430,9 @@ int BPF_PROG(on_bio_queue, struct bio *bio)
 	    op_of(opf) != bpf_core_enum_value(enum req_op, REQ_OP_FLUSH))
 		return 0;
 	cb.start_ns = bpf_ktime_get_ns();
+	cb.blocked_at_start = window_blocked_ns(thread);
 	cb.commit = *commit;
-	if (bpf_map_update_elem(&commit_block_wait, &thread, &cb, BPF_NOEXIST) == 0)
-		__sync_fetch_and_add(&commit_blocks_waiting, 1);
-	return 0;
-}
-
-/* Blocked time of a commit thread while its commit block is in flight. */
-SEC("tp_btf/sched_switch")
-int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
-	     unsigned int prev_state)
-{
-	__u32 prev_tid, next_tid;
-	struct commit_block *cb;
-	__u64 now;
-
-	if (commit_blocks_waiting <= 0)
-		return 0;
-	prev_tid = BPF_CORE_READ(prev, pid);
-	next_tid = BPF_CORE_READ(next, pid);
-	now = bpf_ktime_get_ns();
-	cb = bpf_map_lookup_elem(&commit_block_wait, &prev_tid);
-	/* Preempted while runnable is CPU contention, not the device. */
-	if (cb && !preempt && prev_state != 0)
-		cb->out_ns = now;
-	cb = bpf_map_lookup_elem(&commit_block_wait, &next_tid);
-	if (cb && cb->out_ns) {
-		cb->offcpu_ns += now - cb->out_ns;
-		cb->out_ns = 0;
-	}
+	bpf_map_update_elem(&commit_block_wait, &thread, &cb, BPF_NOEXIST);
 	return 0;
 }
 
@@ -465,13 +442,16 @@ static __always_inline void commit_block_done(struct jbd2_val *v, __u64 now)
 {
 	__u32 thread = (__u32)bpf_get_current_pid_tgid();
 	struct commit_block *cb = bpf_map_lookup_elem(&commit_block_wait, &thread);
+	__u64 blocked;
 
 	if (!cb)
 		return;
+	blocked = window_blocked_ns(thread);
 	if (v) {
 		__sync_fetch_and_add(&v->commit_blocks, 1);
 		__sync_fetch_and_add(&v->commit_block_ns, now - cb->start_ns);
-		__sync_fetch_and_add(&v->commit_block_offcpu_ns, cb->offcpu_ns);
+		if (blocked != NO_WINDOW && cb->blocked_at_start != NO_WINDOW && blocked >= cb->blocked_at_start)
+			__sync_fetch_and_add(&v->commit_block_offcpu_ns, blocked - cb->blocked_at_start);
 	}
 	commit_block_forget(thread);
 }
@@ -632,11 +612,12 @@ static __always_inline __u32 sb_dev(struct super_block *sb)
 	return BPF_CORE_READ(sb, s_dev);
 }
 
+/* inode is a BTF pointer (a tp_btf argument or a field of one): plain loads, not probe reads. */
 static __always_inline __u32 inode_dev(struct inode *inode)
 {
-	if (!inode)
-		return 0;
-	return BPF_CORE_READ(inode, i_sb, s_dev);
+	struct super_block *sb = inode ? inode->i_sb : NULL;
+
+	return sb ? sb->s_dev : 0;
 }
 
 /* ext4_fc_commit() entered on a fast_commit filesystem (the fsync caller's thread). */
@@ -715,7 +696,7 @@ static __always_inline void fill_who(struct da_key *key)
 		key->who = WHO_KTHREAD;
 		return;
 	}
-	long nr = BPF_CORE_READ((struct pt_regs *)bpf_task_pt_regs(task), orig_ax);
+	long nr = task_syscall_nr(task);
 
 	if (nr >= 0 && nr < MAX_SYSCALL_NR) {
 		key->who = WHO_SYSCALL;
@@ -793,7 +774,7 @@ int BPF_PROG(on_da_write_pages_extent, struct inode *inode, struct ext4_map_bloc
 {
 	if (!map)
 		return 0;
-	return da_count(inode_dev(inode), DA_MAP_EXTENT, BPF_CORE_READ(map, m_len));
+	return da_count(inode_dev(inode), DA_MAP_EXTENT, map->m_len);
 }
 
 /* ext4_request_blocks and ext4_allocate_blocks: dev = ar->inode->i_sb->s_dev, len = ar->len,
@@ -803,7 +784,7 @@ int BPF_PROG(on_request_blocks, struct ext4_allocation_request *ar)
 {
 	if (!ar)
 		return 0;
-	return da_count(inode_dev(BPF_CORE_READ(ar, inode)), DA_REQUEST, BPF_CORE_READ(ar, len));
+	return da_count(inode_dev(ar->inode), DA_REQUEST, ar->len);
 }
 
 SEC("tp_btf/ext4_allocate_blocks")
@@ -813,8 +794,8 @@ int BPF_PROG(on_allocate_blocks, struct ext4_allocation_request *ar, unsigned lo
 
 	if (!ar)
 		return 0;
-	event = (BPF_CORE_READ(ar, flags) & EXT4_MB_DELALLOC_RESV) ? DA_ALLOC_DELALLOC : DA_ALLOC_OTHER;
-	return da_count(inode_dev(BPF_CORE_READ(ar, inode)), event, BPF_CORE_READ(ar, len));
+	event = (ar->flags & EXT4_MB_DELALLOC_RESV) ? DA_ALLOC_DELALLOC : DA_ALLOC_OTHER;
+	return da_count(inode_dev(ar->inode), event, ar->len);
 }
 
 /* dev = ac->ac_inode->i_sb->s_dev, groups = ac->ac_groups_scanned (a __u16 as the field) */
@@ -823,8 +804,7 @@ int BPF_PROG(on_mballoc_alloc, struct ext4_allocation_context *ac)
 {
 	if (!ac)
 		return 0;
-	return da_count(inode_dev(BPF_CORE_READ(ac, ac_inode)), DA_MBALLOC,
-			(__u16)BPF_CORE_READ(ac, ac_groups_scanned));
+	return da_count(inode_dev(ac->ac_inode), DA_MBALLOC, (__u16)ac->ac_groups_scanned);
 }
 
 /* ---- block freeing ---- */

@@ -137,6 +137,8 @@ struct worker_window {
 	__s32 out_stack;
 	__u16 out_runnable;
 	__u16 no_stacks;       /* stack sampling passed this window over: its intervals are STACK_NOT_WALKED */
+	__u64 blocked_ns;      /* off CPU and not runnable inside the window so far (ext4's commit block
+				* takes its part as the difference between two readings) */
 };
 
 struct worker_key {
@@ -229,6 +231,15 @@ struct blk_val {
 	struct hist queue;
 	struct hist device;
 };
+
+/* The syscall a user task is in: orig_ax of its saved user registers (x86-64), negative outside
+ * one. bpf_task_pt_regs gives a BTF pointer, so this is a plain load, not a probe read. */
+static __always_inline long task_syscall_nr(struct task_struct *task)
+{
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+
+	return regs->orig_ax;
+}
 
 static __always_inline __u32 log2_slot(__u64 v)
 {

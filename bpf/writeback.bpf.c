@@ -298,12 +298,15 @@ static __always_inline struct backing_dev_info *inode_bdi(struct inode *inode)
 
 	if (!inode)
 		return NULL;
-	sb = BPF_CORE_READ(inode, i_sb);
-	if (BPF_CORE_READ(sb, s_magic) == BDEVFS_MAGIC) {
+	/* inode is a BTF pointer (a tp_btf argument or a field of one): plain loads down to the bdi. */
+	sb = inode->i_sb;
+	if (!sb)
+		return NULL;
+	if (sb->s_magic == BDEVFS_MAGIC) {
 		bdev = (struct block_device *)((__u64)inode - bpf_core_field_offset(struct bdev_inode, vfs_inode));
 		return BPF_CORE_READ(bdev, bd_disk, bdi);
 	}
-	return BPF_CORE_READ(sb, s_bdi);
+	return sb->s_bdi;
 }
 
 static __always_inline bool in_flusher_pass(__u32 tid)
@@ -322,7 +325,7 @@ static __always_inline __u8 current_who(__u16 *nr)
 	*nr = 0;
 	if (task->flags & WB_PF_KTHREAD)
 		return in_flusher_pass((__u32)bpf_get_current_pid_tgid()) ? WHO_FLUSHER : WHO_KTHREAD;
-	sysnr = BPF_CORE_READ((struct pt_regs *)bpf_task_pt_regs(task), orig_ax);
+	sysnr = task_syscall_nr(task);
 	if (sysnr >= 0 && sysnr < MAX_SYSCALL_NR) {
 		*nr = sysnr;
 		return WHO_SYSCALL;
@@ -799,7 +802,8 @@ static __always_inline void count_inode_event(__u16 bdi, __u8 event, __u64 pages
 SEC("tp_btf/sb_mark_inode_writeback")
 int BPF_PROG(on_sb_mark_inode_writeback, struct inode *inode)
 {
-	__u32 dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	struct super_block *sb = inode ? inode->i_sb : NULL;
+	__u32 dev = sb ? sb->s_dev : 0;
 	__u32 *bdi = bpf_map_lookup_elem(&traced_sbs, &dev);
 
 	if (bdi)
@@ -817,7 +821,7 @@ int BPF_PROG(on_writeback_single_inode, struct inode *inode, struct writeback_co
 
 	/* the tracepoint's wrote: the budget given (nr_to_write) less what is left of it in wbc */
 	if (bdi)
-		count_inode_event(bdi, INODE_WRITTEN, nr_to_write - (unsigned long)BPF_CORE_READ(wbc, nr_to_write));
+		count_inode_event(bdi, INODE_WRITTEN, nr_to_write - (wbc ? (unsigned long)wbc->nr_to_write : 0));
 	return 0;
 }
 
@@ -826,7 +830,7 @@ int BPF_PROG(on_writeback_single_inode, struct inode *inode, struct writeback_co
 SEC("tp_btf/folio_wait_writeback")
 int BPF_PROG(on_folio_wait_writeback, struct folio *folio, struct address_space *mapping)
 {
-	__u16 bdi = bdi_id(mapping ? inode_bdi(BPF_CORE_READ(mapping, host)) : NULL);
+	__u16 bdi = bdi_id(mapping ? inode_bdi(mapping->host) : NULL);
 
 	if (bdi)
 		count_inode_event(bdi, FOLIO_WAITED, 0);

@@ -254,13 +254,11 @@ static __always_inline __u8 in_kthread(void)
 #define NO_SYSCALL 0xffff
 static __always_inline __u16 current_syscall(__u8 kthread)
 {
-	struct pt_regs *regs;
 	long nr;
 
 	if (kthread)
 		return NO_SYSCALL;
-	regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
-	nr = BPF_CORE_READ(regs, orig_ax);
+	nr = task_syscall_nr(bpf_get_current_task_btf());
 	return nr >= 0 && nr < MAX_SYSCALL_NR ? nr : NO_SYSCALL;
 }
 
@@ -290,11 +288,12 @@ static __always_inline __u32 log_dev(struct xlog *log)
 	return BPF_CORE_READ(log, l_mp, m_super, s_dev);
 }
 
+/* ip is a BTF pointer (a tp_btf argument): plain loads, not probe reads. */
 static __always_inline __u32 inode_dev(struct xfs_inode *ip)
 {
-	if (!ip)
-		return 0;
-	return BPF_CORE_READ(ip, i_vnode.i_sb, s_dev);
+	struct super_block *sb = ip ? ip->i_vnode.i_sb : NULL;
+
+	return sb ? sb->s_dev : 0;
 }
 
 static __always_inline struct xlog_counts *counts_of(__u32 dev, __u16 phase)

@@ -137,7 +137,14 @@ def test_a_run_diffed_against_itself_is_all_zero(runs, tmp_path):
 def test_barriers_make_the_journal_commit_the_main_red_region(runs, tmp_path):
     b1, b0 = ext4_of(runs["barrier1"]), ext4_of(runs["barrier0"])
     commit = [b["attribution"]["fsync"]["causes"]["journal commit wait"] / COUNT for b in (b1, b0)]
-    assert commit[0] > 2 * commit[1], commit  # the experiment worked: the flush is in the commit
+    # The experiment worked: with barriers each commit ends with its commit block (PREFLUSH + FUA),
+    # without them none does, and the fsync's commit wait grows by what the flush costs. How much
+    # is the host disk's flush time (test_attribution.test_barriers_off_remove_the_flush_causes:
+    # 1.2x-3.5x seen), so only the direction is asserted; the diff's top frame below says the rest.
+    j1, j0 = (b["behind"]["ext4"]["journal"]["phases"]["run"] for b in (b1, b0))
+    assert j1["commit_block"]["count"] >= 0.9 * j1["commits"] > 0, j1["commit_block"]
+    assert j0["commit_block"]["count"] == 0 and j0["commits"] > 0, j0["commit_block"]
+    assert commit[0] > commit[1], commit
     tops = {}
     for kind in ("off-cpu", "off-wake"):
         # RUN is barrier=1; the baseline run has ext4 (barrier=0) and XFS: its ext4 is chosen by label.

@@ -21,7 +21,6 @@ FIGURES = {
     "on_jbd2_commit_flushing": "jbd2 commit phase times (flushing data)",
     "on_jbd2_commit_logging": "jbd2 commit phase times (logging)",
     "on_bio_queue": "jbd2 journal writes by commit",
-    "on_switch": "jbd2 commit thread's off-CPU time by cause",
     "on_jbd2_write_superblock": "jbd2 journal superblock writes",
     "on_jbd2_run_stats": "jbd2 blocks logged and handles per commit",
     "on_jbd2_end_commit": "jbd2 commits (count, commit time)",
@@ -138,7 +137,7 @@ class Probe:
         # Work in progress, by (dev, transaction) or thread: only forgotten at reset.
         self.inflight = [obj.map("commits_inflight", CommitKey, c.c_uint8 * 48),
                          obj.map("committing", c.c_uint32, CommitKey),
-                         obj.map("commit_block_wait", c.c_uint32, c.c_uint8 * 32),
+                         obj.map("commit_block_wait", c.c_uint32, c.c_uint8 * 24),
                          obj.map("fc_inflight", c.c_uint32, c.c_uint8 * 16),
                          obj.map("removing", c.c_uint32, c.c_uint8 * 24),
                          obj.map("evicting", c.c_uint32, c.c_uint8 * 24)]

@@ -68,7 +68,8 @@ class WorkerKey(c.Structure):
 
 class WorkerWindow(c.Structure):
     _fields_ = [("start_ns", c.c_uint64), ("out_ns", c.c_uint64), ("dev", c.c_uint32), ("kind", c.c_uint16),
-                ("phase", c.c_uint16), ("out_stack", c.c_int32), ("out_runnable", c.c_uint16), ("no_stacks", c.c_uint16)]
+                ("phase", c.c_uint16), ("out_stack", c.c_int32), ("out_runnable", c.c_uint16), ("no_stacks", c.c_uint16),
+                ("blocked_ns", c.c_uint64)]
 
 
 class OffVal(c.Structure):
