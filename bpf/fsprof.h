@@ -232,6 +232,27 @@ struct blk_val {
 	struct hist device;
 };
 
+/* Dirty throttling (writeback:balance_dirty_pages), by bdi (writeback.bpf.c's id), phase and who
+ * (enum wb_who there). */
+struct throttle_key {
+	__u16 bdi;
+	__u16 phase;
+	__u16 who;
+	__u16 nr;          /* syscall number for WHO_SYSCALL, else 0 */
+};
+
+/* A pause announced by balance_dirty_pages, until the task is back on a CPU. */
+struct pause_pending {
+	__u64 start_ns;
+	struct throttle_key key;
+	__u32 switched_out;
+};
+
+struct pause_val {
+	__u64 unmatched;           /* pauses whose sleep was not seen (BDP_ASYNC, or map full) */
+	struct hist slept;         /* ns from the tracepoint to the task's switch-in after the sleep */
+};
+
 /* The syscall a user task is in: orig_ax of its saved user registers (x86-64), negative outside
  * one. bpf_task_pt_regs gives a BTF pointer, so this is a plain load, not a probe read. */
 static __always_inline long task_syscall_nr(struct task_struct *task)

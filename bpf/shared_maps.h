@@ -167,6 +167,110 @@ static __always_inline struct worker_run *worker_run_of(struct worker_window *w)
 	return lookup_or_init(&worker_runs, &key, &zero_worker_run, DROP_WORKER_FULL);
 }
 
+/* ---- dirty throttling pauses (writeback.bpf.c announces them, on_switch times their sleep) ---- */
+
+#define TASK_RUNNING_STATE 0
+/* A balance_dirty_pages sleep starts right after its tracepoint; a tracked pause not followed by a
+ * sleeping switch-out within this time was not slept (BDP_ASYNC callers return -EAGAIN instead). */
+#define PAUSE_SWITCH_WINDOW_NS 10000000ULL
+
+/* tid -> its pause, until the task is back on a CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct pause_pending);
+} pauses SEC(".maps");
+
+/* How many entries `pauses` holds: sched_switch skips its two lookups while none is (racy but
+ * never stuck: it only gates a fast path). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __s64);
+} pauses_open SEC(".maps");
+
+/* The pauses' sleeps, by the throttle key of writeback.bpf.c's `throttle`. One value for all CPUs
+ * with atomic adds (pauses are few). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct throttle_key);
+	__type(value, struct pause_val);
+} pause_slept SEC(".maps");
+
+const struct pause_val zero_pause_val = {};
+
+static __always_inline __s64 *pauses_open_count(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&pauses_open, &zero);
+}
+
+static __always_inline void pause_unmatched(struct throttle_key *key)
+{
+	struct pause_val *v = lookup_or_init(&pause_slept, key, &zero_pause_val, DROP_WRITEBACK_FULL);
+
+	if (v)
+		__sync_fetch_and_add(&v->unmatched, 1);
+}
+
+static __always_inline void pause_forget(__u32 tid)
+{
+	__s64 *open;
+
+	if (!bpf_map_delete_elem(&pauses, &tid) && (open = pauses_open_count()))
+		__sync_fetch_and_add(open, -1);
+}
+
+/* The current task is about to sleep a dirty-throttling pause of `key`. */
+static __always_inline void pause_begin(struct throttle_key *key, __u64 now)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct pause_pending p = { .start_ns = now, .key = *key };
+	__s64 *open = pauses_open_count();
+
+	if (bpf_map_lookup_elem(&pauses, &tid))   /* an earlier pause never slept (BDP_ASYNC): replaced */
+		pause_unmatched(key);
+	else if (open)
+		__sync_fetch_and_add(open, 1);
+	if (bpf_map_update_elem(&pauses, &tid, &p, BPF_ANY)) {
+		if (open)
+			__sync_fetch_and_add(open, -1);
+		pause_unmatched(key);
+		count_drop(DROP_WRITEBACK_FULL);
+	}
+}
+
+/* At a switch while pauses are open: prev's sleep starts, next's ends. */
+static __always_inline void pause_switch(struct task_struct *prev, unsigned int prev_state,
+					 struct task_struct *next, __u64 now)
+{
+	__u32 tid = prev->pid;
+	struct pause_pending *p = bpf_map_lookup_elem(&pauses, &tid);
+	struct pause_val *v;
+
+	if (p && !p->switched_out && prev_state != TASK_RUNNING_STATE) {   /* else not throttled,
+		* already asleep, or preempted before the sleep */
+		if (now - p->start_ns > PAUSE_SWITCH_WINDOW_NS) {
+			pause_unmatched(&p->key);
+			pause_forget(tid);
+		} else {
+			p->switched_out = 1;
+		}
+	}
+	tid = next->pid;
+	p = bpf_map_lookup_elem(&pauses, &tid);
+	if (!p || !p->switched_out)
+		return;
+	v = lookup_or_init(&pause_slept, &p->key, &zero_pause_val, DROP_WRITEBACK_FULL);
+	if (v)
+		hist_record(&v->slept, now - p->start_ns);
+	pause_forget(tid);
+}
+
 /* The current thread starts work of `kind` for `dev` (a begin tracepoint of bpf/<fs>.bpf.c). */
 static __always_inline void worker_begin(__u16 kind, __u32 dev)
 {

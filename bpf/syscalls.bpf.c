@@ -571,6 +571,10 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 		worker_switch_out(prev->pid, ctx, preempt || prev_state == 0, now);
 		worker_switch_in(next->pid, now);
 	}
+	if ((open = pauses_open_count()) && *open > 0) {
+		now = now ?: bpf_ktime_get_ns();
+		pause_switch(prev, prev_state, next, now);
+	}
 	return 0;
 }
 

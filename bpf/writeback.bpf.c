@@ -3,7 +3,8 @@
  * the kernel per backing device (bdi) of the filesystems under test and per workload phase:
  *
  *  - balance_dirty_pages pauses: the tracepoint fires in the dirtying task just before it sleeps
- *    in io_schedule_timeout(pause); the sleep itself is timed up to the task's next switch-in.
+ *    in io_schedule_timeout(pause); the sleep itself is timed up to the task's next switch-in by
+ *    syscalls.bpf.c's on_switch (pause_begin, pause_switch: bpf/shared_maps.h).
  *  - global_dirty_state: the global dirty thresholds each time the kernel computes them.
  *  - flusher work by reason: writeback_start/_written bracket one pass of wb_writeback() in the
  *    flusher's kworker; passes of one work item form a run; writeback_pages_written ends a
@@ -27,10 +28,6 @@ char LICENSE[] SEC("license") = "GPL";
 #define WB_PF_KTHREAD 0x00200000  /* PF_KTHREAD (include/linux/sched.h): a #define, not in BTF */
 #define BDEVFS_MAGIC 0x62646576   /* the bdev pseudo filesystem's s_magic (include/uapi/linux/magic.h) */
 #define KBPS_SHIFT 2              /* the tracepoints' KBps(x): x << (PAGE_SHIFT - 10), 4 KiB pages */
-#define TASK_RUNNING_STATE 0
-/* A balance_dirty_pages sleep starts right after its tracepoint; a tracked pause not followed by a
- * sleeping switch-out within this time was not slept (BDP_ASYNC callers return -EAGAIN instead). */
-#define PAUSE_SWITCH_WINDOW_NS 10000000ULL
 
 /* Who ran an event (who ran the syscall: saved user registers' orig_ax, as in bpf/ext4.bpf.c). */
 enum wb_who {
@@ -77,13 +74,6 @@ struct {
 
 /* ---- dirty throttling ---- */
 
-struct throttle_key {
-	__u16 bdi;
-	__u16 phase;
-	__u16 who;
-	__u16 nr;          /* syscall number for WHO_SYSCALL, else 0 */
-};
-
 struct throttle_val {
 	__u64 checks;              /* tracepoint hits: pause <= 0 means the task was let go at once */
 	__u64 sleeps;              /* pause > 0: the task slept */
@@ -95,36 +85,17 @@ struct throttle_val {
 	__u64 dirty_last, dirty_min, dirty_max, dirty_sum;  /* pages dirty + under writeback, globally */
 	__u64 wb_dirty_last, wb_setpoint_last;             /* the same for this bdi's writeback */
 	__u64 task_ratelimit_last, dirty_ratelimit_last;   /* KB/s the task may dirty at */
-	__u64 unmatched;           /* pauses whose sleep was not seen (BDP_ASYNC, or map full) */
-	struct hist slept;         /* ns from the tracepoint to the task's switch-in after the sleep */
-};
+};   /* The pauses' sleeps and those not seen: pause_slept (bpf/shared_maps.h), by the same key. */
 
-/* One value for all CPUs, with atomic adds (the pauses are few): per CPU, its 4.9 KB values made
- * 5 MB per CPU, 320 MB on 64 CPUs, and 10 ms of every start on 2. The "last" figures of two tasks
- * pausing at the same instant can mix; each is one the kernel had. */
+/* One value for all CPUs, with atomic adds (the pauses are few): per CPU, its values (4.9 KB while
+ * they held the sleep histogram) made 5 MB per CPU, 320 MB on 64 CPUs, and 10 ms of every start on
+ * 2. The "last" figures of two tasks pausing at the same instant can mix; each is one the kernel had. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024);
 	__type(key, struct throttle_key);
 	__type(value, struct throttle_val);
 } throttle SEC(".maps");
-
-/* tid -> a pause announced by the tracepoint, until the task is back on a CPU. */
-struct pause_pending {
-	__u64 start_ns;
-	struct throttle_key key;
-	__u32 switched_out;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, __u32);
-	__type(value, struct pause_pending);
-} pauses SEC(".maps");
-
-/* How many entries `pauses` holds (racy but never stuck: it only gates a fast path). */
-__s64 pauses_pending = 0;
 
 /* ---- global dirty state ---- */
 
@@ -449,74 +420,7 @@ int BPF_PROG(on_balance_dirty_pages, struct bdi_writeback *wb)
 	__sync_fetch_and_add(&v->sleeps, 1);
 	__sync_fetch_and_add(&v->planned_ms, (__u64)e.pause * 1000 / hz);
 
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct pause_pending p = { .start_ns = now, .key = key };
-	struct pause_pending *old = bpf_map_lookup_elem(&pauses, &tid);
-
-	if (old)   /* an earlier pause of this task was never slept (BDP_ASYNC): replaced */
-		__sync_fetch_and_add(&v->unmatched, 1);
-	else
-		__sync_fetch_and_add(&pauses_pending, 1);
-	if (bpf_map_update_elem(&pauses, &tid, &p, BPF_ANY)) {
-		__sync_fetch_and_add(&pauses_pending, -1);
-		__sync_fetch_and_add(&v->unmatched, 1);
-		count_drop(DROP_WRITEBACK_FULL);
-	}
-	return 0;
-}
-
-static __always_inline void forget_pause(__u32 tid, struct pause_pending *p)
-{
-	struct throttle_val *v = bpf_map_lookup_elem(&throttle, &p->key);
-
-	if (v)
-		__sync_fetch_and_add(&v->unmatched, 1);
-	if (!bpf_map_delete_elem(&pauses, &tid))
-		__sync_fetch_and_add(&pauses_pending, -1);
-}
-
-static __always_inline void pause_switch_out(struct task_struct *prev, unsigned int prev_state, __u64 now)
-{
-	__u32 tid = prev->pid;
-	struct pause_pending *p = bpf_map_lookup_elem(&pauses, &tid);
-
-	if (!p || p->switched_out || prev_state == TASK_RUNNING_STATE)
-		return;   /* not throttled, already asleep, or preempted before the sleep */
-	if (now - p->start_ns > PAUSE_SWITCH_WINDOW_NS) {
-		forget_pause(tid, p);
-		return;
-	}
-	p->switched_out = 1;
-}
-
-static __always_inline void pause_switch_in(struct task_struct *next, __u64 now)
-{
-	__u32 tid = next->pid;
-	struct pause_pending *p = bpf_map_lookup_elem(&pauses, &tid);
-	struct throttle_val *v;
-
-	if (!p || !p->switched_out)
-		return;
-	v = bpf_map_lookup_elem(&throttle, &p->key);
-	if (v)
-		hist_record(&v->slept, now - p->start_ns);
-	if (!bpf_map_delete_elem(&pauses, &tid))
-		__sync_fetch_and_add(&pauses_pending, -1);
-}
-
-/* sched_switch: ends a throttled task's sleep (its switch-in after the pause). Costs one load
- * when no task is throttled. */
-SEC("tp_btf/sched_switch")
-int BPF_PROG(wb_sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
-	     unsigned int prev_state)
-{
-	__u64 now;
-
-	if (pauses_pending <= 0)
-		return 0;
-	now = bpf_ktime_get_ns();
-	pause_switch_out(prev, prev_state, now);
-	pause_switch_in(next, now);
+	pause_begin(&key, now);   /* its sleep is timed by syscalls.bpf.c's on_switch */
 	return 0;
 }
 

@@ -18,7 +18,6 @@ OBJECT = "writeback"
 # What each program feeds (see behind/ext4.py FIGURES).
 FIGURES = {
     "on_balance_dirty_pages": "dirty throttling (pauses, thresholds)",
-    "wb_sched_switch": "the flusher's off-CPU time",
     "on_global_dirty_state": "the kernel's dirty thresholds",
     "on_writeback_queue": "writeback work queued, by reason",
     "on_writeback_exec": "writeback work run, by reason",
@@ -54,11 +53,7 @@ class BdiName(c.Structure):
     _fields_ = [("name", c.c_char * BDI_NAME_LEN)]
 
 
-class ThrottleKey(c.Structure):
-    _fields_ = [("bdi", c.c_uint16), ("phase", c.c_uint16), ("who", c.c_uint16), ("nr", c.c_uint16)]
-
-
-THROTTLE_SUMS = ("checks", "sleeps", "planned_ms", "dirtied", "dirty_sum", "unmatched")
+THROTTLE_SUMS = ("checks", "sleeps", "planned_ms", "dirtied", "dirty_sum")
 THROTTLE_LAST = ("limit_last", "setpoint_last", "dirty_last", "wb_dirty_last", "wb_setpoint_last",
                  "task_ratelimit_last", "dirty_ratelimit_last")
 
@@ -70,8 +65,7 @@ class ThrottleVal(c.Structure):
                 ("setpoint_last", c.c_uint64),
                 ("dirty_last", c.c_uint64), ("dirty_min", c.c_uint64), ("dirty_max", c.c_uint64),
                 ("dirty_sum", c.c_uint64), ("wb_dirty_last", c.c_uint64), ("wb_setpoint_last", c.c_uint64),
-                ("task_ratelimit_last", c.c_uint64), ("dirty_ratelimit_last", c.c_uint64),
-                ("unmatched", c.c_uint64), ("slept", maps.Hist)]
+                ("task_ratelimit_last", c.c_uint64), ("dirty_ratelimit_last", c.c_uint64)]
 
 
 class DirtyStateVal(c.Structure):
@@ -194,7 +188,9 @@ class Probe:
         self.bdis_map = m("traced_bdis", BdiName, c.c_uint32)
         self.sbs_map = m("traced_sbs", c.c_uint32, c.c_uint32)
         self.bdi_sb = m("bdi_sb", c.c_uint32, c.c_uint32)
-        self.throttle = m("throttle", ThrottleKey, ThrottleVal)
+        self.throttle = m("throttle", maps.ThrottleKey, ThrottleVal)
+        # The pauses' sleeps, timed by syscalls.bpf.c's on_switch (a map of bpf/shared_maps.h).
+        self.pause_slept = m("pause_slept", maps.ThrottleKey, maps.PauseVal)
         self.dirty_state = m("dirty_state", c.c_uint32, DirtyStateVal)
         self.work = m("wb_work", WorkKey, WorkVal)
         self.gaps = m("run_gaps", GapKey, maps.Hist)
@@ -222,7 +218,7 @@ class Probe:
 
     def reset(self):
         # `pauses` and `flushers` hold work in flight, not aggregates: they resolve themselves.
-        for m in (self.throttle, self.dirty_state, self.work, self.gaps, self.last_run, self.flush, self.inodes):
+        for m in (self.throttle, self.pause_slept, self.dirty_state, self.work, self.gaps, self.last_run, self.flush, self.inodes):
             m.clear()
 
     def reason(self, value):
@@ -235,7 +231,7 @@ class Probe:
             "bdis": {str(k): v for k, v in self.bdis.items()},
             "page_size": os.sysconf("SC_PAGE_SIZE"),
             "sysctls": read_dirty_sysctls(),
-            "throttle": [throttle_row(k, v) for k, v in self.throttle.items()],
+            "throttle": throttle_rows(self.throttle.items(), self.pause_slept.items()),
             "dirty_state": [dirty_state_row(k.value, v) for k, v in self.dirty_state.items()
                             if any(x.count for x in v)],
             "work": [{"bdi": k.bdi, "phase": k.phase, "reason": reason(k.reason), "integrity": bool(k.integrity),
@@ -251,14 +247,20 @@ class Probe:
         }
 
 
-def throttle_row(k, v):
-    """One (bdi, phase, who) of balance_dirty_pages (one value for all CPUs: bpf/writeback.bpf.c)."""
-    seen = v.checks > 0
-    return {"bdi": k.bdi, "phase": k.phase, "who": who_name(k.who, k.nr), "last_ns": v.last_ns,
-            **{f: getattr(v, f) for f in THROTTLE_SUMS},
-            **{f: getattr(v, f) if seen else 0 for f in THROTTLE_LAST},
-            **{f: getattr(v, f) if seen else 0 for f in ("limit_min", "limit_max", "dirty_min", "dirty_max")},
-            "slept": maps.snapshot_hist(v.slept)}
+def throttle_rows(throttle, pauses):
+    """One row per (bdi, phase, who) of balance_dirty_pages (one value for all CPUs:
+    bpf/writeback.bpf.c), with its pauses' sleeps (pause_slept, under the same key)."""
+    ident = lambda k: (k.bdi, k.phase, k.who, k.nr)  # noqa: E731
+    slept = {ident(k): v for k, v in pauses}
+    rows = []
+    for k, v in throttle:
+        seen, p = v.checks > 0, slept.get(ident(k), maps.PauseVal())
+        rows.append({"bdi": k.bdi, "phase": k.phase, "who": who_name(k.who, k.nr), "last_ns": v.last_ns,
+                     **{f: getattr(v, f) for f in THROTTLE_SUMS},
+                     **{f: getattr(v, f) if seen else 0 for f in THROTTLE_LAST},
+                     **{f: getattr(v, f) if seen else 0 for f in ("limit_min", "limit_max", "dirty_min", "dirty_max")},
+                     "unmatched": p.unmatched, "slept": maps.snapshot_hist(p.slept)})
+    return rows
 
 
 def dirty_state_row(phase, per_cpu):

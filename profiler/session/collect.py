@@ -23,7 +23,9 @@ SHARED_MAPS = (("phase_state", c.c_uint32, maps.PhaseState), ("drops", c.c_uint3
                ("stack_sampling", c.c_uint32, maps.StackSampling),
                ("stacks", c.c_uint32, maps.Stack), ("stacks_spill", c.c_uint32, maps.Stack),
                ("worker_windows", c.c_uint32, maps.WorkerWindow), ("workers_open", c.c_uint32, c.c_int64),
-               ("worker_offcpu", maps.WorkerKey, maps.OffVal), ("worker_runs", maps.WorkerRunKey, maps.WorkerRun))
+               ("worker_offcpu", maps.WorkerKey, maps.OffVal), ("worker_runs", maps.WorkerRunKey, maps.WorkerRun),
+               ("pauses", c.c_uint32, maps.PausePending), ("pauses_open", c.c_uint32, c.c_int64),
+               ("pause_slept", maps.ThrottleKey, maps.PauseVal))
 
 
 # Without these syscalls.bpf.o measures nothing: a run is refused when one cannot load. Any other

@@ -106,6 +106,19 @@ class StackSampling(c.Structure):
     _fields_ = [("every", c.c_uint32), ("first", c.c_uint32)]
 
 
+class ThrottleKey(c.Structure):
+    """A dirty-throttling key: bdi id, phase, who (writeback.bpf.c's enum wb_who), syscall."""
+    _fields_ = [("bdi", c.c_uint16), ("phase", c.c_uint16), ("who", c.c_uint16), ("nr", c.c_uint16)]
+
+
+class PausePending(c.Structure):
+    _fields_ = [("start_ns", c.c_uint64), ("key", ThrottleKey), ("switched_out", c.c_uint32)]
+
+
+class PauseVal(c.Structure):
+    _fields_ = [("unmatched", c.c_uint64), ("slept", Hist)]
+
+
 STACK_NOT_WALKED = -100000  # the stack id of an interval whose call stack sampling passed over (bpf/fsprof.h)
 
 
