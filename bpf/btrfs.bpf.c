@@ -330,8 +330,11 @@ int BPF_PROG(on_bio_queue, struct bio *bio)
 
 	if (!bio)
 		return 0;
-	disk = BPF_CORE_READ(bio, bi_bdev, bd_disk);
-	dev = (__u32)BPF_CORE_READ(disk, major) << 20 | (__u32)BPF_CORE_READ(disk, first_minor);
+	/* bio is a BTF pointer: plain loads (this runs for every bio on the machine). */
+	disk = bio->bi_bdev ? bio->bi_bdev->bd_disk : NULL;
+	if (!disk)
+		return 0;
+	dev = (__u32)disk->major << 20 | (__u32)disk->first_minor;
 	start = bpf_map_lookup_elem(&super_devs, &dev);
 	if (!start)
 		return 0;

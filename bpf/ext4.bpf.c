@@ -159,7 +159,6 @@ struct da_val {
 };
 
 #define EXT4_MB_DELALLOC_RESV 0x0400   /* allocation flag: blocks come from a delalloc reservation */
-#define PF_KTHREAD 0x00200000
 
 /* Devices under test (kernel dev_t): the superblock's and its block devices. */
 struct {
@@ -419,10 +418,14 @@ SEC("tp_btf/block_bio_queue")
 int BPF_PROG(on_bio_queue, struct bio *bio)
 {
 	__u32 thread = (__u32)bpf_get_current_pid_tgid();
-	struct commit_key *commit = bpf_map_lookup_elem(&committing, &thread);
+	struct commit_key *commit;
 	struct commit_block cb = {};
 	__u32 opf;
 
+	/* Most bios on the machine come from user threads; the commit thread is a kernel thread. */
+	if (!in_kthread())
+		return 0;
+	commit = bpf_map_lookup_elem(&committing, &thread);
 	if (!commit || !bio || !(BPF_CORE_READ(bio, bi_iter.bi_size) >> 9))
 		return 0;
 	opf = BPF_CORE_READ(bio, bi_opf);

@@ -253,6 +253,14 @@ struct pause_val {
 	struct hist slept;         /* ns from the tracepoint to the task's switch-in after the sleep */
 };
 
+#define PF_KTHREAD 0x00200000   /* include/linux/sched.h: a #define, not in BTF */
+
+/* Whether the current task is a kernel thread (task flags are a plain load through the BTF pointer). */
+static __always_inline bool in_kthread(void)
+{
+	return bpf_get_current_task_btf()->flags & PF_KTHREAD;
+}
+
 /* The syscall a user task is in: orig_ax of its saved user registers (x86-64), negative outside
  * one. bpf_task_pt_regs gives a BTF pointer, so this is a plain load, not a probe read. */
 static __always_inline long task_syscall_nr(struct task_struct *task)

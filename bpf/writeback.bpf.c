@@ -25,7 +25,6 @@
 char LICENSE[] SEC("license") = "GPL";
 
 #define BDI_NAME_LEN 32           /* the tracepoints' char bdi[32] / name[32] */
-#define WB_PF_KTHREAD 0x00200000  /* PF_KTHREAD (include/linux/sched.h): a #define, not in BTF */
 #define BDEVFS_MAGIC 0x62646576   /* the bdev pseudo filesystem's s_magic (include/uapi/linux/magic.h) */
 #define KBPS_SHIFT 2              /* the tracepoints' KBps(x): x << (PAGE_SHIFT - 10), 4 KiB pages */
 
@@ -294,7 +293,7 @@ static __always_inline __u8 current_who(__u16 *nr)
 	long sysnr;
 
 	*nr = 0;
-	if (task->flags & WB_PF_KTHREAD)
+	if (task->flags & PF_KTHREAD)
 		return in_flusher_pass((__u32)bpf_get_current_pid_tgid()) ? WHO_FLUSHER : WHO_KTHREAD;
 	sysnr = task_syscall_nr(task);
 	if (sysnr >= 0 && sysnr < MAX_SYSCALL_NR) {

@@ -17,7 +17,6 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
-#define PF_KTHREAD 0x00200000
 /* enum xlog_iclog_state: a force waiter sleeps unless the iclog is ACTIVE or DIRTY. */
 #define XLOG_STATE_ACTIVE 0
 #define XLOG_STATE_DIRTY 5
@@ -240,13 +239,6 @@ const struct hist zero_hist = {};
 static __always_inline bool traced_dev(__u32 dev)
 {
 	return bpf_map_lookup_elem(&xfs_devs, &dev) != NULL;
-}
-
-static __always_inline __u8 in_kthread(void)
-{
-	struct task_struct *task = (void *)bpf_get_current_task();
-
-	return (BPF_CORE_READ(task, flags) & PF_KTHREAD) ? 1 : 0;
 }
 
 /* The syscall the current thread is in: orig_ax of its user registers (x86_64); NO_SYSCALL for a
