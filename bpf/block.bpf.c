@@ -187,13 +187,12 @@ static __always_inline void add_submitter(__u32 dev, __u16 cls, __u16 phase, con
 	__sync_fetch_and_add(&v->bytes, bytes);
 }
 
-/* The request at `ptr` starts or is issued again. If its last issue saw neither a completion nor a
+/* The request of `info` (its rqs entry, or NULL) starts or is issued again. If its last issue saw neither a completion nor a
  * requeue, that completion went by without block_rq_complete or block_io_done reaching any BPF
  * program: counted as lost (one request in 30,000-70,000 here, sometimes in bursts; see
  * docs/behind-block.md). */
-static __always_inline void count_lost(__u64 ptr)
+static __always_inline void count_lost(struct rq_info *info)
 {
-	struct rq_info *info = bpf_map_lookup_elem(&rqs, &ptr);
 	struct blk_val *v;
 
 	if (!info || info->ended || !info->issue_ns || info->device_done)
@@ -234,7 +233,7 @@ int BPF_PROG(on_io_start, struct request *rq)
 	devf = dev_flags(dev);
 	if (!devf)
 		return 0;
-	count_lost(ptr);
+	count_lost(bpf_map_lookup_elem(&rqs, &ptr));
 	flags = rq->cmd_flags;
 	info.born_ns = info.start_ns = bpf_ktime_get_ns();
 	info.dev = dev;
@@ -313,8 +312,8 @@ int BPF_PROG(on_rq_issue, struct request *rq)
 	now = bpf_ktime_get_ns();
 	phase = current_phase();
 	bytes = rq->__data_len;
-	count_lost(ptr);
 	info = bpf_map_lookup_elem(&rqs, &ptr);
+	count_lost(info);   /* one lookup for both */
 	if (!info || info->ended || info->issue_ns) {
 		/* The queue's flush request, or one started before tracing began: classified from its
 		 * flags now; queued since the kernel's own start time (blk_kick_flush for a flush). */

@@ -338,12 +338,12 @@ int BPF_PROG(on_bio_queue, struct bio *bio)
 	start = bpf_map_lookup_elem(&super_devs, &dev);
 	if (!start)
 		return 0;
-	mirror = super_mirror(BPF_CORE_READ(bio, bi_iter.bi_sector) - *start);
+	mirror = super_mirror(bio->bi_iter.bi_sector - *start);
 	if (mirror < 0)
 		return 0;
-	if (op_of(BPF_CORE_READ(bio, bi_opf)) != bpf_core_enum_value(enum req_op, REQ_OP_WRITE))
+	if (op_of(bio->bi_opf) != bpf_core_enum_value(enum req_op, REQ_OP_WRITE))
 		return 0;
-	nr_sector = BPF_CORE_READ(bio, bi_iter.bi_size) >> 9;
+	nr_sector = bio->bi_iter.bi_size >> 9;
 	count_event(dev, BT_SUPER_WRITE, mirror, get_stack(ctx), (__u64)nr_sector << 9, 0);
 	return 0;
 }

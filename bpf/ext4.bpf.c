@@ -311,9 +311,9 @@ static __always_inline struct commit_state *commit_of(__u32 dev, __u32 tid)
 /* The dev every journal_t tracepoint records: journal->j_fs_dev->bd_dev. */
 static __always_inline __u32 journal_dev(journal_t *journal)
 {
-	if (!journal)
-		return 0;
-	return BPF_CORE_READ(journal, j_fs_dev, bd_dev);
+	struct block_device *bdev = journal ? journal->j_fs_dev : NULL;   /* BTF pointers: plain loads */
+
+	return bdev ? bdev->bd_dev : 0;
 }
 
 /* The jbd2_commit class's dev and transaction (and jbd2_end_commit's, assigned the same way):
@@ -324,7 +324,7 @@ static __always_inline bool commit_key_of(journal_t *journal, transaction_t *txn
 	if (!journal || !txn)
 		return false;
 	key->dev = journal_dev(journal);
-	key->tid = BPF_CORE_READ(txn, t_tid);
+	key->tid = txn->t_tid;
 	return true;
 }
 
@@ -426,9 +426,9 @@ int BPF_PROG(on_bio_queue, struct bio *bio)
 	if (!in_kthread())
 		return 0;
 	commit = bpf_map_lookup_elem(&committing, &thread);
-	if (!commit || !bio || !(BPF_CORE_READ(bio, bi_iter.bi_size) >> 9))
+	if (!commit || !bio || !(bio->bi_iter.bi_size >> 9))
 		return 0;
-	opf = BPF_CORE_READ(bio, bi_opf);
+	opf = bio->bi_opf;
 	if (!(opf & REQ_BIT(__REQ_PREFLUSH)) &&
 	    op_of(opf) != bpf_core_enum_value(enum req_op, REQ_OP_FLUSH))
 		return 0;

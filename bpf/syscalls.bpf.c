@@ -606,8 +606,8 @@ static __always_inline void add_request(struct bio *bio, __u64 made)
 	}
 	if (!rqs)
 		return;
-	bytes = BPF_CORE_READ(bio, bi_iter.bi_size);
-	cls = blk_classify(BPF_CORE_READ(bio, bi_opf), bytes);
+	bytes = bio->bi_iter.bi_size;
+	cls = blk_classify(bio->bi_opf, bytes);
 	if (cls >= N_BLK_CLASSES)
 		return;
 	if (made)
