@@ -279,6 +279,24 @@ WHY_NOTE = [
     "the 60-ns floor of a program run at every switch even when they have nothing to do: folding "
     "them into on_switch's worker windows is the next saving. untar gains nothing from sampling "
     "(2,000 switches/s): its cost is sys_enter and ext4's per-page probes.",
+    "One sched_switch program and plain loads (2026-11-27; `bench/bench_overhead.py --rounds 1 "
+    "--workloads fsync-b0,untar --untar-entries 20000 --tracers fsprof,fsprof-sampled,bpftrace` on "
+    "2b1059f and 8f18b01 alternated, two invocations each; ns per run are means of the two): ext4's "
+    "commit-block wait now reads a blocked-time counter that on_switch keeps in the commit thread's "
+    "worker window, and writeback's dirty-throttling pauses are handed to on_switch (bpf/shared_maps.h), "
+    "so one sched_switch program runs at every switch instead of three: fsync-b0's programs per "
+    "switch 1,421 -> 1,184 ns full, 599 -> 425 ns with `--stack-sample 8`. tp_btf arguments, the "
+    "current task and pt_regs are walked with plain BTF loads instead of one bpf_probe_read call per "
+    "step: on_sys_enter 656 -> 504 ns on fsync-b0 and 447 -> 366 on untar, ext4's delayed-allocation "
+    "probes 306-342 -> 221-249, its block-allocation probes 309-557 -> 208-397, writeback's "
+    "per-inode probes 361-767 -> 268-404 (one 1,151 outlier), the bio probes 153-224 -> 101-139. The "
+    "BPF time per request against the bpftrace script's in the same invocation: fsync-b0 full "
+    "2.54-3.57x -> 2.27-2.84x, sampled 1.50-1.81x -> 1.35-1.45x; untar full 1.46-1.51x -> "
+    "1.14-1.32x, sampled 1.44-1.46x -> 1.21-1.29x. What is left above the script on fsync-b0, sampled "
+    "(per request): on_switch about 4 µs (9.5 switches: the floor of the one program, the traced "
+    "thread's intervals, the journal thread's windows), the block request programs about 4 µs (two "
+    "layers here: the loop device and its backing disk), on_waking 1.5, sys_enter/exit 2, the jbd2 "
+    "probes 1.5; the script runs 3 programs, fsprof about 40.",
 ]
 
 

@@ -252,8 +252,8 @@ static __always_inline void pause_switch(struct task_struct *prev, unsigned int 
 	struct pause_pending *p = bpf_map_lookup_elem(&pauses, &tid);
 	struct pause_val *v;
 
-	if (p && !p->switched_out && prev_state != TASK_RUNNING_STATE) {   /* else not throttled,
-		* already asleep, or preempted before the sleep */
+	/* prev's sleep starts unless it is not throttled, already asleep, or preempted before the sleep */
+	if (p && !p->switched_out && prev_state != TASK_RUNNING_STATE) {
 		if (now - p->start_ns > PAUSE_SWITCH_WINDOW_NS) {
 			pause_unmatched(&p->key);
 			pause_forget(tid);

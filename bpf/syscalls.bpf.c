@@ -83,6 +83,7 @@ struct inflight {
 	__u8 deferred;         /* an open: its filesystem is known only at exit, so off-CPU time waits in slots */
 	__u8 no_stacks;        /* stack sampling passed this call over: its intervals are STACK_NOT_WALKED */
 	__u8 counts_walks;     /* sampling, before the op's first waits_walked: its blocked intervals count there */
+	__u8 decided;          /* no_stacks and counts_walks are set (at the call's first switch-out) */
 	struct waker waker;    /* who woke it while switched out */
 	struct off_slot slots[OFF_SLOTS];
 };
@@ -243,7 +244,6 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 	struct task_struct *task;
 	struct inflight *rec;
 	struct op_key key = {};
-	struct stack_sampling *s;
 	struct filter *f;
 	bool deferred;
 	__u64 arg0;
@@ -295,13 +295,7 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 	rec->deferred = deferred;
 	rec->no_stacks = 0;
 	rec->counts_walks = 0;
-	if ((s = stack_sampling_on())) {
-		__u64 *n = bpf_map_lookup_elem(&waits_walked, &key);
-		__u64 walked = n ? *n : 0;
-
-		rec->counts_walks = walked < s->first;
-		rec->no_stacks = sampled_out(s, walked);
-	}
+	rec->decided = 0;
 	if (deferred)
 		__builtin_memset(rec->slots, 0, sizeof(rec->slots));
 	rec->start_ns = bpf_ktime_get_ns();
@@ -532,6 +526,24 @@ static __always_inline void worker_switch_in(__u32 tid, __u64 now)
 	w->out_ns = 0;
 }
 
+/* Whether stack sampling walks this call's stacks, decided once per call at its first switch-out,
+ * not at entry: most calls never leave the CPU (untar's, nearly all), and the decision costs a
+ * waits_walked lookup. */
+static __always_inline void decide_stacks(struct inflight *op)
+{
+	struct stack_sampling *s = stack_sampling_on();
+	struct op_key key;
+	__u64 *n;
+
+	op->decided = 1;
+	if (!s)
+		return;
+	key = op->op;   /* a copy on the stack: older verifiers take a map key from there */
+	n = bpf_map_lookup_elem(&waits_walked, &key);
+	op->counts_walks = (n ? *n : 0) < s->first;
+	op->no_stacks = sampled_out(s, n ? *n : 0);
+}
+
 SEC("tp_btf/sched_switch")
 int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
@@ -553,6 +565,8 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 		op->waker.stack = -1;
 		op->waker.comm[0] = 0;
 		op->out_runnable = preempt || prev_state == 0 /* TASK_RUNNING */;
+		if (!op->decided)
+			decide_stacks(op);
 		if (op->no_stacks) {
 			op->out_stack = STACK_NOT_WALKED;
 		} else {
