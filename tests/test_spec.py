@@ -13,6 +13,7 @@ SHIPPED = sorted((Path(REPO) / "workloads" / "specs").glob("*.toml"))
 
 MATRIX = """
 repeats = 2
+stack_sample = 2
 [[config]]
 name = "ext4-dirty"
 fs = "ext4"
@@ -58,6 +59,7 @@ def test_matrix_runs_every_combination_with_its_own_settings(tmp_path):
         assert_invariants(result)
         (fs,) = result["filesystems"]
         assert fs["syscalls"]["fsync"]["count"] == 30
+        assert fs["stack_sampling"]["every"] == 2   # the spec's, not the command line's default
         if r["config"] == "ext4-dirty":
             assert fs["fs"] == "ext4" and "noatime" in fs["mount_options"]
             assert result["sysctls"] == {"vm.dirty_bytes": "4000000"}
@@ -80,6 +82,7 @@ def test_matrix_runs_every_combination_with_its_own_settings(tmp_path):
     ("[[config]]\nfs = 'ext4'\n[[config]]\nfs = 'ext4'\n[[workload]]\nworkload = 'fsync-loop'\n", "used twice"),
     ("[[config]]\nfs = 'ext4'\n", "at least one"),
     ("not toml [", "not valid TOML"),
+    ("stack_sample = 0\n[[config]]\nfs = 'ext4'\n[[workload]]\nworkload = 'fsync-loop'\n", "stack_sample must be"),
 ])
 def test_bad_specs_get_one_sentence_and_exit_2(tmp_path, text, words):
     spec_file = tmp_path / "bad.toml"

@@ -16,7 +16,8 @@ from ..units import parse_size
 from .workload import WORKLOADS, WorkloadSpec, check_args, image_size
 
 DEVICE_KINDS = ("loop", "zram")
-_TOP_KEYS = {"description", "repeats", "drop_caches", "sample_hz", "image_size", "config", "workload"}
+_TOP_KEYS = {"description", "repeats", "drop_caches", "sample_hz", "stack_sample", "image_size", "config",
+             "workload"}
 _CONFIG_KEYS = {"name", "fs", "mkfs_options", "mount_options", "sysctls", "scheduler", "device", "devices",
                 "image_size", "erase_device", "loop_io"}
 _WORKLOAD_KEYS = {"name", "workload", "args", "command"}
@@ -73,6 +74,7 @@ class Spec:
     repeats: int
     drop_caches: bool
     sample_hz: int | None
+    stack_sample: int | None
     image_size: int | None
 
     def plan(self):
@@ -214,6 +216,10 @@ def load(path):
     sample_hz = data.get("sample_hz")
     if sample_hz is not None and (not isinstance(sample_hz, int) or sample_hz < 0):
         _fail(path, "top level", "sample_hz must be a whole number >= 0")
+    stack_sample = data.get("stack_sample")
+    if stack_sample is not None and (not isinstance(stack_sample, int) or isinstance(stack_sample, bool)
+                                     or stack_sample < 1):
+        _fail(path, "top level", "stack_sample must be a whole number >= 1 (1: every call's stacks)")
     return Spec(path=path, description=data.get("description", ""), configs=configs, workloads=workloads,
                 repeats=repeats, drop_caches=_flag(path, "top level", data, "drop_caches"), sample_hz=sample_hz,
-                image_size=default_size)
+                stack_sample=stack_sample, image_size=default_size)

@@ -270,11 +270,12 @@ def run_spec(spec, args, progress=print):
              "repeats": spec.repeats, "runs": []}
     plan = spec.plan()
     sample_hz = spec.sample_hz if spec.sample_hz is not None else args.sample_hz
+    stack_sample = spec.stack_sample if spec.stack_sample is not None else args.stack_sample
     with scratch.Changes() as run_changes:
         scratch_dir = scratch.make_scratch_dir(run_changes, Path(args.scratch_dir) / out_dir.name)
         erased = set()
         names = sorted({cfg.fs for _, _, cfg in plan})
-        with Collector(sample_hz=sample_hz, fs=names, stack_sample=args.stack_sample) as collector:
+        with Collector(sample_hz=sample_hz, fs=names, stack_sample=stack_sample) as collector:
             for i, (rep, workload, cfg) in enumerate(plan, 1):
                 rel = Path(workload.name) / cfg.name
                 if spec.repeats > 1:
