@@ -52,8 +52,12 @@ def test_sampled_stacks_keep_the_counts_and_the_causes(tmp_path):
         assert sum(b["waits"].values()) > 0.9 * sum(ref["waits"].values()), name
         got, want = blocked_shares(b), blocked_shares(ref)
         assert max(got, key=got.get) == max(want, key=want.get), (name, got, want)
+        # Two runs, not one run read two ways: the difference is the sampling error of about 250
+        # walked calls plus how much the workload itself moves between runs (ext4's data writeback
+        # wait, a few points: 1.5 points apart on 2026-11-26, 5.2 once in CI on 2026-11-27). A
+        # sampler that put unwalked time under the wrong cause moves shares by tens of points.
         for cause in set(got) | set(want):
-            assert abs(got.get(cause, 0) - want.get(cause, 0)) < 0.05, (name, cause, got, want)
+            assert abs(got.get(cause, 0) - want.get(cause, 0)) < 0.08, (name, cause, got, want)
 
 
 def test_the_division_keeps_every_groups_totals():
