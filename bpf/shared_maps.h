@@ -152,11 +152,23 @@ static __always_inline bool sampled_out(struct stack_sampling *s, __u64 done)
 	return done >= s->first && bpf_get_prandom_u32() % s->every != 0;
 }
 
-static __always_inline __s64 *workers_open_count(void)
+/* The count in a one-slot counter map (workers_open, pauses_open); 0 if unreadable. */
+static __always_inline __s64 open_count(void *counter)
 {
 	__u32 zero = 0;
+	__s64 *n = bpf_map_lookup_elem(counter, &zero);
 
-	return bpf_map_lookup_elem(&workers_open, &zero);
+	return n ? *n : 0;
+}
+
+/* Adds delta to a one-slot counter map. */
+static __always_inline void open_count_add(void *counter, __s64 delta)
+{
+	__u32 zero = 0;
+	__s64 *n = bpf_map_lookup_elem(counter, &zero);
+
+	if (n)
+		__sync_fetch_and_add(n, delta);
 }
 
 /* The worker_runs entry of a window (created at zero). */
@@ -202,13 +214,6 @@ struct {
 
 const struct pause_val zero_pause_val = {};
 
-static __always_inline __s64 *pauses_open_count(void)
-{
-	__u32 zero = 0;
-
-	return bpf_map_lookup_elem(&pauses_open, &zero);
-}
-
 static __always_inline void pause_unmatched(struct throttle_key *key)
 {
 	struct pause_val *v = lookup_or_init(&pause_slept, key, &zero_pause_val, DROP_WRITEBACK_FULL);
@@ -219,10 +224,8 @@ static __always_inline void pause_unmatched(struct throttle_key *key)
 
 static __always_inline void pause_forget(__u32 tid)
 {
-	__s64 *open;
-
-	if (!bpf_map_delete_elem(&pauses, &tid) && (open = pauses_open_count()))
-		__sync_fetch_and_add(open, -1);
+	if (!bpf_map_delete_elem(&pauses, &tid))
+		open_count_add(&pauses_open, -1);
 }
 
 /* The current task is about to sleep a dirty-throttling pause of `key`. */
@@ -230,17 +233,16 @@ static __always_inline void pause_begin(struct throttle_key *key, __u64 now)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct pause_pending p = { .start_ns = now, .key = *key };
-	__s64 *open = pauses_open_count();
+	struct pause_pending *earlier = bpf_map_lookup_elem(&pauses, &tid);
 
-	if (bpf_map_lookup_elem(&pauses, &tid))   /* an earlier pause never slept (BDP_ASYNC): replaced */
-		pause_unmatched(key);
-	else if (open)
-		__sync_fetch_and_add(open, 1);
-	if (bpf_map_update_elem(&pauses, &tid, &p, BPF_ANY)) {
-		if (open)
-			__sync_fetch_and_add(open, -1);
+	if (earlier) {   /* it never slept (BDP_ASYNC): unmatched, and replaced in place */
+		pause_unmatched(&earlier->key);
+		*earlier = p;
+	} else if (bpf_map_update_elem(&pauses, &tid, &p, BPF_NOEXIST)) {
 		pause_unmatched(key);
 		count_drop(DROP_WRITEBACK_FULL);
+	} else {
+		open_count_add(&pauses_open, 1);
 	}
 }
 
@@ -278,7 +280,6 @@ static __always_inline void worker_begin(__u16 kind, __u32 dev)
 	struct worker_window w = { .start_ns = bpf_ktime_get_ns(), .dev = dev, .kind = kind,
 				   .phase = current_phase(), .out_stack = -1 };
 	struct worker_run *run;
-	__s64 *open;
 	long err;
 
 	struct stack_sampling *s = stack_sampling_on();
@@ -288,8 +289,8 @@ static __always_inline void worker_begin(__u16 kind, __u32 dev)
 	err = bpf_map_update_elem(&worker_windows, &tid, &w, BPF_NOEXIST);
 	if (err == -ERR_EEXIST) {  /* a window left open (its end missed): replaced, not counted again */
 		err = bpf_map_update_elem(&worker_windows, &tid, &w, BPF_ANY);
-	} else if (!err && (open = workers_open_count())) {
-		__sync_fetch_and_add(open, 1);
+	} else if (!err) {
+		open_count_add(&workers_open, 1);
 	}
 	if (err)
 		count_drop(DROP_WORKER_FULL);
@@ -300,10 +301,8 @@ static __always_inline void worker_begin(__u16 kind, __u32 dev)
 /* Forgets the thread's window, if it has one. */
 static __always_inline void worker_forget(__u32 tid)
 {
-	__s64 *open;
-
-	if (bpf_map_delete_elem(&worker_windows, &tid) == 0 && (open = workers_open_count()) && *open > 0)
-		__sync_fetch_and_add(open, -1);
+	if (bpf_map_delete_elem(&worker_windows, &tid) == 0 && open_count(&workers_open) > 0)
+		open_count_add(&workers_open, -1);
 }
 
 /* The current thread's window ends; returns when it began (0 if no window was open). */

@@ -533,15 +533,16 @@ static __always_inline void decide_stacks(struct inflight *op)
 {
 	struct stack_sampling *s = stack_sampling_on();
 	struct op_key key;
-	__u64 *n;
+	__u64 *n, walked;
 
 	op->decided = 1;
 	if (!s)
 		return;
 	key = op->op;   /* a copy on the stack: older verifiers take a map key from there */
 	n = bpf_map_lookup_elem(&waits_walked, &key);
-	op->counts_walks = (n ? *n : 0) < s->first;
-	op->no_stacks = sampled_out(s, n ? *n : 0);
+	walked = n ? *n : 0;   /* read once: other CPUs add to it */
+	op->counts_walks = walked < s->first;
+	op->no_stacks = sampled_out(s, walked);
 }
 
 SEC("tp_btf/sched_switch")
@@ -550,7 +551,6 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 {
 	struct inflight *op;
 	__u64 now = 0;
-	__s64 *open;
 
 	if (!prev || !next)
 		return 0;
@@ -580,12 +580,12 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 		now = now ?: bpf_ktime_get_ns();
 		off_interval_end(op, now);
 	}
-	if ((open = workers_open_count()) && *open > 0) {
+	if (open_count(&workers_open) > 0) {
 		now = now ?: bpf_ktime_get_ns();
 		worker_switch_out(prev->pid, ctx, preempt || prev_state == 0, now);
 		worker_switch_in(next->pid, now);
 	}
-	if ((open = pauses_open_count()) && *open > 0) {
+	if (open_count(&pauses_open) > 0) {
 		now = now ?: bpf_ktime_get_ns();
 		pause_switch(prev, prev_state, next, now);
 	}
@@ -602,7 +602,6 @@ static __always_inline void add_request(struct bio *bio, __u64 made)
 	struct rq_classes *rqs = NULL;
 	struct worker_window *w;
 	struct worker_run *run;
-	__s64 *open;
 	__u32 tid, bytes;
 	__u16 cls;
 
@@ -612,7 +611,7 @@ static __always_inline void add_request(struct bio *bio, __u64 made)
 	op = inflight_of(bpf_get_current_task_btf());
 	if (op) {
 		rqs = lookup_or_init(&op_rqs, &op->op, &zero_rqs, DROP_OPS_FULL);
-	} else if ((open = workers_open_count()) && *open > 0) {
+	} else if (open_count(&workers_open) > 0) {
 		tid = (__u32)bpf_get_current_pid_tgid();
 		w = bpf_map_lookup_elem(&worker_windows, &tid);
 		if (w && (run = worker_run_of(w)))

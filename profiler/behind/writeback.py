@@ -250,11 +250,10 @@ class Probe:
 def throttle_rows(throttle, pauses):
     """One row per (bdi, phase, who) of balance_dirty_pages (one value for all CPUs:
     bpf/writeback.bpf.c), with its pauses' sleeps (pause_slept, under the same key)."""
-    ident = lambda k: (k.bdi, k.phase, k.who, k.nr)  # noqa: E731
-    slept = {ident(k): v for k, v in pauses}
+    slept = {bytes(k): v for k, v in pauses}   # ctypes keys compare by their bytes
     rows = []
     for k, v in throttle:
-        seen, p = v.checks > 0, slept.get(ident(k), maps.PauseVal())
+        seen, p = v.checks > 0, slept.get(bytes(k), maps.PauseVal())
         rows.append({"bdi": k.bdi, "phase": k.phase, "who": who_name(k.who, k.nr), "last_ns": v.last_ns,
                      **{f: getattr(v, f) for f in THROTTLE_SUMS},
                      **{f: getattr(v, f) if seen else 0 for f in THROTTLE_LAST},
