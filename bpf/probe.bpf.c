@@ -81,6 +81,15 @@ int tp_btf_switch(void *ctx)
 	return 0;
 }
 
+/* Does nothing: what one program run costs before it does anything (the kernel's call into BPF,
+ * and under kernel.bpf_stats_enabled its two clock reads). bench/bench_overhead.py multiplies it
+ * by a tracer's program runs per request: the floor of that tracer's cost. */
+SEC("tp_btf/sched_switch")
+int tp_btf_empty(void *ctx)
+{
+	return 0;
+}
+
 SEC("perf_event")
 int on_sample(struct bpf_perf_event_data *ctx)
 {
