@@ -10,7 +10,9 @@ engine's run phase, entries/s of untar's extraction and sync. Overhead = 1 - tra
 throughput of the same round. Lost events: fsprof's drop counters plus BPF recursion misses.
 
 Then, once per workload and tracer, a run with kernel.bpf_stats_enabled=1 (restored after) gives
-each BPF program's run count and run time (what `bpftool prog show` prints): where the cost goes.
+each BPF program's run count and run time (what `bpftool prog show` prints): where the cost goes;
+and one more run with only a program that does nothing on sched_switch gives what a program run
+costs before it does anything, which times a tracer's runs per request is that tracer's floor.
 
     .venv/bin/python bench/bench_overhead.py [--rounds 7] [--time 5] [--workloads fsync-b0,fsync-b1,untar]
     BENCH_QUICK=1 ...   # 2 rounds of 2 s, untar of 20,000 entries: checks the script, not for quoting
@@ -26,8 +28,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
-from common import (QUICK, Bpftrace, BpfStats, Fsprof, Gated, LibbpfTools, NoTracer, busy, fmt,  # noqa: E402
-                    interleaved, prog_rows, sh, spread)
+from common import (QUICK, Bpftrace, BpfStats, EmptyProgram, Fsprof, Gated, LibbpfTools, NoTracer,  # noqa: E402
+                    busy, fmt, interleaved, prog_rows, sh, spread)
 from profiler.machine.scratch import Changes  # noqa: E402
 from profiler.signals import install_handlers  # noqa: E402
 
@@ -152,13 +154,14 @@ def bench_workload(key, args):
         tracers = make_tracers(args.tracers.split(","), sfs)
         wl.run(NoTracer())  # warm-up: the image's first writes allocate host blocks
         runs = interleaved([(t.name, lambda t=t: wl.run(t)) for t in tracers], args.rounds)
-        stats = {} if args.no_stats else prog_costs(wl, [t for t in tracers if t.name != "untraced"])
-    return {"title": spec["title"], "runs": runs, "stats": stats,
+        stats, floor = ({}, None) if args.no_stats else prog_costs(wl, [t for t in tracers if t.name != "untraced"])
+    return {"title": spec["title"], "runs": runs, "stats": stats, "floor": floor,
             "summary": summarize(runs), "entries": getattr(wl, "entries", None)}
 
 
 def prog_costs(wl, tracers):
-    """One run per tracer with kernel.bpf_stats_enabled=1: each program's runs and run time."""
+    """One run per tracer with kernel.bpf_stats_enabled=1: each program's runs and run time; then
+    one run with only an empty program on sched_switch: (per tracer, the floor's ns per run)."""
     out = {}
     with BpfStats():
         for tracer in tracers:
@@ -168,7 +171,26 @@ def prog_costs(wl, tracers):
                                 "progs": sorted(r.get("progs", []), key=lambda p: -p["run_time_ns"])}
             total = sum(p["run_time_ns"] for p in out[tracer.name]["progs"])
             print(f"  bpf_stats {tracer.name}: {total / 1e6:.1f} ms of BPF in {r['wall']:.2f} s", flush=True)
-    return out
+        empty = [p for p in wl.run(EmptyProgram())["progs"] if p["run_cnt"]]
+    floor = empty[0]["run_time_ns"] / empty[0]["run_cnt"] if empty else None
+    if floor:
+        print(f"  bpf_stats empty program: {floor:.0f} ns a run", flush=True)
+    return out, floor
+
+
+def floor_rows(key, stats, floor_ns):
+    """Per tracer: its program runs and BPF time per request, and the floor (runs × an empty run)."""
+    rows = []
+    for tracer, s in stats.items():
+        runs = sum(p["run_cnt"] for p in s["progs"])
+        if not runs or not s.get("events"):
+            continue
+        per_req = sum(p["run_time_ns"] for p in s["progs"]) / s["events"] / 1e3
+        active = sum(1 for p in s["progs"] if p["run_cnt"])
+        floor = runs / s["events"] * floor_ns / 1e3
+        rows.append(f"| {key} | {tracer} | {active} | {runs / s['events']:,.1f} | {per_req:.1f} µs | "
+                    f"{floor:.1f} µs | {per_req - floor:.1f} µs |")
+    return rows
 
 
 def summarize(runs):
@@ -231,6 +253,20 @@ def render(results, args):
         for key, st in stats:
             for tracer, s in st.items():
                 lines += prog_rows(key, tracer, s)
+    floors = [(key, res["stats"], res["floor"]) for key, res in results.items() if res["stats"] and res.get("floor")]
+    if floors:
+        lines += ["", "### The floor: what the number of program runs costs",
+                  "", "A program that does nothing (bpf/probe.bpf.c's `tp_btf_empty`, on sched_switch), loaded "
+                  "alone for one more run of each workload under bpf_stats, costs "
+                  + ", ".join(f"{f:,.0f} ns a run during {key}" for key, _, f in floors)
+                  + ": the kernel's call into the program and bpf_stats' own clock reads. A tracer's floor is "
+                  "that times its program runs per request (every event of the machine that reaches one of its "
+                  "programs, its own filters included): what its choice of events costs even if every program "
+                  "returned at once. Above the floor is what its programs do.", "",
+                  "| workload | tracer | programs that ran | program runs per request | BPF per request | "
+                  "floor | above the floor |", "|---|---|---|---|---|---|---|"]
+        for key, st, f in floors:
+            lines += floor_rows(key, st, f)
     return "\n".join(lines)
 
 
@@ -249,7 +285,9 @@ many BPF links as programs), so every request is traced. bpftrace runs `bench/pe
 libbpf-tools are `syscount -L -p PID`, `offcputime -p PID` and `biolatency` at once (the
 libbpf-tools that run on this kernel: no kprobes, no fentry). fsprof's lost events are its drop
 counters (`result.json` `drops`) plus the kernel's BPF recursion misses of its programs; the peers
-do not count theirs."""
+do not count theirs. The floor: after the bpf_stats runs, one more run of each workload with only
+bpf/probe.bpf.c's `tp_btf_empty` (it returns at once) attached to sched_switch; its ns per run
+times a tracer's program runs per request (from that tracer's bpf_stats run)."""
 
 
 def main():

@@ -227,6 +227,30 @@ class Fsprof:
                 "traced_calls": sum(op["count"] for op in raw["ops"]), "progs": stats}
 
 
+class EmptyProgram:
+    """One BPF program that does nothing, on sched_switch (bpf/probe.bpf.c's tp_btf_empty), loaded
+    alone: under bpf_stats, its ns per run is what any program run costs on this machine before it
+    does anything (the floor that bench_overhead multiplies by a tracer's runs)."""
+    name = "empty program"
+    program = "tp_btf_empty"
+
+    def start(self, pid):
+        from profiler.trace.bpf import BpfObject
+        self.obj = BpfObject("probe", only={self.program})
+        try:
+            self.obj.attach(self.program)
+        except BaseException:
+            self.obj.close()
+            raise
+
+    def stop(self):
+        try:
+            stats = [p for p in own_prog_stats(os.getpid()) if p["name"] == self.program]
+        finally:
+            self.obj.close()
+        return {"lost": None, "progs": stats}
+
+
 PEER_BT = REPO / "bench" / "peer.bt"
 
 

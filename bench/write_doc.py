@@ -174,6 +174,13 @@ def overhead_note(overhead):
                           f"({'at or below' if pr[0] <= bt_pr[0] else f'{pr[0] / bt_pr[0]:.1f}x'} it)")
             out.append(f"  BPF run time per request (all of fsprof's programs in the bpf_stats run, divided by "
                        f"its requests): {pr[0]:.1f} µs{versus}; an untraced request takes {pr[1]:.1f} µs.")
+            fl, bt_fl = floor_of(res), floor_of(res, "bpftrace")
+            if fl:
+                out.append(f"  The floor (program runs per request × what a program that does nothing costs a run "
+                           f"here, {res['floor']:,.0f} ns): fsprof's {fl[0]:.1f} runs, {fl[1]:.1f} µs, leaving "
+                           f"{pr[0] - fl[1]:.1f} µs for what its programs do"
+                           + (f"; the script's {bt_fl[0]:.1f} runs, {bt_fl[1]:.1f} µs, leaving "
+                              f"{bt_pr[0] - bt_fl[1]:.1f} µs" if bt_fl and bt_pr else "") + ".")
         sampled = next((name for name in s if name.startswith("fsprof --stack-sample")), None)
         if sampled and s[sampled].get("overhead"):
             spr = per_request(res, sampled)
@@ -298,6 +305,15 @@ WHY_NOTE = [
     "layers here: the loop device and its backing disk), on_waking 1.5, sys_enter/exit 2, the jbd2 "
     "probes 1.5; the script runs 3 programs, fsprof about 40.",
 ]
+
+
+def floor_of(res, tracer="fsprof"):
+    """(program runs per request, their floor in µs: runs × the empty program's ns a run) or None."""
+    costs = res.get("stats", {}).get(tracer)
+    if not costs or not res.get("floor") or not costs.get("events"):
+        return None
+    runs = sum(p["run_cnt"] for p in costs["progs"]) / costs["events"]
+    return runs, runs * res["floor"] / 1e3
 
 
 def per_request(res, tracer="fsprof"):
