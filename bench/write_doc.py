@@ -279,8 +279,8 @@ WHY_NOTE = [
     "request sampled, 38.1 full, the bpftrace script 12.7. What the sampled 18.3 µs are: on_switch "
     "3.9 (9.5 switches per request on the machine, about 130 ns each for the untraced ones, 65 more "
     "while a commit window is open, plus the traced thread's intervals), the block request "
-    "programs 5.5 (half of them for the loop device's backing disk, which a real disk does not "
-    "have), sys_enter 1.6 (700 ns: the fd's filesystem, the filter, the clock), on_waking 1.4, the "
+    "programs 5.5 (not half of them for the loop device's backing disk, as this note said until "
+    "2026-11-27: see the last paragraph), sys_enter 1.6 (700 ns: the fd's filesystem, the filter, the clock), on_waking 1.4, the "
     "jbd2 probes 1.4, ext4's delayed-allocation probes 1.0, and 1.2 for the two other "
     "sched_switch programs (ext4's commit-block wait and writeback's pause end), which each cost "
     "the 60-ns floor of a program run at every switch even when they have nothing to do: folding "
@@ -301,9 +301,23 @@ WHY_NOTE = [
     "2.54-3.57x -> 2.27-2.84x, sampled 1.50-1.81x -> 1.35-1.45x; untar full 1.46-1.51x -> "
     "1.14-1.32x, sampled 1.44-1.46x -> 1.21-1.29x. What is left above the script on fsync-b0, sampled "
     "(per request): on_switch about 4 µs (9.5 switches: the floor of the one program, the traced "
-    "thread's intervals, the journal thread's windows), the block request programs about 4 µs (two "
-    "layers here: the loop device and its backing disk), on_waking 1.5, sys_enter/exit 2, the jbd2 "
-    "probes 1.5; the script runs 3 programs, fsprof about 40.",
+    "thread's intervals, the journal thread's windows), the block request programs about 4 µs, on_waking 1.5, "
+    "sys_enter/exit 2, the jbd2 probes 1.5; the script runs 3 programs, fsprof about 40.",
+    "The floor, the walks and the block programs (2026-11-27, later; fsync-b0 with `--stack-sample 8`, "
+    "bpf_stats, two invocations of each experiment on 0de4b30 with the script in the same invocation): a "
+    "program that does nothing costs 68-81 ns a run here (`tp_btf_empty`: the floor table above); fsprof "
+    "runs about 52 programs per fsync-b0 request against the script's 17, a floor of 3.5 µs against "
+    "1.1, so fsprof's cost is not its floor but what its programs do. Stack walks: with sampling set "
+    "so that no call is walked after each op's first 64 waits, BPF per request fell from 12.9-14.6 µs "
+    "to 10.8-11.7 (the script: 9.8-10.4), on_switch from 3.3-3.8 to 1.9-2.2 µs, on_waking from "
+    "1.2-1.3 to 0.5-0.6: at 1 in 8 the walks are about a quarter of the cost, the bookkeeping of "
+    "about 50 events per request the rest. The block request programs cost 3.5-4.2 µs per request, "
+    "and 3.6-3.7 µs with the loop device's backing disk taken out of `traced_devs`: nearly all of it "
+    "is the loop device's own requests (about two per fsync: the data write and the journal's commit "
+    "write; on_io_start about 820 ns a run, issue 430, completion 340, io_done 410, getrq 230). On a "
+    "loop device over a buffered file (docs/test-bed.md) the backing disk sees the file's writeback, "
+    "not a request per fsync, so a real disk would not halve the block programs' cost, as the two "
+    "notes above said.",
 ]
 
 
