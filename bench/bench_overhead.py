@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import sys
 from pathlib import Path
 
@@ -29,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
 from common import (QUICK, Bpftrace, BpfStats, EmptyProgram, Fsprof, Gated, LibbpfTools, NoTracer,  # noqa: E402
-                    busy, fmt, interleaved, prog_rows, sh, spread)
+                    busy, fmt, interleaved, prog_rows, ratio_to, sh, spread)
 from profiler.machine.scratch import Changes  # noqa: E402
 from profiler.signals import install_handlers  # noqa: E402
 
@@ -57,6 +58,8 @@ def parse_args():
     ap.add_argument("--tracers", default="untraced,fsprof,fsprof-sampled,bpftrace,libbpf-tools",
                     help=f"fsprof-sampled: fsprof --stack-sample {SAMPLED}")
     ap.add_argument("--no-stats", action="store_true", help="skip the bpf_stats runs")
+    ap.add_argument("--stats-rounds", type=int, default=1 if QUICK else 3,
+                    help="interleaved rounds of bpf_stats runs (default 3)")
     return ap.parse_args()
 
 
@@ -154,24 +157,41 @@ def bench_workload(key, args):
         tracers = make_tracers(args.tracers.split(","), sfs)
         wl.run(NoTracer())  # warm-up: the image's first writes allocate host blocks
         runs = interleaved([(t.name, lambda t=t: wl.run(t)) for t in tracers], args.rounds)
-        stats, floor = ({}, None) if args.no_stats else prog_costs(wl, [t for t in tracers if t.name != "untraced"])
+        stats, floor = (({}, None) if args.no_stats else
+                        prog_costs(wl, [t for t in tracers if t.name != "untraced"], args.stats_rounds))
     return {"title": spec["title"], "runs": runs, "stats": stats, "floor": floor,
             "summary": summarize(runs), "entries": getattr(wl, "entries", None)}
 
 
-def prog_costs(wl, tracers):
-    """One run per tracer with kernel.bpf_stats_enabled=1: each program's runs and run time; then
-    one run with only an empty program on sched_switch: (per tracer, the floor's ns per run)."""
-    out = {}
+def prog_costs(wl, tracers, rounds):
+    """Interleaved rounds of one run per tracer with kernel.bpf_stats_enabled=1: each program's runs
+    and run time, summed over the rounds, and each round's BPF ns per request (so that a ratio
+    between tracers is taken within a round, at the machine's state of that round); then one run
+    with only an empty program on sched_switch: (per tracer, the floor's ns per run)."""
+    def one(tracer):
+        r = wl.run(tracer)
+        return {"elapsed": r["wall"], "rate": r["rate"], "events": r["events"], "progs": r.get("progs", [])}
+
     with BpfStats():
-        for tracer in tracers:
-            r = wl.run(tracer)
-            # Per second of the workload process's whole life (the counters run from attach to detach).
-            out[tracer.name] = {"elapsed": r["wall"], "rate": r["rate"], "events": r["events"],
-                                "progs": sorted(r.get("progs", []), key=lambda p: -p["run_time_ns"])}
-            total = sum(p["run_time_ns"] for p in out[tracer.name]["progs"])
-            print(f"  bpf_stats {tracer.name}: {total / 1e6:.1f} ms of BPF in {r['wall']:.2f} s", flush=True)
+        per_round = interleaved([(t.name, lambda t=t: one(t)) for t in tracers], rounds)
         empty = [p for p in wl.run(EmptyProgram())["progs"] if p["run_cnt"]]
+    out = {}
+    for name, rs in per_round.items():
+        progs = {}
+        for r in rs:
+            for p in r["progs"]:
+                q = progs.setdefault(p["name"], {"name": p["name"], "run_cnt": 0, "run_time_ns": 0, "recursion_misses": 0})
+                for f in ("run_cnt", "run_time_ns", "recursion_misses"):
+                    q[f] += p.get(f, 0)
+        # Per second of the workload process's whole life (the counters run from attach to detach).
+        out[name] = {"elapsed": sum(r["elapsed"] for r in rs), "rate": statistics.median(r["rate"] for r in rs),
+                     "events": sum(r["events"] for r in rs),
+                     "progs": sorted(progs.values(), key=lambda p: -p["run_time_ns"]),
+                     "ns_per_request": [sum(p["run_time_ns"] for p in r["progs"]) / r["events"] for r in rs],
+                     "load": [r.get("load_before") for r in rs]}
+        total = sum(p["run_time_ns"] for p in progs.values())
+        print(f"  bpf_stats {name}: {total / 1e6:.1f} ms of BPF in {out[name]['elapsed']:.2f} s ({len(rs)} runs)",
+              flush=True)
     floor = empty[0]["run_time_ns"] / empty[0]["run_cnt"] if empty else None
     if floor:
         print(f"  bpf_stats empty program: {floor:.0f} ns a run", flush=True)
@@ -188,7 +208,9 @@ def floor_rows(key, stats, floor_ns):
         per_req = sum(p["run_time_ns"] for p in s["progs"]) / s["events"] / 1e3
         active = sum(1 for p in s["progs"] if p["run_cnt"])
         floor = runs / s["events"] * floor_ns / 1e3
-        rows.append(f"| {key} | {tracer} | {active} | {runs / s['events']:,.1f} | {per_req:.1f} µs | "
+        ratio = ratio_to(stats, tracer)
+        against = "—" if tracer == "bpftrace" or not ratio else fmt(ratio, 2, "x")
+        rows.append(f"| {key} | {tracer} | {active} | {runs / s['events']:,.1f} | {per_req:.1f} µs | {against} | "
                     f"{floor:.1f} µs | {per_req - floor:.1f} µs |")
     return rows
 
@@ -244,8 +266,9 @@ def render(results, args):
     stats = [(key, res["stats"]) for key, res in results.items() if res["stats"]]
     if stats:
         lines += ["", "### Where the time goes: BPF run time per program",
-                  "", "One run per workload and tracer with `kernel.bpf_stats_enabled=1` (restored after; "
-                  "its own timing adds some cost to that run only). runs/s and CPU are per second of the "
+                  "", f"{args.stats_rounds} interleaved runs per workload and tracer with "
+                  "`kernel.bpf_stats_enabled=1` (restored after; its own timing adds some cost to those runs "
+                  "only), their counters summed. runs/s and CPU are per second of the "
                   "workload process's life (gate to exit); CPU is the program's run time as a share of one "
                   "core. Programs run for every event of the machine and filter inside, so runs/s counts "
                   "other processes' events too; programs that did not run are left out.", "",
@@ -259,12 +282,14 @@ def render(results, args):
                   "", "A program that does nothing (bpf/probe.bpf.c's `tp_btf_empty`, on sched_switch), loaded "
                   "alone for one more run of each workload under bpf_stats, costs "
                   + ", ".join(f"{f:,.0f} ns a run during {key}" for key, _, f in floors)
-                  + ": the kernel's call into the program and bpf_stats' own clock reads. A tracer's floor is "
+                  + ": the kernel's call into the program and bpf_stats' own clock reads. Each tracer's BPF time "
+                  "per request is also taken against the script's in each round of the bpf_stats runs "
+                  "(median (min – max) of the rounds' ratios). A tracer's floor is "
                   "that times its program runs per request (every event of the machine that reaches one of its "
                   "programs, its own filters included): what its choice of events costs even if every program "
                   "returned at once. Above the floor is what its programs do.", "",
                   "| workload | tracer | programs that ran | program runs per request | BPF per request | "
-                  "floor | above the floor |", "|---|---|---|---|---|---|---|"]
+                  "against the bpftrace script, same round | floor | above the floor |", "|---|---|---|---|---|---|---|---|"]
         for key, st, f in floors:
             lines += floor_rows(key, st, f)
     return "\n".join(lines)

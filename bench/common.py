@@ -101,6 +101,15 @@ def spread(values):
     return {"median": statistics.median(vals), "min": min(vals), "max": max(vals), "n": len(vals)}
 
 
+def ratio_to(stats, tracer, peer="bpftrace"):
+    """bench_overhead's bpf_stats rounds: the spread of a tracer's BPF ns per request over the peer's,
+    each ratio taken within one round; None without both."""
+    mine, theirs = stats.get(tracer, {}).get("ns_per_request"), stats.get(peer, {}).get("ns_per_request")
+    if not mine or not theirs:
+        return None
+    return spread([a / b for a, b in zip(mine, theirs) if b])
+
+
 def fmt(s, digits=3, unit="", scale=1.0, pct=False):
     """'median (min–max)' of a spread()."""
     if s is None:

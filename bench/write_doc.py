@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import REPO, RESULTS, load, machine, spread  # noqa: E402
+from common import REPO, RESULTS, fmt, load, machine, ratio_to, spread  # noqa: E402
 
 DOC = REPO / "docs" / "benchmarks.md"
 # Issue 18's targets: throughput cost, attach, a 2 s recording start to exit, Collector.close().
@@ -171,7 +171,8 @@ def overhead_note(overhead):
             versus = ""
             if bt_pr:
                 versus = (f"; the bpftrace script's: {bt_pr[0]:.1f} µs "
-                          f"({'at or below' if pr[0] <= bt_pr[0] else f'{pr[0] / bt_pr[0]:.1f}x'} it)")
+                          f"({'at or below' if pr[0] <= bt_pr[0] else f'{pr[0] / bt_pr[0]:.1f}x'} it"
+                          + rounds_text(res, "fsprof") + ")")
             out.append(f"  BPF run time per request (all of fsprof's programs in the bpf_stats run, divided by "
                        f"its requests): {pr[0]:.1f} µs{versus}; an untraced request takes {pr[1]:.1f} µs.")
             fl, bt_fl = floor_of(res), floor_of(res, "bpftrace")
@@ -189,7 +190,7 @@ def overhead_note(overhead):
                        f"{over * 100:+.1f}% ({'within' if over <= OVERHEAD_TARGET else 'over'} the target)"
                        + (f", {spr[0]:.1f} µs of BPF per request"
                           + (f" ({'at or below' if spr[0] <= bt_pr[0] else f'{spr[0] / bt_pr[0]:.1f}x'} the "
-                             "script's)" if bt_pr else "") if spr else "") + ".")
+                             f"script's{rounds_text(res, sampled)})" if bt_pr else "") if spr else "") + ".")
     return out, missed
 
 
@@ -319,6 +320,12 @@ WHY_NOTE = [
     "not a request per fsync, so a real disk would not halve the block programs' cost, as the two "
     "notes above said.",
 ]
+
+
+def rounds_text(res, tracer):
+    """', per round: R' with R the spread of the tracer's BPF per request over the script's, or ''."""
+    r = ratio_to(res.get("stats", {}), tracer)
+    return f"; round by round, {fmt(r, 2, 'x')} the script's" if r and r["n"] > 1 else ""
 
 
 def floor_of(res, tracer="fsprof"):
