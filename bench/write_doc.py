@@ -173,7 +173,7 @@ def overhead_note(overhead):
                 versus = (f"; the bpftrace script's: {bt_pr[0]:.1f} µs "
                           f"({'at or below' if pr[0] <= bt_pr[0] else f'{pr[0] / bt_pr[0]:.1f}x'} it"
                           + rounds_text(res, "fsprof") + ")")
-            out.append(f"  BPF run time per request (all of fsprof's programs in the bpf_stats run, divided by "
+            out.append(f"  BPF run time per request (all of fsprof's programs in the bpf_stats runs, divided by "
                        f"its requests): {pr[0]:.1f} µs{versus}; an untraced request takes {pr[1]:.1f} µs.")
             fl, bt_fl = floor_of(res), floor_of(res, "bpftrace")
             if fl:
