@@ -312,7 +312,7 @@ libbpf-tools that run on this kernel: no kprobes, no fentry). fsprof's lost even
 counters (`result.json` `drops`) plus the kernel's BPF recursion misses of its programs; the peers
 do not count theirs. The floor: after the bpf_stats runs, one more run of each workload with only
 bpf/probe.bpf.c's `tp_btf_empty` (it returns at once) attached to sched_switch; its ns per run
-times a tracer's program runs per request (from that tracer's bpf_stats run)."""
+times a tracer's program runs per request (from that tracer's bpf_stats runs)."""
 
 
 def main():
