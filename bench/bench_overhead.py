@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
 from common import (QUICK, Bpftrace, BpfStats, EmptyProgram, Fsprof, Gated, LibbpfTools, NoTracer,  # noqa: E402
-                    busy, fmt, interleaved, prog_rows, ratio_to, sh, spread)
+                    bpf_per_request, busy, fmt, interleaved, prog_rows, ratio_to, sh, spread)
 from profiler.machine.scratch import Changes  # noqa: E402
 from profiler.signals import install_handlers  # noqa: E402
 
@@ -202,15 +202,13 @@ def floor_rows(key, stats, floor_ns):
     """Per tracer: its program runs and BPF time per request, and the floor (runs × an empty run)."""
     rows = []
     for tracer, s in stats.items():
-        runs = sum(p["run_cnt"] for p in s["progs"])
-        if not runs or not s.get("events"):
+        if not s.get("events") or not any(p["run_cnt"] for p in s["progs"]):
             continue
-        per_req = sum(p["run_time_ns"] for p in s["progs"]) / s["events"] / 1e3
+        runs, per_req, floor = bpf_per_request(s, floor_ns)
         active = sum(1 for p in s["progs"] if p["run_cnt"])
-        floor = runs / s["events"] * floor_ns / 1e3
         ratio = ratio_to(stats, tracer)
         against = "—" if tracer == "bpftrace" or not ratio else fmt(ratio, 2, "x")
-        rows.append(f"| {key} | {tracer} | {active} | {runs / s['events']:,.1f} | {per_req:.1f} µs | {against} | "
+        rows.append(f"| {key} | {tracer} | {active} | {runs:,.1f} | {per_req:.1f} µs | {against} | "
                     f"{floor:.1f} µs | {per_req - floor:.1f} µs |")
     return rows
 

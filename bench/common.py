@@ -101,6 +101,13 @@ def spread(values):
     return {"median": statistics.median(vals), "min": min(vals), "max": max(vals), "n": len(vals)}
 
 
+def bpf_per_request(stats, floor_ns):
+    """A tracer's bpf_stats runs (bench_overhead): (program runs per request, BPF µs per request, its
+    floor in µs: runs × floor_ns, what a program that does nothing costs a run)."""
+    runs = sum(p["run_cnt"] for p in stats["progs"]) / stats["events"]
+    return runs, sum(p["run_time_ns"] for p in stats["progs"]) / stats["events"] / 1e3, runs * floor_ns / 1e3
+
+
 def ratio_to(stats, tracer, peer="bpftrace"):
     """bench_overhead's bpf_stats rounds: the spread of a tracer's BPF ns per request over the peer's,
     each ratio taken within one round; None without both."""

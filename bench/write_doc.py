@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import REPO, RESULTS, fmt, load, machine, ratio_to, spread  # noqa: E402
+from common import REPO, RESULTS, bpf_per_request, fmt, load, machine, ratio_to, spread  # noqa: E402
 
 DOC = REPO / "docs" / "benchmarks.md"
 # Issue 18's targets: throughput cost, attach, a 2 s recording start to exit, Collector.close().
@@ -323,7 +323,8 @@ WHY_NOTE = [
 
 
 def rounds_text(res, tracer):
-    """', per round: R' with R the spread of the tracer's BPF per request over the script's, or ''."""
+    """'; round by round, R the script's', R the spread of the per-round ratios of the tracer's BPF
+    per request to the script's; '' with fewer than two rounds."""
     r = ratio_to(res.get("stats", {}), tracer)
     return f"; round by round, {fmt(r, 2, 'x')} the script's" if r and r["n"] > 1 else ""
 
@@ -333,8 +334,8 @@ def floor_of(res, tracer="fsprof"):
     costs = res.get("stats", {}).get(tracer)
     if not costs or not res.get("floor") or not costs.get("events"):
         return None
-    runs = sum(p["run_cnt"] for p in costs["progs"]) / costs["events"]
-    return runs, runs * res["floor"] / 1e3
+    runs, _, floor = bpf_per_request(costs, res["floor"])
+    return runs, floor
 
 
 def per_request(res, tracer="fsprof"):
