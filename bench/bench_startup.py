@@ -5,7 +5,8 @@ attached (it prints "recording" on stderr then), against bpftrace attaching the 
 bench/peer.bt, and against libbpf-tools' offcputime and biolatency. Interleaved, the order rotated
 each round. Also: the whole `fsprof record` wall time for a 2 s recording (start, detach, report
 and flame graphs), the CPU time fsprof spent until attached, the Collector's load / attach /
-close inside one process, and the cost of starting Python and the CLI (`python -m profiler --help`).
+close inside one process, the cost of starting Python and the CLI (`python -m profiler --help`),
+and the kernel verifier's own time for each object.
 
     .venv/bin/python bench/bench_startup.py [--rounds 7]
     BENCH_QUICK=1 ...   # 2 rounds
@@ -14,6 +15,7 @@ close inside one process, and the cost of starting Python and the CLI (`python -
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -125,6 +127,56 @@ def in_process_phases():
     return json.loads(out)
 
 
+EMPTY = "probe.bpf.o's tp_btf_empty (returns at once)"
+
+
+def verification(rounds):
+    """{object: [{program: {usec, insns, peak_states}} per round]}: the kernel verifier's own
+    statistics (log level 4) for every program the Collector loads, each object loaded alone here
+    (the shared maps made first, as the Collector makes them), and for a program that does nothing."""
+    from profiler import filesystems
+    from profiler.session.collect import SHARED_MAPS, behind_modules
+    from profiler.trace.bpf import BpfObject, create_maps
+    filesystems.load_modules(filesystems.NAMES)
+    names = ["syscalls"] + [m.OBJECT for m in behind_modules(filesystems.NAMES)]
+    out = {f"{n}.bpf.o": [] for n in names}
+    out[EMPTY] = []
+    for _ in range(rounds):
+        shared = create_maps("syscalls", [name for name, _, _ in SHARED_MAPS])
+        try:
+            for name in names:
+                with BpfObject(name, share=shared, verifier_stats=True) as obj:
+                    out[f"{name}.bpf.o"].append(obj.verification)
+        finally:
+            for m in shared.values():
+                m.close()
+        with BpfObject("probe", only=["tp_btf_empty"], verifier_stats=True) as obj:
+            out[EMPTY].append(obj.verification)
+    return out
+
+
+def verification_summary(rounds_by_object):
+    """Per object: programs, instructions processed, verification time (spread over rounds of the
+    sum of its programs', in seconds) and its slowest program (median seconds)."""
+    out = {}
+    for name, rounds in rounds_by_object.items():
+        programs = sorted(set().union(*rounds))
+        per_prog = {p: statistics.median(r[p]["usec"] for r in rounds if r.get(p) and r[p]["usec"] is not None) / 1e6
+                    for p in programs}
+        slowest = max(per_prog, key=per_prog.get) if per_prog else None
+        out[name] = {"programs": len(programs),
+                     "insns": sum(rounds[0][p]["insns"] or 0 for p in programs if p in rounds[0]),
+                     "verify_s": spread([sum(v["usec"] or 0 for v in r.values()) / 1e6 for r in rounds]),
+                     "slowest": [slowest, per_prog[slowest]] if slowest else None}
+    loaded = [rounds for name, rounds in rounds_by_object.items() if name != EMPTY]
+    out["all"] = {"programs": sum(v["programs"] for k, v in out.items() if k != EMPTY),
+                  "insns": sum(v["insns"] for k, v in out.items() if k != EMPTY),
+                  "verify_s": spread([sum(p["usec"] or 0 for r in each_round for p in r.values()) / 1e6
+                                      for each_round in zip(*loaded)]),
+                  "slowest": None}
+    return out
+
+
 def timed(argv):
     start = time.monotonic()
     subprocess.run(argv, capture_output=True, check=True, cwd=REPO)
@@ -148,6 +200,7 @@ def main():
             ]
             runs = interleaved(variants, args.rounds)
             phases = [in_process_phases() for _ in range(args.rounds)]
+            verified = verification(args.rounds)
             cli = {"python -c pass": [timed([PY, "-c", "pass"]) for _ in range(args.rounds)],
                    "python -m profiler --help": [timed([*FSPROF, "--help"]) for _ in range(args.rounds)],
                    "import profiler.session.record (what record loads)":
@@ -157,14 +210,16 @@ def main():
         pid_proc.wait()
     summary = {name: {k: spread([r[k] for r in rs]) for k in ("attached_s", "cpu_s", "total_s")}
                for name, rs in runs.items()}
+    verify = verification_summary(verified)
     md = render(summary, {k: spread([p[k] for p in phases]) for k in phases[0]},
-                {k: spread(v) for k, v in cli.items()}, args)
+                {k: spread(v) for k, v in cli.items()}, verify, args)
     print("\n" + md)
-    common.save("startup", {"runs": runs, "summary": summary, "phases": phases, "cli": cli, "markdown": md,
+    common.save("startup", {"runs": runs, "summary": summary, "phases": phases, "cli": cli, "verification": verify,
+                            "verification_rounds": verified, "markdown": md,
                             "how": HOW, "attach_points": n_points})
 
 
-def render(summary, phases, cli, args):
+def render(summary, phases, cli, verify, args):
     ms = dict(digits=0, unit=" ms", scale=1000)
     lines = ["| tool | until attached | CPU until attached | whole run (2 s recording) |", "|---|---|---|---|"]
     for name, s in summary.items():
@@ -178,6 +233,17 @@ def render(summary, phases, cli, args):
               f"| Collector.close(): detach and free | {fmt(phases['close_s'], **ms)} |",
               "", "Python and the command line:", "", "| command | wall time |", "|---|---|"]
     lines += [f"| `{name}` | {fmt(s, **ms)} |" for name, s in cli.items()]
+    lines += ["", "What the kernel's verifier spends on each object (its own statistics, each object loaded "
+              "alone, one CPU):", "",
+              "| object | programs | instructions processed | verification, all its programs | slowest program |",
+              "|---|---|---|---|---|"]
+    order = [k for k in verify if k not in ("all", EMPTY)] + ["all", EMPTY]
+    for name in order:
+        v = verify[name]
+        slow = f"{v['slowest'][0]} {v['slowest'][1] * 1000:.1f} ms" if v["slowest"] and name != EMPTY else ""
+        shown = f"**all {len(verify) - 2} objects**" if name == "all" else name
+        lines.append(f"| {shown} | {v['programs']} | {v['insns']:,} | "
+                     f"{fmt(v['verify_s'], digits=1 if name != EMPTY else 2, unit=' ms', scale=1000)} | {slow} |")
     lines += ["", f"Median (min – max) of {args.rounds} rounds."]
     return "\n".join(lines)
 
@@ -190,7 +256,11 @@ after attaching every other probe); a libbpf tool holding as many BPF links as p
 fsprof's "whole run" is `fsprof record --pid P --duration 2s` from start to exit (target: 2.3 s): start-up, 2 s of
 recording, snapshot, detach, result.json and the flame graphs. The bpftrace equivalent has one
 classic tracepoint per fsprof program (bpftrace 0.17 has no raw_tp/tp_btf probes) and
-`profile:hz:999` for the sampling program."""
+`profile:hz:999` for the sampling program. The verifier's figures are its own statistics (log
+level 4: "verification time", "processed N insns") for each program, with the objects loaded one
+after the other on one thread, so that their sum is CPU time; `fsprof record` loads them side by
+side on every CPU. The program that does nothing shows what verifying a program costs before its
+instructions do."""
 
 
 if __name__ == "__main__":

@@ -319,6 +319,25 @@ WHY_NOTE = [
     "loop device over a buffered file (docs/test-bed.md) the backing disk sees the file's writeback, "
     "not a request per fsync, so a real disk would not halve the block programs' cost, as the two "
     "notes above said.",
+    "What start-up is still spent on (2026-11-27, third session; the verifier table under Start-up, "
+    "and `perf record -g` of `bench_startup.verification(3)` with `perf report --children`): "
+    "Collector() is CPU-bound, its loads side by side on both CPUs, and the kernel's verification "
+    "of the 97 programs is about 130 ms of that CPU for 42,000 instructions processed, about 3 µs "
+    "an instruction. More than half of it is btf_nested_type_is_trusted (19% of the samples, the "
+    "verifier's whole checking 32%): on 6.18, each load of a pointer field from a trusted pointer "
+    "(a tp_btf argument, `bpf_get_current_task_btf()`) looks the parent type up by name as "
+    "`<type>__safe_trusted`, then as `__safe_trusted_or_null`, `__safe_rcu` and "
+    "`__safe_rcu_or_null` until one says how the field is trusted, each a linear search of the "
+    "126,572 types of the kernel's BTF, on every path the verifier walks. ext4's "
+    "`on_jbd2_commit_locking`, 32 instructions with one such load (`journal->j_fs_dev`), takes "
+    "1.4 ms to verify; a program that does nothing 0.2 ms. The plain loads that made the hot "
+    "programs cheaper per event (\"One sched_switch program and plain loads\" above) are what "
+    "costs here; probe reads (`BPF_CORE_READ`) would cost next to nothing to verify and 25 ns a "
+    "step at every event. `bpf_core_cast()`, which makes a pointer untrusted at no cost per event, "
+    "is no way out: Debian 12's 6.1 has no such kfunc (it came in 6.2), and the type ID it takes "
+    "would resolve against the minimised BTF the objects load with (\"Start, continued\" above), "
+    "not the kernel's. Python's part of record's start is about 95 ms (30 to start the "
+    "interpreter, 65 of imports spread over many modules, none above 10 ms).",
 ]
 
 

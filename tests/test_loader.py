@@ -32,6 +32,20 @@ def test_tracepoint_raw_tp_and_tp_btf_programs_fire():
     assert all(n > 0 for n in counts.values()), counts
 
 
+def test_verifier_statistics_are_the_kernels_own():
+    """verifier_stats (bench/bench_startup.py) reads the verifier's log-level-4 statistics; the
+    instructions it processed are what the kernel also keeps in the program's fdinfo."""
+    from profiler.trace.bpf import libbpf
+    with BpfObject("syscalls", verifier_stats=True) as obj:
+        assert set(obj.verification) == set(obj.programs)
+        for pname, (handle, _) in obj.programs.items():
+            fd = libbpf().bpf_program__fd(handle)
+            fdinfo = dict(line.split(":", 1) for line in Path(f"/proc/self/fdinfo/{fd}").read_text().splitlines())
+            stats = obj.verification[pname]
+            assert stats["insns"] == int(fdinfo["verified_insns"]), (pname, stats)
+            assert stats["usec"] is not None and stats["peak_states"] is not None, (pname, stats)
+
+
 def kallsyms():
     syms = []
     for line in Path("/proc/kallsyms").read_text().splitlines():

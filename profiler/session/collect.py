@@ -41,6 +41,14 @@ FIGURES = {
 }
 
 
+def behind_modules(fs):
+    """The behind-the-wait modules with a BPF object that a Collector for filesystems `fs` loads
+    beside syscalls.bpf.o: every filesystem-independent one, and those of `fs`."""
+    fs_objects = {f.behind for f in filesystems.TABLE.values()}
+    wanted = set(filesystems.behind_objects(fs))
+    return [m for m in behind.MODULES if m.OBJECT and (m.OBJECT not in fs_objects or m.OBJECT in wanted)]
+
+
 class Collector:
     def __init__(self, sample_hz=DEFAULT_SAMPLE_HZ, fs=filesystems.NAMES, stack_sample=1):
         """Loads syscalls.bpf.o and the behind-the-wait objects filesystems `fs` need (after
@@ -90,9 +98,7 @@ class Collector:
         all outside the GIL, so two cores load in about half the time of one. Objects keep the
         order syscalls, then behind.MODULES; the first failure in that order is raised once every
         load has finished, and whatever loaded is closed with the rest by __init__."""
-        fs_objects = {f.behind for f in filesystems.TABLE.values()}
-        wanted = set(filesystems.behind_objects(fs))
-        modules = [m for m in behind.MODULES if m.OBJECT and (m.OBJECT not in fs_objects or m.OBJECT in wanted)]
+        modules = behind_modules(fs)
         names = ["syscalls"] + [m.OBJECT for m in modules]
         shared = create_maps("syscalls", [name for name, _, _ in SHARED_MAPS])
         loaded = {}

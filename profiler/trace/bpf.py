@@ -95,6 +95,8 @@ def _signatures(lib):
         "bpf_program__name": (_c.c_char_p, [_vp]),
         "bpf_program__section_name": (_c.c_char_p, [_vp]),
         "bpf_program__set_autoload": (_c.c_int, [_vp, _c.c_bool]),
+        "bpf_program__set_log_level": (_c.c_int, [_vp, _c.c_uint32]),
+        "bpf_program__set_log_buf": (_c.c_int, [_vp, _c.c_char_p, _c.c_size_t]),
         "bpf_program__attach": (_vp, [_vp]),
         "bpf_program__attach_perf_event": (_vp, [_vp, _c.c_int]),
         "bpf_link__destroy": (_c.c_int, [_vp]),
@@ -542,6 +544,21 @@ def failed_program(lines):
     return prog, reason
 
 
+# The verifier's log level that prints only its statistics ("verification time 1234 usec",
+# "processed N insns ... peak_states M") after a successful load.
+_BPF_LOG_STATS = 4
+_STATS_LOG_SIZE = 4096
+_STATS_FIELDS = {"usec": re.compile(r"verification time (\d+) usec"),
+                 "insns": re.compile(r"processed (\d+) insns"),
+                 "peak_states": re.compile(r"peak_states (\d+)")}
+
+
+def verifier_statistics(log):
+    """{usec, insns, peak_states} from a verifier log at _BPF_LOG_STATS (a field it lacks: None)."""
+    found = {k: rx.search(log) for k, rx in _STATS_FIELDS.items()}
+    return {k: int(m[1]) if m else None for k, m in found.items()}
+
+
 class BpfObject:
     """One loaded bpf/*.bpf.o: its programs, maps and links; close() detaches everything.
 
@@ -551,11 +568,13 @@ class BpfObject:
     was left out and why; the full libbpf log of each refusal is kept in LOG_DIR.
     """
 
-    def __init__(self, name, only=None, path=None, share=None, required=None):
+    def __init__(self, name, only=None, path=None, share=None, required=None, verifier_stats=False):
         """Open and load build/<name>.bpf.o (or `path`). `only`, if given, names the programs to load;
         `share` ({map name: Map of another object, or SharedMap}) makes those maps the same map;
         `required` names programs without which the object is useless (their failure is an error,
-        as is the failure of every program)."""
+        as is the failure of every program). With verifier_stats (the start-up bench), the kernel
+        reports what verifying each program cost: `verification` {program: {usec, insns,
+        peak_states}}."""
         check_privileges()
         tracefs.ensure_mounted()
         self.name = name
@@ -566,6 +585,7 @@ class BpfObject:
             raise FsprofError("this kernel has no BTF (/sys/kernel/btf/vmlinux); fsprof's CO-RE programs need CONFIG_DEBUG_INFO_BTF=y")
         self.links, self.slow_links, self.skipped = [], [], {}
         self._maps, self._obj = {}, None
+        self._verifier_stats, self._stats_bufs, self.verification = verifier_stats, {}, {}
         required = set(required or ())
         refused = {}
         _log.debug = False
@@ -597,6 +617,8 @@ class BpfObject:
                                   f"{refused[prog]}; the log is in {log_file}")
         for prog, reason in refused.items():
             self.skipped[prog] = f"left out: {reason}"
+        self.verification = {p: verifier_statistics(b.value.decode(errors="replace"))
+                             for p, b in self._stats_bufs.items() if p in self.programs}
         self._fill_kernel_flags()
 
     def _fill_kernel_flags(self):
@@ -631,6 +653,10 @@ class BpfObject:
                     self.skipped[pname] = reason
             else:
                 self.programs[pname] = (prog, section)
+                if self._verifier_stats:
+                    self._stats_bufs[pname] = buf = _c.create_string_buffer(_STATS_LOG_SIZE)
+                    lib.bpf_program__set_log_buf(prog, buf, len(buf))
+                    lib.bpf_program__set_log_level(prog, _BPF_LOG_STATS)
             prog = lib.bpf_object__next_program(self._obj, prog)
         for map_name, other in (share or {}).items():
             err = lib.bpf_map__reuse_fd(self._map_handle(map_name), other.fd)
