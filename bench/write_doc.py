@@ -322,7 +322,7 @@ WHY_NOTE = [
     "What start-up is still spent on (2026-11-27, third session; the verifier table under Start-up, "
     "and `perf record -g` of `bench_startup.verification(3)` with `perf report --children`): "
     "Collector() is CPU-bound, its loads side by side on both CPUs, and the kernel's verification "
-    "of the 97 programs is about 130 ms of that CPU for 42,000 instructions processed, about 3 µs "
+    "of the 97 programs is 115-135 ms of that CPU (two make bench runs) for 42,000 instructions, about 3 µs "
     "an instruction. More than half of it is btf_nested_type_is_trusted (19% of the samples, the "
     "verifier's whole checking 32%): on 6.18, each load of a pointer field from a trusted pointer "
     "(a tp_btf argument, `bpf_get_current_task_btf()`) looks the parent type up by name as "
