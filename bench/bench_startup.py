@@ -135,14 +135,14 @@ def verification(rounds):
     statistics (log level 4) for every program the Collector loads, each object loaded alone here
     (the shared maps made first, as the Collector makes them), and for a program that does nothing."""
     from profiler import filesystems
-    from profiler.session.collect import SHARED_MAPS, behind_modules
-    from profiler.trace.bpf import BpfObject, create_maps
+    from profiler.session.collect import behind_modules, create_shared_maps
+    from profiler.trace.bpf import BpfObject
     filesystems.load_modules(filesystems.NAMES)
     names = ["syscalls"] + [m.OBJECT for m in behind_modules(filesystems.NAMES)]
     out = {f"{n}.bpf.o": [] for n in names}
     out[EMPTY] = []
     for _ in range(rounds):
-        shared = create_maps("syscalls", [name for name, _, _ in SHARED_MAPS])
+        shared = create_shared_maps()
         try:
             for name in names:
                 with BpfObject(name, share=shared, verifier_stats=True) as obj:

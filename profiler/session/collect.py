@@ -41,6 +41,12 @@ FIGURES = {
 }
 
 
+def create_shared_maps():
+    """{name: SharedMap} of bpf/shared_maps.h, made before any object loads; the caller closes them
+    once every object holds its own fd."""
+    return create_maps("syscalls", [name for name, _, _ in SHARED_MAPS])
+
+
 def behind_modules(fs):
     """The behind-the-wait modules with a BPF object that a Collector for filesystems `fs` loads
     beside syscalls.bpf.o: every filesystem-independent one, and those of `fs`."""
@@ -100,7 +106,7 @@ class Collector:
         load has finished, and whatever loaded is closed with the rest by __init__."""
         modules = behind_modules(fs)
         names = ["syscalls"] + [m.OBJECT for m in modules]
-        shared = create_maps("syscalls", [name for name, _, _ in SHARED_MAPS])
+        shared = create_shared_maps()
         loaded = {}
 
         def load(name):

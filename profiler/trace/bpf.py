@@ -585,7 +585,7 @@ class BpfObject:
             raise FsprofError("this kernel has no BTF (/sys/kernel/btf/vmlinux); fsprof's CO-RE programs need CONFIG_DEBUG_INFO_BTF=y")
         self.links, self.slow_links, self.skipped = [], [], {}
         self._maps, self._obj = {}, None
-        self._verifier_stats, self._stats_bufs, self.verification = verifier_stats, {}, {}
+        self._verifier_stats = verifier_stats
         required = set(required or ())
         refused = {}
         _log.debug = False
@@ -638,7 +638,7 @@ class BpfObject:
         self._obj = lib.bpf_object__open_file(str(self.path).encode(), _c.byref(self._open_opts))
         if not self._obj:
             raise FsprofError(f"libbpf could not open {self.path} ({_errno_text(_c.get_errno())})")
-        self.programs, self.skipped = {}, {}
+        self.programs, self.skipped, self._stats_bufs = {}, {}, {}
         prog = lib.bpf_object__next_program(self._obj, None)
         while prog:
             pname = lib.bpf_program__name(prog).decode()
