@@ -572,10 +572,11 @@ def main(argv=None):
     vm.raise_on_signals()
     rows = []
     try:
-        if any(spec.strip() != "host" for spec in args.kernels.split(",") if spec.strip()) or args.kernel:
-            vm.check_visible(REPO)
         for spec in [k.strip() for k in args.kernels.split(",") if k.strip()] + args.kernel:
             rows.append(Row("host", None) if spec == "host" else Row(spec, vm.resolve_kernel(spec)))
+        # Only once the arguments hold: where the tree lies matters only when a VM is to boot.
+        if any(r.kernel is not None for r in rows):
+            vm.check_visible(REPO)
     except vm.VMError as e:
         say(str(e))
         return vm.USAGE

@@ -1,6 +1,7 @@
 """`fsprof compare`: explanations built from measured figures, on real runs."""
 
 import json
+import re
 
 import pytest
 
@@ -43,24 +44,34 @@ def test_barrier_off_is_explained_by_cache_flushing_first(tmp_path):
     off = run(tmp_path, "off", "--count", str(COUNT), "--mount-options", "barrier=0")
     (cmp,) = json.loads(compare(on, off, "--json"))
     assert cmp["op"] == "fsync" and cmp["significant"] and cmp["us_per_op"][1] < cmp["us_per_op"][0]
-    # The first cause of the difference is the cache flush (inside the jbd2 commit the fsync
-    # waits for), and the evidence says why: the commit the fsync waits for writes its commit
-    # block with a PREFLUSH no more, and the device sees no flush request in the run.
-    assert "cache flush" in cmp["causes"][0]["cause"], cmp["causes"][:3]
+    # The cache flush (inside the jbd2 commit the fsync waits for) is one of the decreases, gone
+    # with barriers off, and the evidence says why: the commit the fsync waits for writes its
+    # commit block with a PREFLUSH no more, and the device sees no flush request in the run.
+    # Whether it is the *first* cause is the host's: where the backing disk's flush is slow, the
+    # fsync's own data writes queue behind the flushes and "data writeback wait" falls most (686
+    # vs 120 us on one host), so the test asks only that the first cause is a decrease.
+    assert cmp["causes"][0]["diff_us"] < 0, cmp["causes"][:3]
+    assert_flush_removed(cmp["causes"])
     commit = cmp["evidence"]["preflush write requests per jbd2 commit (the work that ends its journal commit wait)"]
     assert commit == [1, 0], commit
     flush = cmp["evidence"]["flush requests to the device per second (run-wide)"]
     assert flush[0] > 0 and flush[1] == 0
     text = compare(on, off)
-    first = next(line for line in text.splitlines() if line.startswith("    "))
-    assert "cache flush" in first, text
+    listed = [line for line in text.splitlines() if re.match(r"    [+-][\d.]+ (?:ms|us)/op ", line)]
+    assert any("cache flush" in line and line.startswith("    -") for line in listed), text
     # One phase of the workload, explained alone, from that phase's own figures.
     (phase,) = json.loads(compare(on, off, "--phase", "run", "--json"))
-    assert "cache flush" in phase["causes"][0]["cause"]
+    assert_flush_removed(phase["causes"])
     assert phase["evidence"]["flush requests to the device per second (phase-wide)"][1] == 0
     assert phase["evidence"]["preflush write requests per jbd2 commit (the work that ends its journal commit wait)"] == [1, 0]
     proc = run_fsprof("compare", str(on), str(off), "--phase", "no-such")
     assert proc.returncode == 2 and "no phase 'no-such'" in proc.stderr
+
+
+def assert_flush_removed(causes):
+    """A listed cause holds the cache flush: a decrease, to nothing with barriers off."""
+    flush = [c for c in causes if "cache flush" in c["cause"]]
+    assert flush and all(c["diff_us"] < 0 and c["us_per_op"][1] == 0 for c in flush), causes
 
 
 def test_runs_of_different_workloads_are_compared_saying_what_differs(tmp_path):

@@ -66,7 +66,7 @@ def tmp(tmp_path):
 @pytest.mark.parametrize("kernel, words", [
     ("/nonexistent/vmlinuz", "no kernel image at /nonexistent/vmlinuz"),
     ("/etc/hostname", "is not a bootable x86 kernel image"),
-    ("5.10", "no kernel 5.10 is installed in /boot"),
+    ("4.19", "no kernel 4.19 is installed in /boot"),  # a kernel no row of ours installs
 ])
 def test_unknown_kernel(tmp, kernel, words):
     proc = runner("kernels.vm", "--kernel", kernel, "--", "true", tmp=tmp)
@@ -75,7 +75,7 @@ def test_unknown_kernel(tmp, kernel, words):
 
 
 def test_matrix_unknown_kernel_and_check(tmp):
-    assert_one_sentence(runner("kernels.matrix", "--kernels", "6.1,4.19", "--no-doc", tmp=tmp), 2,
+    assert_one_sentence(runner("kernels.matrix", "--kernels", "host,4.19", "--no-doc", tmp=tmp), 2,
                         "no kernel 4.19 is installed")
     assert_one_sentence(runner("kernels.matrix", "--kernels", "host", "--checks", "doctor,nope", "--no-doc", tmp=tmp),
                         2, "unknown check nope")

@@ -9,6 +9,7 @@ the unlink returned (its runs checked against the oracle's count of xfs_inodegc_
 
 import json
 import re
+import shutil
 
 import pytest
 
@@ -16,22 +17,26 @@ from conftest import bpftrace_output, bpftrace_start, check_adds_up, kernel_has,
 
 pytestmark = pytest.mark.slow
 SMALL = 8
-SCRIPT = ("fsprof phase write; dd if=/dev/urandom of=big bs=1M count=64 conv=fsync status=none; "
-          f"for i in $(seq {SMALL}); do dd if=/dev/zero of=f$i bs=4k count=16 conv=fsync status=none; done; "
-          "fsprof phase delete; rm big; sleep 1")  # XFS's inodegc runs a moment after the unlink
+# The oracle knows the workload's dd and rm by their command names: copies of them under names no
+# other process on the machine has, so that a `dd` or `rm` elsewhere (the machine's root filesystem
+# is often ext4 too) is never counted as the workload's. Under load it was: an oracle that races.
+DD, RM = "scoped-dd", "scoped-rm"
+SCRIPT = (f"fsprof phase write; {{bin}}/{DD} if=/dev/urandom of=big bs=1M count=64 conv=fsync status=none; "
+          f"for i in $(seq {SMALL}); do {{bin}}/{DD} if=/dev/zero of=f$i bs=4k count=16 conv=fsync status=none; "
+          f"done; fsprof phase delete; {{bin}}/{RM} big; sleep 1")  # XFS's inodegc runs a moment after the unlink
 
 # Requests made (block_getrq) by dd inside fsync and by rm inside unlinkat, and by jbd2 threads.
-ORACLE = """
-BEGIN { printf("ready\\n"); }
-tracepoint:syscalls:sys_enter_fsync /comm == "dd"/ { @in[tid] = 1; }
-tracepoint:syscalls:sys_exit_fsync /comm == "dd"/ { delete(@in[tid]); }
-tracepoint:syscalls:sys_enter_unlinkat /comm == "rm"/ { @in[tid] = 2; }
-tracepoint:syscalls:sys_exit_unlinkat /comm == "rm"/ { delete(@in[tid]); }
-tracepoint:block:block_getrq /@in[tid] == 1/ { @fsync = count(); }
-tracepoint:block:block_getrq /@in[tid] == 2/ { @unlink = count(); }
-tracepoint:ext4:ext4_ext_remove_space_done /@in[tid] == 2/ { @extent_removals = count(); }
-tracepoint:xfs:xfs_inodegc_worker /args->dev >> 20 == 7/ { @inodegc_runs = count(); }
-END { clear(@in); }
+ORACLE = f"""
+BEGIN {{ printf("ready\\n"); }}
+tracepoint:syscalls:sys_enter_fsync /comm == "{DD}"/ {{ @in[tid] = 1; }}
+tracepoint:syscalls:sys_exit_fsync /comm == "{DD}"/ {{ delete(@in[tid]); }}
+tracepoint:syscalls:sys_enter_unlinkat /comm == "{RM}"/ {{ @in[tid] = 2; }}
+tracepoint:syscalls:sys_exit_unlinkat /comm == "{RM}"/ {{ delete(@in[tid]); }}
+tracepoint:block:block_getrq /@in[tid] == 1/ {{ @fsync = count(); }}
+tracepoint:block:block_getrq /@in[tid] == 2/ {{ @unlink = count(); }}
+tracepoint:ext4:ext4_ext_remove_space_done /@in[tid] == 2/ {{ @extent_removals = count(); }}
+tracepoint:xfs:xfs_inodegc_worker /args->dev >> 20 == 7/ {{ @inodegc_runs = count(); }}
+END {{ clear(@in); }}
 """
 
 
@@ -41,10 +46,14 @@ def runs(tmp_path_factory):
     if not kernel_has("block_getrq", "block"):
         pytest.skip("this kernel has no block_getrq tracepoint")
     tmp = tmp_path_factory.mktemp("scoped")
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir()
+    for name, tool in ((DD, "dd"), (RM, "rm")):
+        shutil.copy2(shutil.which(tool), bin_dir / name)
     oracle = bpftrace_start(ORACLE)
     try:
         proc = run_fsprof("run", "--fs", "ext4,xfs", "--scratch-dir", str(tmp / "scratch"), "-o", str(tmp / "run"),
-                          "--", "sh", "-c", SCRIPT)
+                          "--", "sh", "-c", SCRIPT.format(bin=bin_dir))
     finally:
         out = bpftrace_output(oracle)
     assert proc.returncode == 0, proc.stderr
