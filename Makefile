@@ -23,7 +23,7 @@ DEB_PKGS := clang llvm bpftool libbpf1 libbpf-dev libelf-dev zlib1g-dev e2fsprog
 # The untar workload's real kernel tree; without it the workload generates a synthetic one.
 OPT_PKGS := linux-source-6.1
 
-.PHONY: setup deps tracefs build bytecode inferno run report test test-stress bench clean
+.PHONY: setup deps tracefs build bytecode inferno run report test test-unit test-stress bench clean
 setup: deps $(VENV)/.installed tracefs build bytecode inferno
 
 # Install only what is missing, so a second `make setup` is quick and needs no network.
@@ -94,6 +94,13 @@ test: setup
 	  if $(PY) -m profiler doctor; then echo "no test ran, and nothing is missing: failing"; \
 	  else echo "no test ran: this machine lacks what the tests need (above)"; rc=0; fi; \
 	fi; exit $$rc
+
+# The tests that need no root (-m "not root": no BPF, no mounts), in seconds, for any user who can read
+# the tree: only the venv, no cache written into the tree, pytest's temp files in a fresh dir of the
+# user's. A user who cannot write the venv (root made it) runs it as it is: refreshing it would fail.
+test-unit: $(if $(shell [ -w $(VENV) ] || [ ! -e $(VENV) ] && echo yes),$(VENV)/.installed)
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	$(PY) -m pytest -q -m "not root" -p no:cacheprovider --basetemp="$$tmp/pytest" tests $(PYTEST_ARGS)
 
 # The suite on a busy machine (not part of CI): `make test` while stress-ng keeps both CPUs and the
 # root filesystem's I/O busy (`--cpu 2 --io 1`: sync() in a loop), the usual state of a shared

@@ -16,7 +16,7 @@ from conftest import REPO, assert_invariants, run_fsprof
 from profiler.machine import scratch
 from profiler.analysis.attribution import DELAYED_ALLOC, rules_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.root]
 COUNT = 200
 
 

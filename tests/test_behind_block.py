@@ -19,7 +19,7 @@ from profiler.session.collect import Collector
 from profiler.trace.maps import BLK_WRITE_CLASSES
 from profiler.machine.workload import GatedProcess, workload_argv
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.root]
 COUNT = 300
 
 

@@ -21,7 +21,7 @@ from profiler.behind import btrfs
 from profiler.session.collect import Collector
 from profiler.machine.workload import GatedProcess
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.root]
 
 # Appends 4 KiB and fsyncs `per` times, then syncfs (a full commit), `rounds` times.
 FSYNC_THEN_SYNCFS = """

@@ -22,7 +22,7 @@ from profiler.session.collect import Collector
 from profiler.session.run import measure
 from profiler.machine.workload import COMMAND, WorkloadSpec
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.root]
 HZ = kernel_hz()
 
 

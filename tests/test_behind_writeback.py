@@ -22,7 +22,7 @@ from profiler.session.collect import Collector
 from profiler.session.run import measure
 from profiler.machine.workload import COMMAND, WorkloadSpec
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.root]
 
 DIRTY_BYTES = 1 << 20          # 256 pages: dd below dirties 16384
 DIRTY_BACKGROUND_BYTES = 1 << 19

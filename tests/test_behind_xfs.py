@@ -25,7 +25,8 @@ from profiler.session.run import measure
 from profiler.machine.workload import COMMAND, WorkloadSpec
 
 COUNT = 300
-pytestmark = pytest.mark.skipif(shutil.which("bpftrace") is None, reason="bpftrace (an oracle) is not installed")
+pytestmark = [pytest.mark.skipif(shutil.which("bpftrace") is None, reason="bpftrace (an oracle) is not installed"),
+              pytest.mark.root]
 
 # Appends and fsyncs in its cwd (on the XFS under test), reading the mount's own counters just
 # before and after the loop: the interval the kernel counts is exactly the loop's.

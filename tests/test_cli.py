@@ -16,15 +16,19 @@ def assert_one_sentence(proc, *fragments):
         assert fragment in err, err
 
 
+# `fsprof run` checks for root before most of its arguments: its usage errors need root too.
+@pytest.mark.root
 def test_unknown_filesystem(tmp_path):
     proc = run_fsprof("run", "--fs", "ext4,zfs", "-o", str(tmp_path / "run"))
     assert_one_sentence(proc, "unknown filesystem 'zfs'")
 
 
+@pytest.mark.root
 def test_unknown_workload(tmp_path):
     assert_one_sentence(run_fsprof("run", "--workload", "nope", "-o", str(tmp_path / "run")), "unknown workload")
 
 
+@pytest.mark.root
 def test_mkfs_option_rejected_leaves_nothing(tmp_path):
     proc = run_fsprof("run", "--fs", "ext4", "--mkfs-options", "-O nonsense_feature",
                       "--scratch-dir", str(tmp_path), "-o", str(tmp_path / "run"))
@@ -32,18 +36,21 @@ def test_mkfs_option_rejected_leaves_nothing(tmp_path):
     assert not mounts_under(tmp_path) and not loops_under(tmp_path)
 
 
+@pytest.mark.root
 def test_device_that_does_not_exist(tmp_path):
     proc = run_fsprof("run", "--fs", "ext4", "--device", "/dev/nosuchdisk", "--erase-device",
                       "-o", str(tmp_path / "run"))
     assert_one_sentence(proc, "/dev/nosuchdisk does not exist")
 
 
+@pytest.mark.root
 def test_device_needs_the_erase_flag(tmp_path, ext4_loop):
     device, _ = ext4_loop
     proc = run_fsprof("run", "--fs", "ext4", "--device", device, "-o", str(tmp_path / "run"))
     assert_one_sentence(proc, "--erase-device")
 
 
+@pytest.mark.root
 def test_mounted_device_refused_even_with_both_flags(tmp_path, ext4_loop):
     device, mountpoint = ext4_loop
     subprocess.run(["mount", device, str(mountpoint)], check=True)
@@ -56,12 +63,14 @@ def test_mounted_device_refused_even_with_both_flags(tmp_path, ext4_loop):
         subprocess.run(["umount", str(mountpoint)], check=True)
 
 
+@pytest.mark.root
 def test_device_with_a_filesystem_needs_force(tmp_path, ext4_loop):
     device, _ = ext4_loop
     proc = run_fsprof("run", "--fs", "xfs", "--device", device, "--erase-device", "-o", str(tmp_path / "run"))
     assert_one_sentence(proc, "--force-erase")
 
 
+@pytest.mark.root
 def test_non_root_user_is_told_so(tmp_path):
     # nobody keeps only the right to read files (our interpreter lives under /root).
     proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
@@ -75,6 +84,7 @@ def test_report_of_a_directory_that_is_no_run(tmp_path):
     assert_one_sentence(run_fsprof("report", str(tmp_path)), "not an fsprof run directory")
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("args, fragment", [
     (["--sysctl", "vm.dirty_bytes"], "NAME=VALUE"),
     (["--sysctl", "vm=1"], "unknown sysctl 'vm'"),
@@ -100,11 +110,13 @@ def test_bad_run_arguments(tmp_path, args, fragment):
     assert not (tmp_path / "scratch").exists() or not any((tmp_path / "scratch").iterdir())
 
 
+@pytest.mark.root
 def test_run_directory_that_is_a_file(tmp_path):
     (tmp_path / "taken").write_text("")
     assert_one_sentence(run_fsprof("run", "-o", str(tmp_path / "taken")), "cannot use")
 
 
+@pytest.mark.root
 def test_scratch_dir_that_is_a_file(tmp_path):
     (tmp_path / "taken").write_text("")
     proc = run_fsprof("run", "--fs", "ext4", "--scratch-dir", str(tmp_path / "taken"), "-o", str(tmp_path / "run"))
@@ -117,12 +129,14 @@ def test_report_of_something_that_is_no_result(tmp_path, content):
     assert_one_sentence(run_fsprof("report", str(tmp_path)), "result.json")
 
 
+@pytest.mark.root
 def test_root_without_bpf_capabilities_is_told_which(tmp_path):
     proc = subprocess.run(["setpriv", "--bounding-set=-bpf,-perfmon,-sys_admin", *FSPROF, "run", "--fs", "ext4",
                            "-o", str(tmp_path / "run")], capture_output=True, text=True)
     assert_one_sentence(proc, "lacks CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF")
 
 
+@pytest.mark.root
 def test_doctor_says_fsprof_can_run():
     proc = run_fsprof("doctor")
     assert proc.returncode == 0, proc.stdout

@@ -26,6 +26,8 @@ from profiler.machine import blockdev, scratch
 from test_behind_ext4 import jbd2_info
 from test_record import FSYNCS, fsprof_program_names, loaded_fsprof_programs
 
+pytestmark = pytest.mark.root
+
 WINDOW = "1s"
 DASHBOARD = Path(REPO) / "deploy" / "grafana-dashboard.json"
 

@@ -14,7 +14,7 @@ import pytest
 from conftest import FSPROF, REPO, run_fsprof
 from profiler.views import flamegraph as fg
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.root]
 COUNT = 200
 SVG = "{http://www.w3.org/2000/svg}"
 

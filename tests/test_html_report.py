@@ -252,6 +252,7 @@ def page(report, tmp_path_factory):
 # Tests
 
 
+@pytest.mark.root
 def test_no_console_error_and_no_network(page, report):
     assert page.console == [] and page.log == [], (page.console, page.log)
     # The report itself is the one file loaded; frames are data: documents it carries.
@@ -285,6 +286,7 @@ def assert_nothing_to_fetch(html):
     assert not links.css, links.css[:1]
 
 
+@pytest.mark.root
 def test_every_flame_graph_is_embedded_and_interactive(page, run_dir):
     on_disk = sorted(p.name for p in (run_dir / "flamegraphs").glob("*.svg"))
     assert len(on_disk) >= 3 * 3 + 2  # off-cpu, on-cpu, off-wake per filesystem, 2 differentials
@@ -307,6 +309,7 @@ def inferno_title(svg):
     return "".join(next(e for e in ET.parse(svg).iter() if e.get("id") == "title").itertext())
 
 
+@pytest.mark.root
 def test_syscall_figures_equal_result_json(page, result):
     cells = {(f["fs"], f["op"], f["figure"]): f for f in page.figures if f.get("op")}
     for fs in result["filesystems"]:
@@ -321,6 +324,7 @@ def test_syscall_figures_equal_result_json(page, result):
                 assert_same_figure(cell["text"], h[key])
 
 
+@pytest.mark.root
 def test_cache_flushes_shown_are_the_devices_own_count(page, result):
     cells = {(f["fs"], f["figure"]): f for f in page.figures}
     for fs in result["filesystems"]:
@@ -339,6 +343,7 @@ def assert_same_figure(text, ns):
     assert abs(float(number) * scale - ns) <= 0.005 * ns + 1, (text, ns)
 
 
+@pytest.mark.root
 def test_cause_bars_are_the_attribution_in_us_per_op(page, result):
     bars = {(b["fs"], b["op"]): b for b in page.bars if b["chart"].endswith("all phases")}
     for fs in result["filesystems"]:
@@ -360,6 +365,7 @@ def test_cause_bars_are_the_attribution_in_us_per_op(page, result):
     assert widest["cause"] == max(ext4, key=ext4.get) == "journal commit wait"
 
 
+@pytest.mark.root
 def test_latency_plots_hold_every_call(page, result):
     hists = {(h["fs"], h["op"]): dict(h["buckets"]) for h in page.hists}
     for fs in result["filesystems"]:
@@ -369,6 +375,7 @@ def test_latency_plots_hold_every_call(page, result):
             assert sum(hists[(fs["label"], op)].values()) == h["count"] == COUNT
 
 
+@pytest.mark.root
 def test_conditions_and_comparison_are_stated(page, result, run_dir):
     cells = {(f["fs"], f["figure"]): f["text"] for f in page.figures if f["figure"].startswith("condition:")}
     for fs in result["filesystems"]:
@@ -389,6 +396,7 @@ def page_text(dom):
     return html.unescape(re.sub(r"<[^>]+>", "", dom))
 
 
+@pytest.mark.root
 def test_without_inferno_the_report_says_so_and_lists_the_folded_stacks(run_dir, tmp_path):
     copy = tmp_path / "run"
     shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns("flamegraphs"))
@@ -411,6 +419,7 @@ def test_without_inferno_the_report_says_so_and_lists_the_folded_stacks(run_dir,
         assert bare.console == [] and bare.log == [] and bare.flames == []
 
 
+@pytest.mark.root
 @pytest.mark.skipif(not shutil.which("chattr"), reason="chattr (e2fsprogs) is not installed")
 def test_a_run_directory_it_cannot_write_still_gets_its_flame_graphs(run_dir, tmp_path):
     copy = tmp_path / "run"
@@ -427,6 +436,7 @@ def test_a_run_directory_it_cannot_write_still_gets_its_flame_graphs(run_dir, tm
     assert html.count("<iframe") == len(list((run_dir / "flamegraphs").glob("*.svg")))
 
 
+@pytest.mark.root
 def test_spec_output_is_grouped_by_workload_with_every_run(tmp_path):
     spec_file = tmp_path / "m.toml"
     spec_file.write_text("""
@@ -479,6 +489,7 @@ def test_not_a_run_directory_is_one_sentence(tmp_path, make, words):
     assert not (tmp_path / "r.html").exists()
 
 
+@pytest.mark.root
 def test_bad_json_and_unwritable_output_are_one_sentence(tmp_path, run_dir):
     (tmp_path / "result.json").write_text("{not json")
     assert_one_sentence(run_fsprof("report", str(tmp_path), "--html", str(tmp_path / "r.html")), "not valid JSON")

@@ -15,6 +15,8 @@ from profiler.errors import FsprofError
 from conftest import run_fsprof
 from test_loader import compile_bpf
 
+pytestmark = pytest.mark.root
+
 
 def objects_without(tmp_path, obj, section, renamed):
     """A copy of build/*.bpf.o where `obj`'s section `section` is called `renamed` instead."""

@@ -14,6 +14,8 @@ from profiler.trace import maps, syscalls
 from profiler.trace.bpf import BUILD_DIR, BpfObject
 from profiler.errors import FsprofError
 
+pytestmark = pytest.mark.root
+
 HIT_PROGS = {"tp_switch": 0, "raw_tp_switch": 1, "tp_btf_switch": 2}
 
 

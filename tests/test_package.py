@@ -12,6 +12,8 @@ import pytest
 
 from conftest import REPO, assert_invariants, loops_under, mounts_under
 
+pytestmark = pytest.mark.root
+
 
 def run(argv, **kw):
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, **kw)

@@ -32,6 +32,7 @@ def compare(*args):
     return cmp
 
 
+@pytest.mark.root
 def test_a_users_script_marks_phases_exactly(tmp_path):
     _, fs = run(tmp_path, "a")
     assert fs["workload"]["phases"] == ["writes", "syncs"]
@@ -43,6 +44,7 @@ def test_a_users_script_marks_phases_exactly(tmp_path):
     assert "write" not in fs["phases"]["run"]["syscalls"] and "fsync" not in fs["phases"]["run"]["syscalls"]
 
 
+@pytest.mark.root
 def test_phases_of_a_users_script_compare_across_two_runs(tmp_path):
     on, _ = run(tmp_path, "on")
     off, _ = run(tmp_path, "off", "--mount-options", "barrier=0")
@@ -55,6 +57,7 @@ def test_phases_of_a_users_script_compare_across_two_runs(tmp_path):
                                                                   [pytest.approx(writes["us_per_op"][1])]]
 
 
+@pytest.mark.root
 def test_runs_of_a_command_with_one_argument_changed_compare(tmp_path):
     a, _ = run(tmp_path, "a", script=SCRIPT.format(w=WRITES, s=SYNCS))
     b, _ = run(tmp_path, "b", script=SCRIPT.format(w=WRITES, s=2 * SYNCS))

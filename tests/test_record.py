@@ -16,6 +16,8 @@ from conftest import REPO, assert_invariants, kernel_programs, run_fsprof
 from profiler.machine import scratch
 from profiler.session.record import cgroup2_root
 
+pytestmark = pytest.mark.root
+
 FSYNCS = """
 import os, sys
 fd = os.open(sys.argv[1], os.O_CREAT | os.O_WRONLY, 0o644)

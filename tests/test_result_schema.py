@@ -10,7 +10,7 @@ import pytest
 
 from conftest import RESULT_SCHEMA, run_fsprof
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.root]
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,8 @@ from profiler.session.collect import Collector
 from profiler.session.run import measure
 from profiler.machine.workload import GatedProcess, WorkloadSpec, workload_argv
 
+pytestmark = pytest.mark.root
+
 COUNT = 300
 
 

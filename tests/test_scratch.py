@@ -17,8 +17,6 @@ from conftest import loops_under, mounts_under
 from profiler.errors import FsprofError
 from profiler.machine.scratch import (Changes, FsConfig, cleanup_stale, kernel_devt, provision, provision_device, set_scheduler, set_sysctl)
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for loop devices and mounts")
-
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIZE = 512 << 20  # xfs needs at least 300 MiB
 SYSCTL = "vm.dirty_expire_centisecs"  # harmless to change for a few seconds
@@ -85,6 +83,7 @@ CONFIGS = [
 ]
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("config", CONFIGS, ids=[c.label for c in CONFIGS])
 def test_provision_then_undo_leaves_nothing(dirs, config):
     with Changes(dirs.state) as changes:
@@ -108,6 +107,7 @@ def test_provision_then_undo_leaves_nothing(dirs, config):
     assert_nothing_left(dirs)
 
 
+@pytest.mark.root
 def test_provision_device_with_force_erase(dirs, loopdev):
     subprocess.run(["mkfs.ext4", "-F", "-q", loopdev], check=True)
     with pytest.raises(FsprofError, match="--force-erase"):
@@ -125,6 +125,7 @@ def test_provision_device_with_force_erase(dirs, loopdev):
 # Settings
 
 
+@pytest.mark.root
 def test_sysctl_set_and_restored_including_the_dirty_pair(dirs):
     pair = ("vm.dirty_background_bytes", "vm.dirty_background_ratio")
     before = [read_sysctl(n) for n in pair]
@@ -135,6 +136,7 @@ def test_sysctl_set_and_restored_including_the_dirty_pair(dirs):
     assert changes.warnings == []
 
 
+@pytest.mark.root
 def test_sysctl_changed_by_someone_else_is_left_alone(dirs):
     before = read_sysctl(SYSCTL)
     try:
@@ -147,6 +149,7 @@ def test_sysctl_changed_by_someone_else_is_left_alone(dirs):
         write_sysctl(SYSCTL, before)
 
 
+@pytest.mark.root
 def test_bad_sysctl_names_and_values(dirs):
     with Changes(dirs.state) as changes:
         with pytest.raises(FsprofError, match="unknown sysctl 'vm.no_such_thing'"):
@@ -155,6 +158,7 @@ def test_bad_sysctl_names_and_values(dirs):
             set_sysctl(changes, "vm.dirty_bytes", 1)
 
 
+@pytest.mark.root
 def test_scheduler_set_and_restored(dirs, loopdev):
     name = os.path.basename(loopdev)
     with open(f"/sys/block/{name}/queue/scheduler") as f:
@@ -202,6 +206,7 @@ def start_child(dirs, value):
     return child
 
 
+@pytest.mark.root
 def test_sigkill_leaves_a_state_that_cleanup_stale_undoes(dirs):
     before = read_sysctl(SYSCTL)
     try:
@@ -227,6 +232,7 @@ def test_sigkill_leaves_a_state_that_cleanup_stale_undoes(dirs):
     assert_nothing_left(dirs)
 
 
+@pytest.mark.root
 def test_sigterm_unwinds_and_undoes(dirs):
     before = read_sysctl(SYSCTL)
     child = start_child(dirs, int(before) + 13)
@@ -237,6 +243,7 @@ def test_sigterm_unwinds_and_undoes(dirs):
     assert_nothing_left(dirs)
 
 
+@pytest.mark.root
 def test_failed_undo_stays_recorded_for_a_later_cleanup(dirs):
     with Changes(dirs.state) as changes:
         fs = provision(changes, FsConfig("ext4", size_bytes=SIZE), dirs.scratch)
@@ -248,6 +255,7 @@ def test_failed_undo_stays_recorded_for_a_later_cleanup(dirs):
     assert_nothing_left(dirs)
 
 
+@pytest.mark.root
 def test_unknown_and_foreign_records_are_warned_about_not_undone(dirs, loopdev):
     target = mount_as_user(loopdev, dirs.root / "theirs")
     with Changes(dirs.state) as changes:
@@ -274,6 +282,7 @@ def test_several_devices_only_for_btrfs():
         FsConfig("xfs", devices=2)
 
 
+@pytest.mark.root
 def test_mkfs_rejects_option(dirs):
     with pytest.raises(FsprofError, match="^mkfs.ext4 failed on .* with the options '-O nonsense_feature': .*nonsense_feature"):
         with Changes(dirs.state) as changes:
@@ -282,6 +291,7 @@ def test_mkfs_rejects_option(dirs):
     assert_nothing_left(dirs)
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("fs, option", [("xfs", "nobarrier"), ("ext4", "data=bogus")])
 def test_kernel_rejects_mount_option(dirs, fs, option):
     with pytest.raises(FsprofError, match=f"^mount of {fs} with options '{option}' failed: ") as caught:
@@ -303,6 +313,7 @@ def test_regular_file_is_not_a_device(dirs):
             provision_device(changes, FsConfig("ext4"), "/etc/hostname", erase=True)
 
 
+@pytest.mark.root
 def test_device_refused_without_erase(dirs, loopdev):
     with pytest.raises(FsprofError, match="--erase-device"):
         with Changes(dirs.state) as changes:
@@ -310,6 +321,7 @@ def test_device_refused_without_erase(dirs, loopdev):
     assert_nothing_left(dirs)
 
 
+@pytest.mark.root
 def test_mounted_device_refused_even_with_force(dirs, loopdev):
     target = mount_as_user(loopdev, dirs.root / "users-mount")
     try:

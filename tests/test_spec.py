@@ -8,6 +8,7 @@ import pytest
 
 from conftest import REPO, assert_invariants, run_fsprof
 from profiler.machine import spec
+from workloads import untar
 
 SHIPPED = sorted((Path(REPO) / "workloads" / "specs").glob("*.toml"))
 
@@ -36,12 +37,15 @@ def read(path):
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
-def test_shipped_specs_are_valid(path):
+def test_shipped_specs_are_valid(path, tmp_path, monkeypatch):
+    # untar's check makes its cache dir: a dir of the test's, never /var/tmp/fsprof as a user.
+    monkeypatch.setattr(untar, "DEFAULT_CACHE_DIR", str(tmp_path / "cache"))
     matrix = spec.load(path)
     assert matrix.plan() and matrix.description
 
 
 @pytest.mark.slow
+@pytest.mark.root
 def test_matrix_runs_every_combination_with_its_own_settings(tmp_path):
     spec_file = tmp_path / "m.toml"
     spec_file.write_text(MATRIX.format(count=30))
@@ -72,6 +76,8 @@ def test_matrix_runs_every_combination_with_its_own_settings(tmp_path):
     assert not list((tmp_path / "scratch").glob("*/*/mnt"))
 
 
+# Through `fsprof run --spec`, which checks for root before it reads the spec.
+@pytest.mark.root
 @pytest.mark.parametrize("text, words", [
     ("[[config]]\nfs = 'tmpfs'\n[[workload]]\nworkload = 'fsync-loop'\n", "fs 'tmpfs'"),
     ("[[config]]\nfs = 'ext4'\ncolour = 1\n[[workload]]\nworkload = 'fsync-loop'\n", "unknown key colour"),
@@ -114,6 +120,7 @@ args = ["--count", "20"]
 
 
 @pytest.mark.slow
+@pytest.mark.root
 def test_a_setting_that_did_not_take_effect_stops_the_run_unless_told_to_go_on(tmp_path):
     """zram has no volatile write cache, so the block layer drops ext4's barriers: asking for
     barrier=1 there measures nothing of barriers. fsprof run verifies first and refuses."""

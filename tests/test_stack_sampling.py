@@ -35,6 +35,7 @@ def blocked_shares(b):
     return {c: ns / total for c, ns in blocked.items()}
 
 
+@pytest.mark.root
 def test_sampled_stacks_keep_the_counts_and_the_causes(tmp_path):
     full, _ = fsprof_result(tmp_path, "full")
     sampled, stdout = fsprof_result(tmp_path, "sampled", "--stack-sample", str(EVERY))

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import check_adds_up, run_fsprof
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.root]
 COUNT = 300
 # The workload lists the loop devices (losetup's own columns) while the filesystem is mounted.
 LIST_LOOPS = ["sh", "-c", "losetup --list --noheadings --output NAME,DIO,BACK-FILE > {out}; "

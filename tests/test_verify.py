@@ -259,6 +259,7 @@ def assert_barrier_figures(ctx, name, run):
     return c
 
 
+@pytest.mark.root
 def test_ext4_barrier_on_and_off(ext4):
     on, off = assert_barrier_figures(ext4, "a", "a"), assert_barrier_figures(ext4, "b", "b")
     assert (on.state, on.verdict) == ("on", "took effect")
@@ -272,6 +273,7 @@ def test_ext4_barrier_on_and_off(ext4):
     assert ext4["kernel"]["b"]["stat"]["flush_ios"] < FSYNC_WRITES / 4 and off.evidence["flush_requests"] == 0
 
 
+@pytest.mark.root
 def test_barrier_on_a_device_without_volatile_cache_is_dropped(ext4):
     c = assert_barrier_figures(ext4, "a", "through")
     assert c.evidence["write_cache"] == {disk(ext4["fs"]["a"]): "write through"}
@@ -282,6 +284,7 @@ def test_barrier_on_a_device_without_volatile_cache_is_dropped(ext4):
     assert Path(f"/sys/block/{disk(ext4['fs']['a'])}/queue/write_cache").read_text().strip() == "write back"
 
 
+@pytest.mark.root
 def test_ext4_journal_and_data_mode(ext4):
     for name, data_verdict, state in (("a", "took effect", "ordered"), ("b", "not in effect", "journal")):
         report, sfs = ext4["runs"][name], ext4["fs"][name]
@@ -299,6 +302,7 @@ def test_ext4_journal_and_data_mode(ext4):
     assert b["journalled_writes"] > 0 and b["blocks_logged"] >= b["commits"] * b["data_blocks_per_fsync"]
 
 
+@pytest.mark.root
 def test_ext4_commit_interval(ext4):
     on, off = check(ext4["runs"]["a"], "commit"), check(ext4["runs"]["b"], "commit")
     assert on.verdict == "took effect" and off.verdict == "not in effect"
@@ -311,6 +315,7 @@ def test_ext4_commit_interval(ext4):
     assert off.evidence["commits"] == 0 and "no commit" in off.why
 
 
+@pytest.mark.root
 def test_ext4_delayed_allocation(ext4):
     # "nd" is data=ordered with nodelalloc only; "b" has data=journal, which also turns it off.
     on = check(ext4["runs"]["a"], "delalloc")
@@ -325,6 +330,7 @@ def test_ext4_delayed_allocation(ext4):
     assert on.evidence["da_write_begin"] > 0 and offs["nd"].evidence["write_begin"] > 0
 
 
+@pytest.mark.root
 def test_ext4_fast_commit(ext4):
     on, off = check(ext4["runs"]["fc_on"], "fast_commit"), check(ext4["runs"]["fc_off"], "fast_commit")
     assert (on.state, on.verdict) == ("on", "took effect")
@@ -341,6 +347,7 @@ def test_ext4_fast_commit(ext4):
     assert on.evidence["ok"] > 0
 
 
+@pytest.mark.root
 def test_atime_strictatime_and_noatime(ext4):
     # The flags' values as this kernel publishes them (their bits moved between 6.1, 6.12 and 6.18).
     flags = kernel_flags.values()
@@ -362,6 +369,7 @@ def test_atime_strictatime_and_noatime(ext4):
             assert c.evidence[f"written_{read}"] == len(bios)
 
 
+@pytest.mark.root
 def test_io_scheduler(ext4):
     deadline, none = check(ext4["runs"]["a"], "scheduler"), check(ext4["runs"]["b"], "scheduler")
     assert (deadline.state, deadline.verdict) == ("mq-deadline", "took effect")
@@ -389,6 +397,7 @@ def flusher_runs_seen(oracle, window, bdi):
     return starts
 
 
+@pytest.mark.root
 def test_flusher_period(ext4):
     every_1s, every_5s = (check(ext4["runs"][x], "vm.dirty_writeback_centisecs") for x in ("a", "b"))
     assert every_1s.verdict == "took effect" and every_5s.verdict == "not in effect"
@@ -400,6 +409,7 @@ def test_flusher_period(ext4):
     assert every_5s.evidence["runs"] <= 1
 
 
+@pytest.mark.root
 def test_dirty_expiry(ext4):
     for name in ("a", "b"):
         c, report = check(ext4["runs"][name], "vm.dirty_expire_centisecs"), ext4["runs"][name]
@@ -413,6 +423,7 @@ def test_dirty_expiry(ext4):
         assert 2 <= c.evidence["age_s"]
 
 
+@pytest.mark.root
 def test_dirty_limit_set_and_default(ext4):
     set_, default = ext4["runs"]["dirty_set"], ext4["runs"]["dirty_default"]
     c = check(set_, "vm.dirty_bytes")
@@ -432,6 +443,7 @@ def test_dirty_limit_set_and_default(ext4):
     assert ratio.evidence["pages_max"] == pytest.approx(0.20 * ratio.evidence["dirtyable_pages"], rel=0.10)
 
 
+@pytest.mark.root
 def test_dirty_background_threshold_set_and_halved(ext4):
     ok, halved = (check(ext4["runs"][r], "vm.dirty_background_bytes") for r in ("bg_set", "bg_halved"))
     assert ok.verdict == "took effect"
@@ -445,6 +457,7 @@ def test_dirty_background_threshold_set_and_halved(ext4):
                                                                       max(int(e[2]) for e in events))
 
 
+@pytest.mark.root
 def test_cli_barrier_off_exits_1_naming_zero_flushes(ext4):
     proc = run_fsprof("verify", "--mount", ext4["fs"]["b"].mountpoint, "--expect", "barrier=on", timeout=120)
     assert proc.returncode == 1, proc.stderr
@@ -454,6 +467,7 @@ def test_cli_barrier_off_exits_1_naming_zero_flushes(ext4):
     assert not [p for p in os.listdir(ext4["fs"]["b"].mountpoint) if p.startswith(".fsprof-verify")]
 
 
+@pytest.mark.root
 def test_a_killed_verify_leaves_nothing_in_the_users_filesystem(ext4):
     """SIGKILL in the middle of the timing probe: the next fsprof removes verify's directory."""
     mnt = ext4["fs"]["b"].mountpoint
@@ -492,12 +506,14 @@ def btrfs(tmp_path_factory):
         yield {"fs": fs, "runs": runs, "oracle": oracle}
 
 
+@pytest.mark.root
 def test_btrfs_barrier_and_nobarrier(btrfs):
     on, off = assert_barrier_figures(btrfs, "c", "c"), assert_barrier_figures(btrfs, "d", "d")
     assert (on.state, on.verdict) == ("on", "took effect") and on.evidence["empty_flush_bios"] > 0
     assert (off.state, off.verdict) == ("off", "not in effect")
 
 
+@pytest.mark.root
 def test_btrfs_compression(btrfs):
     lzo, none = check(btrfs["runs"]["c"], "compress"), check(btrfs["runs"]["d"], "compress")
     assert (lzo.state, lzo.verdict) == ("lzo", "took effect")
@@ -517,6 +533,7 @@ def test_btrfs_compression(btrfs):
     assert lzo.evidence["disk_bytes"] < lzo.evidence["bytes"]
 
 
+@pytest.mark.root
 def test_btrfs_commit_interval(btrfs):
     on, off = check(btrfs["runs"]["c"], "commit"), check(btrfs["runs"]["d"], "commit")
     assert on.verdict == "took effect" and off.verdict == "not in effect"
@@ -528,6 +545,7 @@ def test_btrfs_commit_interval(btrfs):
         assert c.evidence["by_kthread_at_s"] == pytest.approx(theirs, abs=1e-3)
 
 
+@pytest.mark.root
 def test_btrfs_atime(btrfs):
     report, fsid = btrfs["runs"]["c"], fsid_bytes(btrfs["fs"]["c"])
     c = check(report, "atime")
@@ -553,6 +571,7 @@ def xfs(tmp_path_factory):
         yield {"fs": {"e": sfs}, "runs": runs, "oracle": oracle}
 
 
+@pytest.mark.root
 def test_xfs_log_buffers(xfs):
     size, bufs = check(xfs["runs"]["set"], "logbsize"), check(xfs["runs"]["set"], "logbufs")
     assert (size.state, size.verdict) == ("64 KiB", "took effect")
@@ -567,12 +586,14 @@ def test_xfs_log_buffers(xfs):
     assert check(xfs["runs"]["other"], "logbufs").verdict == "not in effect"
 
 
+@pytest.mark.root
 def test_xfs_has_no_nobarrier(xfs):
     c = assert_barrier_figures(xfs, "e", "set")
     assert (c.state, c.verdict) == ("on", "not in effect")
     assert "XFS has no nobarrier option" in c.why
 
 
+@pytest.mark.root
 def test_xfs_atime(xfs):
     c, report = check(xfs["runs"]["set"], "atime"), xfs["runs"]["set"]
     assert (c.state, c.verdict) == ("relatime", "took effect")
@@ -604,6 +625,7 @@ def one_sentence_exit_2(*args):
     return lines[0]
 
 
+@pytest.mark.root
 def test_usage_errors(tmp_path):
     assert "is not one verify knows" in one_sentence_exit_2("--mount", str(tmp_path), "--expect", "colour=blue")
     assert "barrier takes on or off" in one_sentence_exit_2("--mount", str(tmp_path), "--expect", "barrier=maybe")
@@ -621,6 +643,7 @@ def test_usage_errors(tmp_path):
         assert "mounted read-only" in one_sentence_exit_2("--mount", sfs.mountpoint)
 
 
+@pytest.mark.root
 def test_a_setting_of_another_filesystem_is_a_usage_error(ext4):
     sentence = one_sentence_exit_2("--mount", ext4["fs"]["b"].mountpoint, "--expect", "logbufs=8")
     assert "does not apply to ext4" in sentence and "XFS log buffer count" in sentence
@@ -628,6 +651,7 @@ def test_a_setting_of_another_filesystem_is_a_usage_error(ext4):
 
 # ---- --spec: each configuration of a matrix, provisioned in scratch ----
 
+@pytest.mark.root
 def test_spec_verifies_each_configuration(tmp_path):
     spec = tmp_path / "matrix.toml"
     spec.write_text('image_size = "512M"\n'
@@ -643,6 +667,7 @@ def test_spec_verifies_each_configuration(tmp_path):
     assert not mounts_under(tmp_path) and not loops_under(tmp_path)  # every configuration undone
 
 
+@pytest.mark.root
 def test_write_cache_change_is_journaled_and_undone(loopdev):
     name = os.path.basename(loopdev)
     mode = Path(f"/sys/block/{name}/queue/write_cache")

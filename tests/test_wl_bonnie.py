@@ -11,6 +11,8 @@ import pytest
 
 from conftest import loops_under, mounts_under, run_fsprof
 
+pytestmark = pytest.mark.root
+
 MIB = 1 << 20
 IO_PHASES = ["putc", "write", "rewrite", "getc", "read", "seeks"]
 FILE_PHASES = ["seq-create", "seq-stat", "seq-delete", "rand-create", "rand-stat", "rand-delete"]

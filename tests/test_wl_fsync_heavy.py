@@ -16,6 +16,8 @@ import pytest
 
 from conftest import FSPROF, REPO, bpftrace_output, bpftrace_start, loops_under, mounts_under, run_fsprof
 
+pytestmark = pytest.mark.root
+
 FILES = 4
 TOTAL = 8 << 20          # 4 files of 2 MiB: small and quick
 BLOCK = 16384

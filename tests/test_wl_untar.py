@@ -84,6 +84,7 @@ def synthetic_run(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.root
 def test_files_n_extracts_exactly_the_first_n_entries(synthetic_run):
     proc, fs = synthetic_run
     assert_extracted_exactly(fs, 1500)
@@ -92,6 +93,7 @@ def test_files_n_extracts_exactly_the_first_n_entries(synthetic_run):
 
 
 @pytest.mark.slow
+@pytest.mark.root
 def test_sync_phase_has_its_own_timing_and_writes_the_data(synthetic_run):
     _, fs = synthetic_run
     own = fs["workload"]
@@ -110,6 +112,7 @@ def test_sync_phase_has_its_own_timing_and_writes_the_data(synthetic_run):
 
 
 @pytest.mark.slow
+@pytest.mark.root
 @pytest.mark.skipif(not glob.glob(untar.KERNEL_SOURCES), reason="linux-source-6.1 is not installed")
 def test_fraction_of_the_real_kernel_tree(tmp_path):
     """The kernel tarball, decompressed once into the default cache (it persists across runs)."""
@@ -143,6 +146,7 @@ def test_synthetic_tree_is_the_same_for_a_seed_and_differs_for_another(tmp_path)
 
 
 @pytest.mark.slow
+@pytest.mark.root
 def test_workload_tarball_is_the_generators(synthetic_run, tmp_path):
     _, fs = synthetic_run
     synthetic_tree.generate(str(tmp_path / "direct.tar"), seed=7, count=1500)
@@ -158,6 +162,7 @@ def assert_one_sentence(proc, *fragments):
 
 
 @pytest.mark.slow
+@pytest.mark.root
 def test_inode_exhaustion_is_one_sentence_with_df_i_figures(tmp_path):
     proc, _ = untar_run(tmp_path, "--synthetic", "--files", "2000", "--cache-dir", str(tmp_path / "cache"),
                         "--mkfs-options", "-N 64", "--image-size", "64M")
@@ -167,6 +172,7 @@ def test_inode_exhaustion_is_one_sentence_with_df_i_figures(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.root
 def test_out_of_space_is_one_sentence_with_df_figures(tmp_path):
     proc, _ = untar_run(tmp_path, "--synthetic", "--files", "3000", "--cache-dir", str(tmp_path / "cache"),
                         "--image-size", "24M")
@@ -201,6 +207,7 @@ def test_bad_parameter_is_one_sentence(tmp_path, options, fragment):
     assert json.loads(result.read_text()) == {"error": alone.stderr.strip()}
 
 
+@pytest.mark.root
 def test_fsprof_refuses_a_bad_parameter_before_provisioning(tmp_path):
     proc, _ = untar_run(tmp_path, "--files", "0", "--cache-dir", str(tmp_path / "cache"))
     assert proc.returncode == 2
