@@ -6,9 +6,9 @@ import re
 import pytest
 
 from conftest import check_adds_up, run_fsprof
-from profiler.views.compare import MIN_SHARE, MIN_US
+from profiler.analysis.compare import MIN_SHARE, MIN_US
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.root]
 COUNT = 300
 
 

@@ -12,6 +12,7 @@ from .common import Phases, UsageError, WorkloadParser, run_main, write_result
 
 NAME = "fsync-loop"
 PHASES = ["run"]
+UNIT = "fsync"  # compare's unit of work: counts per fsync (the result's "fsyncs")
 
 
 def parser():

@@ -29,6 +29,7 @@ from .common import (Progress, UsageError, WorkloadError, WorkloadParser, engine
 
 NAME = "untar"
 PHASES = ["extract", "sync"]
+UNIT = "entry"  # compare's unit of work: counts per archive entry (the result's "entries")
 DEFAULT_CACHE_DIR = "/var/tmp/fsprof/cache"
 KERNEL_SOURCES = "/usr/src/linux-source-*.tar.xz"
 GNU_TAR_RECORD = 10240  # GNU tar's default record (-b 20): its read and write size

@@ -492,7 +492,9 @@ def evidence(section, fs, op):
         return {}
     out = {f"dirty throttling pauses per second ({wide(fs)})": throttle.get("pauses", 0) / fs["elapsed_s"]}
     if throttle.get("pauses"):
-        out["dirty throttling pause, avg us"] = throttle["avg_ns"] / 1e3
+        # Slept, from the tracepoint to the switch-in: not the tracepoint's `pause`, which is what
+        # the kernel planned (jiffy-granular; longer on average with HZ=250).
+        out["dirty throttling pause slept (tracepoint to wakeup), avg us"] = throttle["avg_ns"] / 1e3
     if limit is not None:
         out["dirty limit the kernel used, pages"] = limit
     return out

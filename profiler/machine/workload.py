@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 
 from pathlib import Path
@@ -118,6 +119,8 @@ class WorkloadSpec:
             raise FsprofError(own["error"])
         if status != 0:
             raise FsprofError(f"the {self.name} workload exited with status {status}")
+        if getattr(module(self.name), "UNIT", None):  # compare's counts go per unit of work
+            own.setdefault("unit", module(self.name).UNIT)
         return own
 
 
@@ -129,14 +132,38 @@ def render(name, result):
     return mod.render(result) if hasattr(mod, "render") else ""
 
 
+def parse_result_line(line):
+    """{key: number or text} of a workload's `RESULT key=value [key=value ...]` line ({} for any
+    other line): the figures a workload reports about itself (docs/compare.md, units of work)."""
+    words = line.split()
+    if not words or words[0] != "RESULT":
+        return {}
+    out = {}
+    for word in words[1:]:
+        key, sep, value = word.partition("=")
+        if sep and key:
+            try:
+                out[key] = int(value)
+            except ValueError:
+                try:
+                    out[key] = float(value)
+                except ValueError:
+                    out[key] = value
+    return out
+
+
 class GatedProcess:
     """Forks a child that waits at a gate before exec, so its pid can join the BPF pid filter
     before it runs a single syscall of the workload. The child leads its own process group so
     that a Ctrl-C meant for fsprof reaches fsprof, which then stops the workload itself."""
 
-    def __init__(self, argv, cwd, env=None):
+    def __init__(self, argv, cwd, env=None, read_results=False):
+        """read_results: the child's stdout goes through a pipe that fsprof copies to its own
+        stdout, keeping the workload's `RESULT key=value` lines (its own figures) in `reported`."""
         self.argv = argv
+        self.reported, self.rusage, self._tee = {}, None, None
         gate_r, gate_w = os.pipe()
+        out_r, out_w = os.pipe() if read_results else (None, None)
         pkg_root = str(Path(__file__).resolve().parents[2])  # holds profiler/ and workloads/
         env = dict(os.environ if env is None else env)
         env["PYTHONPATH"] = pkg_root + os.pathsep + env.get("PYTHONPATH", "")
@@ -144,6 +171,10 @@ class GatedProcess:
         if pid == 0:  # child: only async-signal-safe work until exec
             try:
                 os.close(gate_w)
+                if out_w is not None:
+                    os.dup2(out_w, 1)
+                    os.close(out_w)
+                    os.close(out_r)
                 os.setpgid(0, 0)
                 # Die with fsprof: a SIGKILLed fsprof must not leave its workload on the mount.
                 _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -156,6 +187,10 @@ class GatedProcess:
             finally:
                 os._exit(127)
         os.close(gate_r)
+        if out_r is not None:
+            os.close(out_w)
+            self._tee = threading.Thread(target=self._copy_output, args=(out_r,), daemon=True)
+            self._tee.start()
         try:
             os.setpgid(pid, pid)  # also from here, so killpg works whichever side runs first
         except OSError:
@@ -168,10 +203,24 @@ class GatedProcess:
         os.write(self._gate, b"g")
         os.close(self._gate)
 
+    def _copy_output(self, fd):
+        with os.fdopen(fd, "rb") as out:
+            for line in out:
+                sys.stdout.buffer.write(line)
+                sys.stdout.buffer.flush()
+                self.reported.update(parse_result_line(line.decode(errors="replace")))
+
     def wait(self):
-        _, status = os.waitpid(self.pid, 0)
+        # wait4: the rusage of the workload and of every descendant it waited for.
+        _, status, self.rusage = os.wait4(self.pid, 0)
         self.returncode = os.waitstatus_to_exitcode(status)
+        if self._tee is not None:
+            self._tee.join(timeout=5)  # a daemon it left may hold the pipe open: not waited for
         return self.returncode
+
+    def cpu(self):
+        """The workload's CPU time (its process tree's, reaped), from wait4's rusage."""
+        return {"user_s": self.rusage.ru_utime, "system_s": self.rusage.ru_stime} if self.rusage else None
 
     def kill(self):
         if self.returncode is None:

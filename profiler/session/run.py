@@ -103,7 +103,7 @@ def measure(collector, sfs, workload, out_dir, drop_caches, changes=None):
     _, before, quiet_at_start = blockdev.read_settled(block_devs.values(), collector.reset)
     threads_before = kthreads.read(threads)
     proc = GatedProcess(workload.argv(str(result_file), sfs.mountpoint), cwd=str(workdir),
-                        env=workload.env(label_dir))
+                        env=workload.env(label_dir), read_results=bool(workload.command))
     try:
         if changes is not None:
             scratch.record_process(changes, proc.pid)
@@ -123,6 +123,8 @@ def measure(collector, sfs, workload, out_dir, drop_caches, changes=None):
     threads_after = kthreads.read(threads)
     raw["phase_start_ns"][0] = start_ns  # phase 0 starts when the workload is let go
     own = workload.own_result(result_file, status, label_dir)
+    if workload.command:
+        own["reported"] = proc.reported  # its RESULT lines: units of work for compare --unit
 
     first = sfs.block_devs[0][0]
     entry = {
@@ -136,6 +138,8 @@ def measure(collector, sfs, workload, out_dir, drop_caches, changes=None):
         "caches_dropped": bool(drop_caches),
         "superblock_dev": blockdev.kdev_str(sfs.dev),
         "elapsed_s": elapsed,
+        # CPU outside the traced calls is the user part: the workload decomposition's (compare).
+        "workload_cpu": proc.cpu(),
         "workload": own,
         **assemble(raw, target, [workload.phase0, *own.get("phases", [])], end_ns),
         "kernel_counters": {name: blockdev.stat_delta(before[name], after[name]) for name in before},

@@ -1,10 +1,10 @@
 """The input of the HTML report: a run directory (result.json) or a spec's output (index.json),
-as groups of runs of one workload, each with its comparisons (profiler.views.compare). Plain data."""
+as groups of runs of one workload, each with its comparisons (profiler.analysis.compare). Plain data."""
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import compare
+from ...analysis import compare
 from ...errors import FsprofError
 from ...rundir import INDEX_FILE, RESULT_FILE, load, load_index
 

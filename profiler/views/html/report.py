@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ... import __version__, behind
 from .. import compare
+from ...analysis.compare import worker_causes
 from . import charts, flame as html_flame
 from ...causes import colour as cause_colour
 from ...errors import FsprofError
@@ -245,7 +246,7 @@ def worker_charts(group, colours):
     kinds = {}
     for c in group.columns:
         op, count = heaviest_op(c.fs)
-        for kind, by_cause in compare.worker_causes(c.fs).items():
+        for kind, by_cause in worker_causes(c.fs).items():
             kinds.setdefault(kind, []).append((c.name, op, {"count": count, "wall_ns": sum(by_cause.values()),
                                                             "causes": by_cause}))
     out = []

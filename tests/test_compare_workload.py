@@ -1,0 +1,101 @@
+"""`fsprof compare` answers the user's number first: the workload's time, decomposed over its
+calls into count and latency parts that add up to the difference. Planted difference: two runs of
+one script that differ only in how many fsyncs it makes per record (1 vs 4); the first part named
+must be the fsync count, and the counts must equal a bpftrace count of sys_enter_fsync. Also: runs
+of several filesystems pair by name, RUN/<fs> is a run, and a unit of work that does not parse or
+that the workload never reported is one sentence."""
+
+import json
+import re
+
+import pytest
+
+from conftest import bpftrace_output, bpftrace_start, run_fsprof
+
+pytestmark = [pytest.mark.slow, pytest.mark.root]
+RECORDS = 150
+COMM = "fsync-units"  # the script names itself so, for the oracle (no other process has that name)
+SCRIPT = f"""
+import ctypes, os, sys
+ctypes.CDLL(None).prctl(15, b"{COMM}", 0, 0, 0)   # PR_SET_NAME, before its first fsync
+fsyncs = int(sys.argv[1])
+fd = os.open("records", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+for _ in range({RECORDS}):
+    os.write(fd, b"r" * 4096)
+    for _ in range(fsyncs):
+        os.fsync(fd)
+print("RESULT records={RECORDS}")
+"""
+ORACLE = f"""
+BEGIN {{ printf("ready\\n"); }}
+tracepoint:syscalls:sys_enter_fsync /comm == "{COMM}"/ {{ @fsyncs = count(); }}
+"""
+
+
+def run_counted(tmp_path, name, fsyncs):
+    """One ext4 run of SCRIPT with `fsyncs` per record; (run dir, the oracle's fsync count)."""
+    oracle = bpftrace_start(ORACLE)
+    try:
+        proc = run_fsprof("run", "--fs", "ext4", "--scratch-dir", str(tmp_path / "scratch"), "-o",
+                          str(tmp_path / name), "--", "python3", "-c", SCRIPT, str(fsyncs))
+    finally:
+        out = bpftrace_output(oracle)
+    assert proc.returncode == 0, proc.stderr
+    assert f"RESULT records={RECORDS}" in proc.stdout  # the workload's own output still reaches the user
+    return tmp_path / name, int(re.search(r"^@fsyncs: (\d+)$", out, re.M).group(1))
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("units")
+    return run_counted(tmp, "one", 1), run_counted(tmp, "four", 4)
+
+
+def test_the_fsync_count_is_named_first(planted):
+    (one, n_one), (four, n_four) = planted
+    assert (n_one, n_four) == (RECORDS, 4 * RECORDS)
+    (cmp,) = json.loads(run_fsprof("compare", str(one), str(four), "--unit", "record", "--json").stdout)
+    w = cmp["workload_time"]
+    first = w["parts"][0]
+    assert first["kind"] == "calls" and first["call"] == "fsync", w["parts"][:3]
+    assert first["count"] == [n_one, n_four]                 # the oracle's counts
+    assert abs(first["count_s"]) > abs(first["latency_s"])   # the number of calls, not their latency
+    assert w["unit"] == {"name": "record", "count": [RECORDS, RECORDS]}
+    result = json.loads((one / "result.json").read_text())["filesystems"][0]
+    assert result["workload"]["reported"] == {"records": RECORDS}
+    assert result["workload_cpu"]["user_s"] > 0
+    text = run_fsprof("compare", str(one), str(four), "--unit", "record").stdout
+    listed = [line for line in text.splitlines() if re.match(r"    [+-][\d.]+ m?s: ", line)]
+    assert listed and "fsync calls 150 -> 600 (1.00 -> 4.00 per record)" in listed[0], text
+
+
+def test_a_unit_the_workload_did_not_report_is_one_sentence(planted):
+    (one, _), (four, _) = planted
+    for unit, words in (("transaction", "reported no transaction count (its RESULT keys: records)"),
+                        ("=3", "give a name"), ("record=0", "must be a positive number")):
+        proc = run_fsprof("compare", str(one), str(four), "--unit", unit)
+        assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    (cmp,) = json.loads(run_fsprof("compare", str(one), str(four), "--unit", "record=50", "--json").stdout)
+    assert cmp["workload_time"]["unit"]["count"] == [50, 50]
+
+
+def test_runs_of_several_filesystems_pair_by_name(tmp_path):
+    runs = []
+    for name in ("a", "c"):
+        proc = run_fsprof("run", "--fs", "ext4,xfs", "--scratch-dir", str(tmp_path / "scratch"), "-o",
+                          str(tmp_path / name), "--workload", "fsync-loop", "--count", "40")
+        assert proc.returncode == 0, proc.stderr
+        runs.append(tmp_path / name)
+    a, c = map(str, runs)
+    pairs = [(x["base"], x["other"]) for x in json.loads(run_fsprof("compare", a, c, "--json").stdout)]
+    assert pairs == [("a/ext4", "c/ext4"), ("a/xfs", "c/xfs")], pairs
+    # A bundled workload declares its unit: fsync-loop's counts go per fsync by default.
+    (cmp, _) = json.loads(run_fsprof("compare", a, c, "--json").stdout)
+    assert cmp["workload_time"]["unit"] == {"name": "fsync", "count": [40, 40]}
+    # One filesystem of a run is a run; --fs picks one of each.
+    (one,) = json.loads(run_fsprof("compare", f"{a}/xfs", f"{c}/xfs", "--json").stdout)
+    assert (one["base"], one["other"]) == ("a/xfs", "c/xfs")
+    (picked,) = json.loads(run_fsprof("compare", a, c, "--fs", "xfs", "--json").stdout)
+    assert (picked["base"], picked["other"]) == ("a/xfs", "c/xfs")
+    proc = run_fsprof("compare", a, c, "--fs", "btrfs")
+    assert proc.returncode == 2 and "no filesystem results of btrfs" in proc.stderr, proc.stderr
