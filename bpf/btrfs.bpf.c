@@ -510,6 +510,9 @@ int BPF_PROG(on_space_reservation, const struct btrfs_fs_info *fs_info, const ch
 
 	if (!dev)
 		return 0;
+	/* Every btrfs call that changes the tree starts a transaction, which reserves space: one by
+	 * a path that placed it on no filesystem (an absolute one) ran btrfs's code. */
+	place_call(dev);
 	key.dev = dev;
 	key.phase = current_phase();
 	key.reserve = reserve ? 1 : 0;

@@ -623,6 +623,15 @@ static __always_inline __u32 inode_dev(struct inode *inode)
 	return sb ? sb->s_dev : 0;
 }
 
+/* A call by a path that placed it on no filesystem (an absolute one) ran ext4's code: unlink,
+ * create, rename, link, setattr and the rest all mark an inode dirty inside the call. */
+SEC("tp_btf/ext4_mark_inode_dirty")
+int BPF_PROG(on_mark_inode_dirty, struct inode *inode)
+{
+	place_call(inode_dev(inode));
+	return 0;
+}
+
 /* ext4_fc_commit() entered on a fast_commit filesystem (the fsync caller's thread). */
 SEC("tp_btf/ext4_fc_commit_start")
 int BPF_PROG(on_fc_commit_start, struct super_block *sb, tid_t commit_tid)

@@ -5,6 +5,29 @@
 #define FSPROF_SHARED_MAPS_H
 #include "fsprof.h"
 
+/* Calls whose path placed them on no filesystem at entry (an absolute path): tid -> the
+ * superblock dev the first filesystem event inside the call names (0 until one does). Armed by
+ * syscalls.bpf.c's sys_enter, set by place_call() in the filesystems' objects, taken at sys_exit:
+ * a call is placed on the filesystem whose code it ran. A hash by tid, not task storage, which
+ * 5.10 lacks; LRU, so that a thread that died inside a call leaves nothing for long. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u32);
+} unplaced_calls SEC(".maps");
+
+/* Inside an unplaced call of the current thread, the filesystem of superblock `dev` ran: the call
+ * is placed there (the first such event decides). Elsewhere: one failed hash lookup. */
+static __always_inline void place_call(__u32 dev)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	__u32 *placed = bpf_map_lookup_elem(&unplaced_calls, &tid);
+
+	if (placed && !*placed)
+		*placed = dev;
+}
+
 /* The current workload phase, set by a traced process's marker (see fsprof.h). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

@@ -80,7 +80,8 @@ struct inflight {
 	struct op_key op;      /* dev as known at entry; an open's fd is resolved at exit */
 	__s32 out_stack;
 	__u8 out_runnable;
-	__u8 deferred;         /* an open: its filesystem is known only at exit, so off-CPU time waits in slots */
+	__u8 deferred;         /* an open, or a call its path did not place: its filesystem is known only
+	                        * at exit, so its off-CPU time waits in slots */
 	__u8 no_stacks;        /* stack sampling passed this call over: its intervals are STACK_NOT_WALKED */
 	__u8 counts_walks;     /* sampling, before the op's first waits_walked: its blocked intervals count there */
 	__u8 decided;          /* no_stacks and counts_walks are set (at the call's first switch-out) */
@@ -245,7 +246,7 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 	struct inflight *rec;
 	struct op_key key = {};
 	struct filter *f;
-	bool deferred;
+	bool deferred, unplaced;
 	__u64 arg0;
 	__u8 *src;
 
@@ -274,7 +275,15 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 		key.dev = path_dev(task, AT_FDCWD, (const char *)arg0);
 		break;
 	}
-	deferred = *src == DEV_SRC_RET_FD || *src == DEV_SRC_RET_FD_AT;
+	/* A path that placed the call nowhere (an absolute one) is placed by the filesystem events
+	 * inside the call (place_call in shared_maps.h); an open that succeeds, by its new fd. */
+	unplaced = !key.dev && *src != DEV_SRC_FD && *src != DEV_SRC_GLOBAL;
+	if (unplaced) {
+		__u32 tid = (__u32)bpf_get_current_pid_tgid(), none = 0;
+
+		bpf_map_update_elem(&unplaced_calls, &tid, &none, BPF_ANY);
+	}
+	deferred = *src == DEV_SRC_RET_FD || *src == DEV_SRC_RET_FD_AT || unplaced;
 	/* With a filesystem filter, operations known to be elsewhere are not followed at all. */
 	if (f->dev && key.dev != f->dev && !deferred)
 		return 0;
@@ -365,6 +374,15 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 		return 0;
 	delta = bpf_ktime_get_ns() - op->start_ns;
 	key = op->op;
+	if (!key.dev) {
+		__u32 tid = (__u32)bpf_get_current_pid_tgid();
+		__u32 *placed = bpf_map_lookup_elem(&unplaced_calls, &tid);
+
+		if (placed) {
+			key.dev = *placed;
+			bpf_map_delete_elem(&unplaced_calls, &tid);
+		}
+	}
 	if ((*src == DEV_SRC_RET_FD || *src == DEV_SRC_RET_FD_AT) && ret >= 0)
 		key.dev = fd_dev(bpf_get_current_task_btf(), ret);
 

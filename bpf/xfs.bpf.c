@@ -288,6 +288,23 @@ static __always_inline __u32 inode_dev(struct xfs_inode *ip)
 	return sb ? sb->s_dev : 0;
 }
 
+/* A call by a path that placed it on no filesystem (an absolute one) ran XFS's code: a lookup
+ * that missed the dentry cache, a stat, a directory change or a setattr names the inode. */
+#define PLACE_CALL(event)                                       \
+	SEC("tp_btf/" #event)                                   \
+	int BPF_PROG(place_##event, struct xfs_inode *ip)       \
+	{                                                       \
+		place_call(inode_dev(ip));                      \
+		return 0;                                       \
+	}
+PLACE_CALL(xfs_lookup)
+PLACE_CALL(xfs_getattr)
+PLACE_CALL(xfs_setattr)
+PLACE_CALL(xfs_create)
+PLACE_CALL(xfs_remove)
+PLACE_CALL(xfs_rename)
+PLACE_CALL(xfs_link)
+
 static __always_inline struct xlog_counts *counts_of(__u32 dev, __u16 phase)
 {
 	struct xfs_key key = { .dev = dev, .phase = phase };

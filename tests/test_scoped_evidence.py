@@ -15,7 +15,7 @@ import pytest
 
 from conftest import bpftrace_output, bpftrace_start, check_adds_up, kernel_has, run_fsprof
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.root]
 SMALL = 8
 # The oracle knows the workload's dd and rm by their command names: copies of them under names no
 # other process on the machine has, so that a `dd` or `rm` elsewhere (the machine's root filesystem

@@ -30,7 +30,7 @@ FIGURES = {
     "on_reserve_ticket": "btrfs space-reservation tickets",
     "on_flush_space": "btrfs space flushing",
     "on_trigger_flush": "btrfs space flushing triggers",
-    "on_space_reservation": "btrfs space reservations",
+    "on_space_reservation": "btrfs space reservations; calls by absolute path placed on btrfs",
 }
 
 # enum btrfs_event of bpf/btrfs.bpf.c, in order.

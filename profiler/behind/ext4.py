@@ -16,6 +16,7 @@ OBJECT = "ext4"
 # What each program feeds: the figures a kernel that refuses the program (or lacks its tracepoint)
 # goes without (said in result.json "unavailable" and the report).
 FIGURES = {
+    "on_mark_inode_dirty": "calls by absolute path placed on ext4",
     "on_jbd2_start_commit": "jbd2 commits (count, phases, the commit thread's own time)",
     "on_jbd2_commit_locking": "jbd2 commit phase times (locking)",
     "on_jbd2_commit_flushing": "jbd2 commit phase times (flushing data)",

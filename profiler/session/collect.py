@@ -25,7 +25,7 @@ SHARED_MAPS = (("phase_state", c.c_uint32, maps.PhaseState), ("drops", c.c_uint3
                ("worker_windows", c.c_uint32, maps.WorkerWindow), ("workers_open", c.c_uint32, c.c_int64),
                ("worker_offcpu", maps.WorkerKey, maps.OffVal), ("worker_runs", maps.WorkerRunKey, maps.WorkerRun),
                ("pauses", c.c_uint32, maps.PausePending), ("pauses_open", c.c_uint32, c.c_int64),
-               ("pause_slept", maps.ThrottleKey, maps.PauseVal))
+               ("pause_slept", maps.ThrottleKey, maps.PauseVal), ("unplaced_calls", c.c_uint32, c.c_uint32))
 
 
 # Without these syscalls.bpf.o measures nothing: a run is refused when one cannot load. Any other
