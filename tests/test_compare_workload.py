@@ -99,3 +99,37 @@ def test_runs_of_several_filesystems_pair_by_name(tmp_path):
     assert (picked["base"], picked["other"]) == ("a/xfs", "c/xfs")
     proc = run_fsprof("compare", a, c, "--fs", "btrfs")
     assert proc.returncode == 2 and "no filesystem results of btrfs" in proc.stderr, proc.stderr
+
+
+DATASYNC = """
+import os
+fd = os.open("log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+for _ in range(150):
+    os.write(fd, b"l" * 1024)
+    os.fdatasync(fd)
+"""
+
+
+def test_the_io_of_each_side_is_stated_per_call(tmp_path):
+    """ext4 and XFS, 1 KiB writes each followed by fdatasync: the flushes per fdatasync are the
+    device's own count (/sys/block's flush_ios) over the calls, equal on both sides, and the
+    mechanism says who issued them: jbd2 on ext4, the caller on XFS, with device times."""
+    run = tmp_path / "run"
+    proc = run_fsprof("run", "--fs", "ext4,xfs", "--scratch-dir", str(tmp_path / "scratch"), "-o", str(run),
+                      "--", "python3", "-c", DATASYNC)
+    assert proc.returncode == 0, proc.stderr
+    entries = {fs["fs"]: fs for fs in json.loads((run / "result.json").read_text())["filesystems"]}
+    (cmp,) = json.loads(run_fsprof("compare", str(run), "--op", "fdatasync", "--json").stdout)
+    key = "flush requests to the device per fdatasync (all of the device's: its calls own them)"
+    flushes = cmp["evidence"][key]
+    for side, fs in zip(flushes, ("ext4", "xfs")):
+        e = entries[fs]
+        assert side * e["attribution"]["fdatasync"]["count"] == e["kernel_counters"][e["device"]["name"]]["flush_ios"]
+    assert flushes[0] >= 1 and flushes[1] == pytest.approx(flushes[0], rel=0.05)
+    assert key in cmp["evidence_by_cause"]["steady"]        # shown as equal, with its figures
+    ext4, xfs = cmp["mechanism"]
+    assert any(who.startswith("jbd2/") for who in ext4["requests"]["flush"]["by"]), ext4["requests"]["flush"]
+    assert list(xfs["requests"]["flush"]["by"]) == ["python3"], xfs["requests"]["flush"]
+    assert ext4["requests"]["flush"]["device_us"] > 0 and xfs["requests"]["flush"]["device_us"] > 0
+    text = run_fsprof("compare", str(run), "--op", "fdatasync").stdout
+    assert "How each side did its I/O, per fdatasync" in text and "jbd2/" in text, text

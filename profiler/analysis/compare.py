@@ -216,13 +216,53 @@ def _cls_words(cls):
     return cls.replace("_", " ")
 
 
-def evidence(fs, op):
+OWNER_SHARE = 0.95      # a call owns the device's requests when 95% of those linked to calls are its,
+LINKED_COVERAGE = 0.5   # and at least half of the device's requests are linked to a call at all
+
+
+def linked_requests(fs):
+    """{op: block requests linked to its calls}: the ones its calls made from their own bios, and
+    each filesystem worker's (a jbd2 commit's, a CIL push's) shared among the calls whose waits
+    it ended, pro rata to those waits (as work_elsewhere shares the worker's time)."""
+    attribution = fs["attribution"]
+    linked = {o: sum(v.get("count", 0) for v in b.get("requests", {}).values()) for o, b in attribution.items()}
+    for kind, w in fs.get("behind", {}).get("workers", {}).items():
+        made = sum(v.get("count", 0) for v in in_scope(w, fs).get("requests", {}).values())
+        waited = [c for c, cause in CAUSES.items() if cause.worker == kind]
+        total = sum(b.get("waits", {}).get(c, 0) for b in attribution.values() for c in waited)
+        for o, b in attribution.items() if made and total else ():
+            linked[o] += made * sum(b.get("waits", {}).get(c, 0) for c in waited) / total
+    return linked
+
+
+def owns_the_device(fs, op):
+    """Whether the device's requests in this run (or phase) are `op`'s: its calls are linked to
+    OWNER_SHARE of the requests linked to any call, and LINKED_COVERAGE of the device's requests
+    are linked to a call at all (background writeback is linked to none). Then a device count goes
+    per call of `op` ("flush requests per fdatasync 2.00 vs 2.00"), not per second, which misleads
+    when one side ran faster."""
+    linked = linked_requests(fs)
+    device = sum(v.get("count", 0) for v in _device_counts(fs).values())
+    mine, every = linked.get(op, 0), sum(linked.values())
+    return bool(device and every and mine >= OWNER_SHARE * every and every >= LINKED_COVERAGE * device)
+
+
+def _device_counts(fs):
+    """The device under test's requests by class; {} for a bio-based device (zram), where zero
+    would be a figure never observed."""
+    dev = fs["device"]["name"]
+    return fs.get("block", {}).get(dev, {}) if Path(f"/sys/block/{dev}/mq").exists() or \
+        fs["device"].get("request_based") else {}
+
+
+def evidence(fs, op, per_call=False):
     """Counts that explain times, each in its scope (docs/compare.md, "Evidence"). Per op, only
     what the op's own calls did: the block requests it made from its own bios, how often it
     blocked for each cause, and for a wait a filesystem worker ends (a jbd2 commit) what one
-    window of that worker did. Run-wide, per second of the run (or of the phase): the device's
-    requests, the write amplification and the behind modules' counts. A run-wide count is
-    never divided by an op's count."""
+    window of that worker did. The device's requests: per call of the op where it owns them
+    (per_call: owns_the_device on every side), else per second of the run (or of the phase),
+    saying that no call owns them; the write amplification and the behind modules' counts are
+    run-wide. A run-wide count is never divided by an op's count."""
     b = fs["attribution"].get(op, {})
     n = b.get("count", 0)
     out = {}
@@ -242,14 +282,17 @@ def evidence(fs, op):
                     out[f"{_cls_words(cls)} requests per {kind} (the work that ends its {cause})"] = \
                         w["requests"].get(cls, {}).get("count", 0) / w["windows"]
     secs = fs.get("elapsed_s") or 0
-    dev = fs["device"]["name"]
-    # A bio-based device (zram) has no requests: zero would be a figure never observed.
-    counts = fs.get("block", {}).get(dev, {}) if Path(f"/sys/block/{dev}/mq").exists() or \
-        fs["device"].get("request_based") else {}
-    if secs:
-        for cls in ("flush", "fua_write", "preflush_write", "sync_write", "async_write", "read"):
-            if cls in counts:
-                out[f"{_cls_words(cls)} requests to the device per second ({wide(fs)})"] = counts[cls]["count"] / secs
+    counts = _device_counts(fs)
+    # Where no call's requests were counted (a kernel without block_getrq, an older run), whether
+    # a call owns them is not known, and the rate does not say so.
+    linked = any("requests" in b for b in fs["attribution"].values())
+    scope = f"{wide(fs)}; no one call owns them" if linked else wide(fs)
+    for cls in ("flush", "fua_write", "preflush_write", "sync_write", "async_write", "read"):
+        if cls in counts and per_call and n:
+            out[f"{_cls_words(cls)} requests to the device per {op} (all of the device's: its calls own them)"] = \
+                counts[cls]["count"] / n
+        elif cls in counts and secs:
+            out[f"{_cls_words(cls)} requests to the device per second ({scope})"] = counts[cls]["count"] / secs
     written = sum(h.get("bytes", 0) for name, h in fs["syscalls"].items() if "write" in name)
     device_bytes = sum(counts.get(c, {}).get("bytes", 0) for c in BLK_WRITE_CLASSES)
     if written:
@@ -394,6 +437,10 @@ def compare_pair(base, other, op, unit=None):
         **decompose(causes, b - a, threshold),
         "phases": phase_times(base, other),
         "evidence": _evidence_pairs(base, other, op),
+        # How each side did its I/O per call, where its calls own the device's requests.
+        "mechanism": [mechanism(g.entries[0][1], op) if all(owns_the_device(fs, op) for h in (base, other)
+                                                            for _, fs in h.entries) else None
+                      for g in (base, other)],
         **dict(zip(("elsewhere", "elsewhere_not_linkable", "kernel_threads"), _elsewhere_pairs(base, other, op))),
     }
     cmp["evidence_by_cause"] = assign_evidence(cmp)
@@ -442,13 +489,36 @@ def decompose(causes, diff, threshold):
             "not_different_us": sum(r["diff_us"] for r in rest), "residual_us": diff - explained}
 
 
+def mechanism(fs, op):
+    """How `op`'s calls did their I/O, per call, where the op owns the device's requests
+    (owns_the_device): each class's requests per call by who submitted them (the caller, jbd2,
+    a worker: the block module's submitters), with the device's average time per request; and
+    the caller's waits per call by cause (the waits one thread makes inside one call follow one
+    another: each is an I/O round it could not overlap)."""
+    n = fs["attribution"].get(op, {}).get("count", 0)
+    dev = fs["device"]["name"]
+    block = fs.get("behind", {}).get("block", {}).get("devices", {}).get(dev, {})
+    if not n or not block:
+        return None
+    requests = {}
+    for cls, rows in block.get("submitters", {}).items():
+        device = block.get("classes", {}).get(cls, {}).get("device", {})
+        requests[cls] = {"per_call": sum(r["count"] for r in rows) / n,
+                         "by": {r["who"]: r["count"] / n for r in rows},
+                         "device_us": device.get("avg_ns", 0) / 1e3 if device.get("count") else None}
+    waits = {c: w / n for c, w in fs["attribution"][op].get("waits", {}).items()}
+    return {"requests": requests, "waits": waits}
+
+
 def _evidence_pairs(base, other, op):
     """{count: [base, other]}, each side the mean over its repeats. A count one side's filesystem
-    does not have (jbd2 commits on XFS) is None there, not 0."""
+    does not have (jbd2 commits on XFS) is None there, not 0. The device's counts go per call
+    only where the op owns them on both sides, so that the two sides read alike."""
+    per_call = all(owns_the_device(fs, op) for g in (base, other) for _, fs in g.entries)
     ev = {}
     for g, side in ((base, 0), (other, 1)):
         for _, fs in g.entries:
-            for k, v in evidence(fs, op).items():
+            for k, v in evidence(fs, op, per_call).items():
                 pair = ev.setdefault(k, [None, None])
                 pair[side] = (pair[side] or 0.0) + v / len(g.entries)
     return ev

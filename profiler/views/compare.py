@@ -159,6 +159,7 @@ def sentences(cmp):
     if abs(cmp["residual_us"]) >= 0.05:
         lines.append(f"    {_fmt_signed(cmp['residual_us'])}/op not attributed (the causes' sum against the "
                      "wall time).")
+    lines += _mechanism_lines(cmp)
     lines += _elsewhere_lines(cmp)
     if groups["other_moved"]:
         lines.append("  Other counts that differ: " + "; ".join(pair(k) for k in groups["other_moved"]) + ".")
@@ -166,11 +167,38 @@ def sentences(cmp):
         if groups["only"][side]:
             lines.append(f"  Only {name} has: " + "; ".join(f"{k} {_fmt_n(ev[k][side])}" for k in groups["only"][side])
                          + ".")
-    if groups["steady"]:
-        lines.append("  Counts that do not differ: " + ", ".join(groups["steady"]) + ".")
+    if groups["steady"]:  # with their figures: a reader sees that the difference is not in them
+        lines.append("  Counts that do not differ (within 5%): " + "; ".join(pair(k) for k in groups["steady"]) + ".")
     if groups["zero"]:
         lines.append("  Zero on both sides: " + ", ".join(groups["zero"]) + ".")
     return lines
+
+
+def _mechanism_lines(cmp):
+    """Each side's I/O per call, where its calls own the device's requests: who issued what,
+    the device's time per request, the caller's waits in sequence."""
+    if None in cmp.get("mechanism", [None]):
+        return []
+    op = cmp["op"]
+    lines = [f"  How each side did its I/O, per {op} (its calls own the device's requests; the waits of one "
+             "call follow one another):"]
+    for name, m in ((cmp["other"], cmp["mechanism"][1]), (cmp["base"], cmp["mechanism"][0])):
+        by_who = {}
+        for cls, r in m["requests"].items():
+            for who, per in r["by"].items():
+                by_who.setdefault(who, []).append(f"{_fmt_n(per)} {_cls_words(cls)}")
+        issued = "; ".join(f"{who} issued {', '.join(what)}" for who, what in by_who.items()) or "no requests"
+        waits = sum(m["waits"].values())
+        waited = (f"; the caller waited {_fmt_n(waits)} times (" + ", ".join(
+            f"{c} {_fmt_n(w)}" for c, w in sorted(m["waits"].items(), key=lambda kv: -kv[1])) + ")") if waits else ""
+        device = ", ".join(f"{_cls_words(cls)} {_fmt_us(r['device_us'])}" for cls, r in m["requests"].items()
+                           if r["device_us"] is not None)
+        lines.append(f"    {name}: {issued}{waited}" + (f"; device time per request: {device}" if device else "") + ".")
+    return lines
+
+
+def _cls_words(cls):
+    return cls.replace("_", " ")
 
 
 def _elsewhere_lines(cmp):
