@@ -51,6 +51,10 @@ def run_fsprof(*args, cwd=REPO, timeout=600 * TIME_SCALE):
             assert_invariants(json.loads(result_file.read_text()))
     if proc.returncode == 0 and args[0] == "compare":
         assert_sound_comparison(proc.stdout, "--json" in args)
+        if "--json" not in args:  # the text's figures are the JSON's: check those add up too
+            as_json = subprocess.run([*FSPROF, *args, "--json"], capture_output=True, text=True, cwd=cwd, env=env,
+                                     timeout=timeout)
+            assert_sound_comparison(as_json.stdout, True)
     return proc
 
 
