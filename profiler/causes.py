@@ -42,6 +42,12 @@ _ROWS = (
     Cause("dirty throttling", WAIT, "balance_dirty_pages: a writer paused because too much is dirty", "#edc948",
           evidence=("throttl", "dirty")),
     Cause("read I/O wait", WAIT, "waiting for a read from the device", "#b07aa1", evidence=("read",)),
+    Cause("direct I/O wait", WAIT, "waiting for the call's own direct I/O (O_DIRECT) to complete", "#2ca02c",
+          evidence=("requests made in its calls",)),
+    Cause("direct I/O fallen back to buffered", WAIT,
+          "an O_DIRECT call the filesystem did through the page cache instead (btrfs with data checksums or "
+          "compression, an unaligned range), waiting for that data's writeback", "#e377c2",
+          evidence=("requests made in its calls",)),
     Cause("lock contention", WAIT, "waiting for (or spinning on) a lock: rwsem, mutex, inode lock", "#ff9da7"),
     Cause("cpu contention", RUNNABLE, "runnable but preempted: waiting for a CPU", "#9c755f"),
     Cause("other wait", UNEXPLAINED, "a wait no rule names (its innermost meaningful frame is kept)", "#bab0ac"),
