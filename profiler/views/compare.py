@@ -4,6 +4,7 @@ every figure and every pairing of a count with a cause comes from the analysis, 
 
 from ..analysis import repeats
 from ..analysis.compare import MIN_SHARE, MIN_US
+from ..analysis.evidence import class_words
 from ..analysis.workload import per_unit
 
 
@@ -186,19 +187,15 @@ def _mechanism_lines(cmp):
         by_who = {}
         for cls, r in m["requests"].items():
             for who, per in r["by"].items():
-                by_who.setdefault(who, []).append(f"{_fmt_n(per)} {_cls_words(cls)}")
+                by_who.setdefault(who, []).append(f"{_fmt_n(per)} {class_words(cls)}")
         issued = "; ".join(f"{who} issued {', '.join(what)}" for who, what in by_who.items()) or "no requests"
         waits = sum(m["waits"].values())
         waited = (f"; the caller waited {_fmt_n(waits)} times (" + ", ".join(
             f"{c} {_fmt_n(w)}" for c, w in sorted(m["waits"].items(), key=lambda kv: -kv[1])) + ")") if waits else ""
-        device = ", ".join(f"{_cls_words(cls)} {_fmt_us(r['device_us'])}" for cls, r in m["requests"].items()
+        device = ", ".join(f"{class_words(cls)} {_fmt_us(r['device_us'])}" for cls, r in m["requests"].items()
                            if r["device_us"] is not None)
         lines.append(f"    {name}: {issued}{waited}" + (f"; device time per request: {device}" if device else "") + ".")
     return lines
-
-
-def _cls_words(cls):
-    return cls.replace("_", " ")
 
 
 def _elsewhere_lines(cmp):
