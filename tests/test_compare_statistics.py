@@ -17,8 +17,9 @@ from profiler.rundir import INDEX_SCHEMA
 STORED = Path(__file__).resolve().parent / "data" / "stored-run" / "result.json.gz"
 
 
-def spec_output(tmp_path, factors):
-    """A spec's output: configs {name: [factor per repeat]} of the stored run's ext4 fsyncs."""
+def spec_output(tmp_path, factors, unit=None):
+    """A spec's output: configs {name: [factor per repeat]} of the stored run's ext4 fsyncs;
+    unit: the spec workload's unit of work."""
     with gzip.open(STORED) as f:
         stored = json.load(f)
     ext4 = next(fs for fs in stored["filesystems"] if fs["label"] == "ext4")
@@ -31,7 +32,8 @@ def spec_output(tmp_path, factors):
             fsync["causes"] = {k: v * factor for k, v in fsync["causes"].items()}
             run_dir = tmp_path / f"{config}-rep{i}"
             run_dir.mkdir()
-            (run_dir / "result.json").write_text(json.dumps({**stored, "filesystems": [fs]}))
+            spec = {"file": "planted.toml", "config": config, "workload": "fsync-loop", **({"unit": unit} if unit else {})}
+            (run_dir / "result.json").write_text(json.dumps({**stored, "spec": spec, "filesystems": [fs]}))
             runs.append({"workload": "fsync-loop", "config": config, "dir": run_dir.name})
     (tmp_path / "index.json").write_text(json.dumps({"schema": INDEX_SCHEMA, "runs": runs}))
     return tmp_path
@@ -84,3 +86,12 @@ def test_exact_rank_test_p_values(a, b, p):
     """Exact two-sided Mann-Whitney U p-values, checked against the counts of the splits by hand."""
     assert repeats.rank_test(a, b) == pytest.approx(p)
     assert repeats.repeats_needed() == 3
+
+
+def test_a_spec_workloads_unit_is_compares_default(tmp_path):
+    """A spec's workload that names its unit (`unit = "fsync"`): counts go per unit without --unit,
+    from the workload's own count (the stored fsync-loop made 200 fsyncs)."""
+    cmp, text = compare(spec_output(tmp_path, {"a": [1.0], "b": [2.0]}, unit="fsync"))
+    assert cmp["workload_time"]["unit"] == {"name": "fsync", "count": [200, 200]}
+    assert "; 200 vs 200 fsyncs: " in text.splitlines()[0], text
+

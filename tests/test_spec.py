@@ -89,6 +89,8 @@ def test_matrix_runs_every_combination_with_its_own_settings(tmp_path):
     ("[[config]]\nfs = 'ext4'\n", "at least one"),
     ("not toml [", "not valid TOML"),
     ("stack_sample = 0\n[[config]]\nfs = 'ext4'\n[[workload]]\nworkload = 'fsync-loop'\n", "stack_sample must be"),
+    ("[[config]]\nfs = 'ext4'\n[[workload]]\nworkload = 'fsync-loop'\nunit = 'record=0'\n",
+     "unit 'record=0': the count after '=' must be a positive number"),
 ])
 def test_bad_specs_get_one_sentence_and_exit_2(tmp_path, text, words):
     spec_file = tmp_path / "bad.toml"
@@ -98,6 +100,14 @@ def test_bad_specs_get_one_sentence_and_exit_2(tmp_path, text, words):
     assert words in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_workloads_unit_of_work_is_read(tmp_path):
+    spec_file = tmp_path / "u.toml"
+    spec_file.write_text("[[config]]\nfs = 'ext4'\n[[workload]]\nname = 'db'\ncommand = ['true']\n"
+                         "unit = 'transaction=1000'\n")
+    (workload,) = spec.load(spec_file).workloads
+    assert workload.unit == "transaction=1000"
 
 
 def test_spec_excludes_per_run_options(tmp_path):

@@ -27,6 +27,7 @@ from ..rundir import INDEX_FILE, RESULT_FILE, load, load_index
 from .. import behind
 from ..causes import TABLE as CAUSES
 from . import repeats, workload as workload_time
+from ..work_unit import parse_unit
 from .evidence import elsewhere_pairs, evidence_pairs, assign_evidence, mechanism, owns_the_device
 
 # A wait that a filesystem thread ends, and the worker whose own time explains it (XFS's log force
@@ -364,6 +365,12 @@ def _sampling_warnings(*groups):
               "are not); differences of a few points in a wait's share can come from that"]
 
 
+def spec_unit(groups):
+    """The unit of work a spec's workload names (its `unit`), where every run compared names one."""
+    units = {(result.get("spec") or {}).get("unit") for g in groups for result, _ in g.entries}
+    return parse_unit(units.pop(), where="unit") if len(units) == 1 and None not in units else None
+
+
 def _comparable(groups):
     return len(groups) > 1 or len(groups[0].entries) > 1
 
@@ -408,7 +415,7 @@ def compare(paths, op=None, phase=None, unit=None, fs_filter=None):
             if op and len(workloads) > 1:
                 continue  # --op names an operation this workload does not make
             raise
-        wl_unit = unit or workload_time.declared_unit([fs for g in groups for _, fs in g.entries])
+        wl_unit = unit or spec_unit(groups) or workload_time.declared_unit([fs for g in groups for _, fs in g.entries])
         for g in groups[1:]:
             cmp = {"workload": name, **compare_pair(groups[0], g, wl_op, wl_unit),
                    "warnings": _warnings(groups[0]) + _warnings(g) + _sampling_warnings(groups[0], g),

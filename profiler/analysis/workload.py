@@ -15,37 +15,11 @@ time, the last part also takes back that overlap, and the average concurrency is
 Reads filesystem entries of result.json only.
 """
 
-from dataclasses import dataclass
-
 from ..errors import FsprofError
+from ..work_unit import Unit
 
 UNPLACED = "(not placed on a filesystem)"
 OVERLAP_SLACK = 1.01   # traced time above 101% of the wall time: concurrent threads overlapped
-
-
-@dataclass(frozen=True)
-class Unit:
-    """A unit of work: its name and, per side, how many the workload did (None: not known)."""
-    name: str
-    count: float | None = None
-
-
-def parse_unit(text):
-    """`transaction=1000` (a count the user knows) or `transaction` (from the workload's own
-    RESULT lines, `RESULT transactions=N`); one sentence if it is neither."""
-    name, sep, count = (text or "").partition("=")
-    name = name.strip()
-    if not name or not name.replace("_", "").replace("-", "").isalnum():
-        raise FsprofError(f"--unit {text!r}: give a name and optionally a count, e.g. transaction=1000", exit_code=2)
-    if not sep:
-        return Unit(name)
-    try:
-        n = float(count)
-    except ValueError:
-        n = 0
-    if not n > 0:
-        raise FsprofError(f"--unit {text!r}: the count after '=' must be a positive number", exit_code=2)
-    return Unit(name, n)
 
 
 def declared_unit(entries):

@@ -3,7 +3,7 @@
 import json
 
 from ..analysis.compare import compare
-from ..analysis.workload import parse_unit
+from ..work_unit import parse_unit
 from ..views.compare import render
 
 NEEDS_ROOT = False

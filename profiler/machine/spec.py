@@ -13,6 +13,7 @@ from .. import filesystems
 from . import scratch
 from ..errors import FsprofError
 from ..units import parse_size
+from ..work_unit import parse_unit
 from .workload import WORKLOADS, WorkloadSpec, check_args, image_size
 
 DEVICE_KINDS = ("loop", "zram")
@@ -20,7 +21,7 @@ _TOP_KEYS = {"description", "repeats", "drop_caches", "sample_hz", "stack_sample
              "workload"}
 _CONFIG_KEYS = {"name", "fs", "mkfs_options", "mount_options", "sysctls", "scheduler", "device", "devices",
                 "image_size", "erase_device", "loop_io"}
-_WORKLOAD_KEYS = {"name", "workload", "args", "command"}
+_WORKLOAD_KEYS = {"name", "workload", "args", "command", "unit"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=,-]*$")
 
 
@@ -63,6 +64,7 @@ class Config:
 class Workload:
     name: str
     spec: WorkloadSpec
+    unit: str | None = None   # its unit of work, as `compare --unit` takes it (profiler/work_unit.py)
 
 
 @dataclasses.dataclass
@@ -170,6 +172,16 @@ def _config(path, i, t, default_size):
 def _workload(path, i, t):
     where = f"workload #{i + 1}"
     _check_keys(path, where, t, _WORKLOAD_KEYS)
+    workload = _workload_spec(path, where, t)
+    if "unit" in t:
+        try:
+            parse_unit(t["unit"] if isinstance(t["unit"], str) else "", where="unit")
+        except FsprofError as e:
+            _fail(path, where, str(e))
+    return dataclasses.replace(workload, unit=t.get("unit"))
+
+
+def _workload_spec(path, where, t):
     args = _strings(path, where, "args", t.get("args", []))
     if "command" in t:
         command = _strings(path, where, "command", t["command"])

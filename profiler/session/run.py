@@ -245,7 +245,8 @@ def run_spec_one(collector, spec, workload, cfg, run_dir, scratch_dir, erased, g
         "schema": SCHEMA, "fsprof_version": __version__, "kernel": platform.release(),
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "workload": workload.spec.describe(), "sysctls": dict(cfg.sysctls),
-        "spec": {"file": str(spec.path), "config": cfg.name, "workload": workload.name},
+        "spec": {"file": str(spec.path), "config": cfg.name, "workload": workload.name,
+                 **({"unit": workload.unit} if workload.unit else {})},
         "probes_skipped": collector.skipped, "unavailable": collector.unavailable, "filesystems": [],
     }
     run_dir.mkdir(parents=True, exist_ok=True)
