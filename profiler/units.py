@@ -1,5 +1,5 @@
 """Units, one home: sizes and durations as users write them, and times as fsprof prints them.
-(workloads/ keeps its own parse_size: the workloads run standalone, without fsprof installed.)"""
+(workloads/common.parse_size is this parse_size as an argparse type.)"""
 
 import math
 
@@ -7,16 +7,18 @@ SIZE_SUFFIXES = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 DURATION_UNITS = {"ms": 1e-3, "s": 1, "m": 60, "h": 3600}
 
 
-def parse_size(text):
-    """'512M', '1G', '16KiB', '4096' -> bytes (binary multiples), > 0; ValueError otherwise."""
+def parse_size(text, zero_ok=False, examples="1G, 512M"):
+    """'512M', '1G', '16KiB', '4096' -> bytes (binary multiples), > 0; ValueError otherwise.
+    zero_ok: 0 is a size too (the workloads leave it to their own check, which names the option);
+    examples: the sizes the error sentence suggests (a workload's are block sizes)."""
     t = str(text).strip().lower().removesuffix("ib").removesuffix("b")
     num, suffix = (t[:-1], t[-1]) if t and t[-1] in SIZE_SUFFIXES else (t, "")
     try:
         value = int(float(num) * SIZE_SUFFIXES[suffix])
     except (ValueError, OverflowError):
-        value = 0
-    if value <= 0:
-        raise ValueError(f"'{text}' is not a size (e.g. 1G, 512M)")
+        value = -1
+    if value < (0 if zero_ok else 1):
+        raise ValueError(f"'{text}' is not a size (e.g. {examples})")
     return value
 
 
@@ -41,3 +43,34 @@ def fmt_ns(ns, typeset=False):
         if ns >= scale:
             return f"{ns / scale:.3g}{sep}{unit}"
     return f"{ns:.0f}{sep}ns"
+
+
+US, MS, S = 1e3, 1e6, 1e9          # in ns
+_NS_PER = {"ns": 1, "us": 1000, "s": 1_000_000_000}
+
+
+# Not fmt_ns: the behind sections and compare print fixed decimals per unit, each switching unit
+# where its text always has (tests compare that text byte for byte).
+def fmt_time(t, *, ms_from, unit="ns", us_digits=0, ms_digits=1, s_from=None, fine_below=None,
+             missing=None, signed=False):
+    """A duration t (in `unit`: ns, us or s) in us, or in ms from `ms_from` ns (None: never), or
+    with 2 decimals in s from `s_from` ns: '812 us', '12.3 ms'. fine_below: under it (ns), one more
+    decimal in us; missing: the text for None; signed: '+' or '-' before the size.
+    t is scaled straight to the unit shown (t / 1e3, never via ns), so every digit stays as it was."""
+    if t is None and missing is not None:
+        return missing
+    if signed:
+        return ("+" if t >= 0 else "-") + fmt_time(abs(t), ms_from=ms_from, unit=unit, us_digits=us_digits,
+                                                   ms_digits=ms_digits, s_from=s_from, fine_below=fine_below)
+    per, size = _NS_PER[unit], abs(t)
+
+    def shown(scale, digits, name):
+        value = t * (per // scale) if per >= scale else t / (scale // per)
+        return f"{value:.{digits}f} {name}"
+
+    if s_from is not None and size >= s_from / per:
+        return shown(S, 2, "s")
+    if ms_from is not None and size >= ms_from / per:
+        return shown(MS, ms_digits, "ms")
+    fine = fine_below is not None and size < fine_below / per
+    return shown(US, us_digits + 1 if fine else us_digits, "us")

@@ -21,6 +21,9 @@ import os
 import sys
 import time
 
+# profiler/ is always beside workloads/: one wheel (setup.cfg packages), one PYTHONPATH (GatedProcess).
+from profiler import units
+
 # prctl(PHASE_MAGIC, index, 0, 0, 0) is the phase marker: an option number no kernel defines (it
 # returns EINVAL and changes nothing), which fsprof's sys_enter probe recognises from a traced
 # process and turns into the current phase. The same constant is in bpf/fsprof.h and phase.h.
@@ -79,17 +82,12 @@ def mark_phase(index):
 
 
 def parse_size(text):
-    """'16k', '1G', '512M', '4096' -> bytes (binary multiples, as bonnie++ and sysbench use)."""
-    t = str(text).strip().lower().removesuffix("ib").removesuffix("b")
-    mult = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}.get(t[-1:], 1)
-    num = t[:-1] if mult != 1 else t
+    """'16k', '1G', '512M', '4096' -> bytes (binary multiples, as bonnie++ and sysbench use), 0
+    included; an argparse type: argparse prints an ArgumentTypeError's sentence, not a ValueError's."""
     try:
-        value = int(float(num) * mult)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a size (e.g. 16K, 1G)")
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a size (e.g. 16K, 1G)")
-    return value
+        return units.parse_size(text, zero_ok=True, examples="16K, 1G")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def write_result(path, result):

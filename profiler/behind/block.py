@@ -5,7 +5,9 @@ submitted it. A loop device's backing device is watched too and reported apart (
 mixed with the device under test. See docs/behind-block.md."""
 
 import ctypes as c
+from functools import partial
 
+from .. import units
 from ..machine import blockdev
 from ..trace import hist, maps
 
@@ -284,8 +286,7 @@ def _unknown_without(device, left_out):
 
 # Terminal view.
 
-def _us(ns):
-    return "-" if ns is None else f"{ns / 1000:.0f} us" if ns < 10_000_000 else f"{ns / 1e6:.1f} ms"
+_us = partial(units.fmt_time, ms_from=10 * units.MS, missing="-")
 
 
 def _size(b):

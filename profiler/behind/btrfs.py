@@ -9,9 +9,10 @@ import glob
 import os
 import re
 import uuid
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 
+from .. import units
 from ..causes import check as known_cause
 from ..trace import bpf, hist, maps
 
@@ -460,8 +461,7 @@ def _kib(n):
     return f"{n / 1024:.1f} KiB"
 
 
-def _us(ns):
-    return f"{ns / 1e3:.1f} us" if ns < 1e6 else f"{ns / 1e6:.2f} ms"
+_us = partial(units.fmt_time, ms_from=units.MS, us_digits=1, ms_digits=2)
 
 
 def _fmt(x, spec=".3f"):

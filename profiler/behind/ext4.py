@@ -4,8 +4,9 @@ checkpoints, and delayed allocation charged to the thread that forced it. docs/b
 says what each figure means and how it is checked."""
 
 import ctypes as c
+from functools import partial
 
-from .. import filesystems
+from .. import filesystems, units
 from ..causes import check as known_cause
 from .scope import in_scope, wide
 from ..machine.conditions import kernel_hz
@@ -471,8 +472,7 @@ def delalloc_figures(rows):
 
 # ---- report ----
 
-def us(ns):
-    return f"{ns / 1000:.0f} us" if ns < 10_000_000 else f"{ns / 1e6:.1f} ms"
+us = partial(units.fmt_time, ms_from=10 * units.MS)
 
 
 def num(x, fmt="{:.2f}"):
@@ -590,8 +590,9 @@ def evidence(section, fs, op):
     j = in_scope(section.get("journal"), fs)
     if not j or not fs.get("elapsed_s"):
         return {}
-    out = {f"jbd2 commits per second ({wide(fs)})": j.get("commits", 0) / fs["elapsed_s"],
-           "blocks logged per jbd2 commit": j.get("per_commit", {}).get("blocks_logged", 0)}
+    out = {f"jbd2 commits per second ({wide(fs)})": j.get("commits", 0) / fs["elapsed_s"]}
+    if j.get("per_commit", {}).get("blocks_logged") is not None:  # None: no commit in the run
+        out["blocks logged per jbd2 commit"] = j["per_commit"]["blocks_logged"]
     block = j.get("commit_block", {})
     if block.get("count"):
         out["jbd2 commit block (flush + FUA) time per commit, us"] = block["avg_ns"] / 1e3

@@ -6,8 +6,10 @@ says what each figure means and how it is checked."""
 import ctypes as c
 import os
 import re
+from functools import partial
 from pathlib import Path
 
+from .. import units
 from ..machine import blockdev, tracefs
 from ..causes import check as known_cause
 from .scope import in_scope, wide
@@ -427,8 +429,7 @@ def inode_summary(rows):
 
 # ---- report ----
 
-def ms(ns):
-    return f"{ns / 1e6:.1f} ms" if ns >= 1e5 else f"{ns / 1e3:.0f} us"
+ms = partial(units.fmt_time, ms_from=100 * units.US)
 
 
 def report_lines(section, fs):

@@ -4,8 +4,10 @@ log space reservation waits, and delayed allocation. docs/behind-xfs.md says wha
 and how it is checked against the per-mount counters in /sys/fs/xfs/<dev>/stats/stats."""
 
 import ctypes as c
+from functools import partial
 from pathlib import Path
 
+from .. import units
 from ..causes import check as known_cause
 from .scope import in_scope, wide
 from ..trace import hist, maps, symbols, syscalls
@@ -455,8 +457,7 @@ def kernel_counters(k, fig):
 
 # ---- report -------------------------------------------------------------------------------------
 
-def _us(ns):
-    return f"{ns / 1000:.0f} us" if ns is not None else "n/a"
+_us = partial(units.fmt_time, ms_from=None, missing="n/a")
 
 
 def _per(x):

@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 from ..errors import FsprofError
-from workloads.common import UsageError, parse_size
+from ..units import parse_size
+from workloads.common import UsageError
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _PR_SET_PDEATHSIG = 1

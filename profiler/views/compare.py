@@ -2,23 +2,24 @@
 every figure and every pairing of a count with a cause comes from the analysis, so `compare
 --json` holds all the text says."""
 
+from functools import partial
+
+from .. import units
 from ..analysis import repeats
 from ..analysis.compare import MIN_SHARE, MIN_US
 from ..analysis.evidence import class_words
 from ..analysis.workload import per_unit
 
 
-def _fmt_us(us):
-    return f"{us / 1e3:.2f} ms" if abs(us) >= 1000 else f"{us:.0f} us" if abs(us) >= 10 else f"{us:.1f} us"
+_fmt_us = partial(units.fmt_time, unit="us", ms_from=units.MS, ms_digits=2, fine_below=10 * units.US)
+_fmt_signed = partial(_fmt_us, signed=True)
+_fmt_s = partial(units.fmt_time, unit="s", s_from=units.S, ms_from=units.MS)
+_fmt_signed_s = partial(_fmt_s, signed=True)
 
 
 def _fmt_n(x):
     """A count per op: small ones keep their significant digits (0.004 flushes per write)."""
     return "0" if not x else f"{x:.0f}" if abs(x) >= 100 else f"{x:.2f}" if abs(x) >= 1 else f"{x:.2g}"
-
-
-def _fmt_signed(us):
-    return f"{'+' if us >= 0 else '-'}{_fmt_us(abs(us))}"
 
 
 def _statistics_line(cmp):
@@ -36,14 +37,6 @@ def _statistics_line(cmp):
             ", ".join(_fmt_us(v) for v in rb) + f". Medians {_fmt_us(mb)} vs {_fmt_us(ma)}, ratio "
             f"{mb / ma if ma else float('inf'):.2f}" + (f" (95% bootstrap interval {ci[0]:.2f}-{ci[1]:.2f})" if ci else "") +
             f"; {where} (Mann-Whitney U, exact two-sided p = {st['p']:.2f}).")
-
-
-def _fmt_s(s):
-    return f"{s:.2f} s" if abs(s) >= 1 else f"{s * 1e3:.1f} ms" if abs(s) >= 1e-3 else f"{s * 1e6:.0f} us"
-
-
-def _fmt_signed_s(s):
-    return f"{'+' if s >= 0 else '-'}{_fmt_s(abs(s))}"
 
 
 def _fmt_count(n):
