@@ -123,14 +123,21 @@ class Prometheus:
 
 def settled(prom, device, labels, names):
     """(kernel counters, Prometheus's stored values) of one quiet moment: the kernel's flush and
-    commit counts did not change over a window and a scrape, so what Prometheus stored at the end
-    counts the same events (ext4 may still commit on its own a few seconds after a write)."""
+    commit counts did not change over a few windows and scrapes (ext4 may still commit on its own
+    a few seconds after a write), and what Prometheus stored did not either between two reads 2 s
+    apart. On a loaded machine a window's export or a scrape can come late: one read after 3 s
+    once saw 290 of 300 flushes, the last commits' flushes still in a window not yet exported."""
+    def stored():
+        return [prom.value(n if "{" in n else n + labels) or 0 for n in names]
+
     for _ in range(20):
         before = kernel_counts(device)
         time.sleep(3)
-        stored = [prom.value(n if "{" in n else n + labels) or 0 for n in names]
-        if kernel_counts(device) == before:
-            return before, stored
+        first = stored()
+        time.sleep(2)
+        last = stored()
+        if kernel_counts(device) == before and first == last:
+            return before, last
     raise AssertionError("the scratch filesystem never went quiet")
 
 

@@ -16,6 +16,7 @@ from urllib.parse import urlparse
 import pytest
 
 from conftest import FSPROF, REPO, loops_under, mounts_under, run_fsprof
+from profiler.analysis.compare import compare as comparisons
 from profiler.views import compare, flamegraph
 
 pytestmark = pytest.mark.slow
@@ -385,7 +386,7 @@ def test_conditions_and_comparison_are_stated(page, result, run_dir):
         assert cells[(fs["label"], "condition:lost events")] == "none"
     # The same sentences as `fsprof compare RUN`, each in the page.
     text = page_text(page.dom)
-    for cmp in compare.compare([run_dir]):
+    for cmp in comparisons([run_dir]):
         for line in compare.sentences(cmp):
             assert line.strip() in text, line
 
