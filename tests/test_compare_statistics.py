@@ -95,3 +95,45 @@ def test_a_spec_workloads_unit_is_compares_default(tmp_path):
     assert cmp["workload_time"]["unit"] == {"name": "fsync", "count": [200, 200]}
     assert "; 200 vs 200 fsyncs: " in text.splitlines()[0], text
 
+
+
+def planted_pair(tmp_path, size_gib, spec_name=None):
+    """Two runs of the stored ext4 fsyncs; the second's fsyncs wait 2 ms more each for space
+    reservation on a filesystem of size_gib, 70% full of 1 GiB at the end."""
+    with gzip.open(STORED) as f:
+        stored = json.load(f)
+    ext4 = next(fs for fs in stored["filesystems"] if fs["label"] == "ext4")
+    dirs = []
+    for name, extra_ns in (("a", 0), ("b", 2_000_000)):
+        fs = copy.deepcopy(ext4)
+        fsync = fs["attribution"]["fsync"]
+        added = extra_ns * fsync["count"]
+        fsync["wall_ns"] += added
+        fs["syscalls"]["fsync"]["total_ns"] += added
+        fsync["causes"]["space reservation"] = added
+        fs["elapsed_s"] += added / 1e9
+        fs["space"] = {"size_bytes": size_gib << 30, "used_bytes_start": 0, "used_bytes_end": 700 << 20}
+        result = {**stored, "filesystems": [fs], "workload": {"name": "command", "argv": ["sh", f"{name}/script.sh"]}}
+        if spec_name and name == "a":
+            result["spec"] = {"file": "s.toml", "config": "c", "workload": spec_name}
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "result.json").write_text(json.dumps(result))
+        dirs.append(tmp_path / name)
+    proc = run_fsprof("compare", *map(str, dirs), "--op", "fsync", "--json")
+    assert proc.returncode == 0, proc.stderr
+    (cmp,) = json.loads(proc.stdout)
+    return cmp
+
+
+def test_space_waits_on_a_small_filesystem_carry_a_test_bed_note(tmp_path):
+    cmp = planted_pair(tmp_path, 1, spec_name="script")
+    assert cmp["causes"][0]["cause"] == "space reservation", cmp["causes"]
+    assert any("a 1.0 GiB filesystem, 68% full at the end" in n for n in cmp["test_bed_notes"]), cmp["test_bed_notes"]
+    # A spec's name for the command is not what it ran: the commands are named, not "script".
+    assert cmp["workloads_differ"]["name"] == ["sh a/script.sh", "sh b/script.sh"], cmp["workloads_differ"]
+
+
+def test_space_waits_on_a_large_filesystem_carry_none(tmp_path):
+    cmp = planted_pair(tmp_path, 16)
+    assert cmp["causes"][0]["cause"] == "space reservation"
+    assert not any("full at the end" in n for n in cmp["test_bed_notes"]), cmp["test_bed_notes"]

@@ -74,3 +74,29 @@ def test_bonnie_says_when_dropping_caches_cannot_make_reads_cold(tmp_path, loop_
     caches = fs["workload"]["caches"]
     assert caches.startswith("caches: dropped before each test"), caches
     assert ("buffered image file" in caches) == (loop_io == "buffered"), caches
+
+
+DF = "dd if=/dev/zero of=fill bs=1M count=96 conv=fsync status=none; df -B1 --output=size,used . > {out}"
+
+
+def test_the_filesystems_size_and_fullness_are_recorded_and_compared(tmp_path):
+    """result.json records the filesystem's size and use at start and end (df, run by the workload
+    at its end, is the oracle); compare names a size that differs among the settings."""
+    runs = {}
+    for size in ("1G", "2G"):
+        df = tmp_path / "df"  # one path: the two runs' commands are the same
+        out = tmp_path / size
+        proc = run_fsprof("run", "--fs", "ext4", "--scratch-dir", str(tmp_path / "scratch"), "-o", str(out),
+                          "--image-size", size, "--", "sh", "-c", DF.format(out=df))
+        assert proc.returncode == 0, proc.stderr
+        (fs,) = json.loads((out / "result.json").read_text())["filesystems"]
+        size_b, used_b = map(int, df.read_text().split()[2:4])
+        assert fs["space"]["size_bytes"] == size_b
+        assert fs["space"]["used_bytes_end"] == pytest.approx(used_b, abs=1 << 20)  # both after the fsync
+        assert fs["space"]["used_bytes_end"] - fs["space"]["used_bytes_start"] >= 96 << 20
+        runs[size] = out
+    cmp, text = compare(runs["1G"], runs["2G"])
+    sizes = [d["values"] for d in cmp["settings_differ"] if d["setting"] == "filesystem size"]
+    assert sizes and sizes[0][0] != sizes[0][1], cmp["settings_differ"]
+    assert "Settings that differ" in text and "filesystem size" in text, text
+    assert not cmp["workloads_differ"], cmp["workloads_differ"]  # the same command, output path aside

@@ -146,13 +146,52 @@ def _plain_runs(paths):
                ((Path(p).parent / RESULT_FILE).is_file() and not (Path(p) / INDEX_FILE).is_file()) for p in paths)
 
 
+def _command_words(result):
+    """What a run ran, as words: the command, or the bundled workload and its options; never the
+    name a spec gave it (the same script named once by a spec is not another workload)."""
+    w = result["workload"]
+    return list(w["argv"]) if "argv" in w else [w["name"], *w.get("args", [])]
+
+
 def workload_difference(results):
     """What differs between the workloads of runs (result.json dicts), as the words that differ:
     {"name": [...], "words": [[base's], [other's], ...]}, the shared words left out."""
-    runs = [_workload_name(r).split() for r in results]
+    runs = [_command_words(r) for r in results]
     shared = set(runs[0]).intersection(*runs[1:])
-    return {"name": [_workload_name(r) for r in results],
+    return {"name": [" ".join(words) for words in runs],
             "words": [[w for w in words if w not in shared] for words in runs]}
+
+
+def _gib(n):
+    return f"{n / (1 << 30):.1f} GiB" if n is not None else None
+
+
+# What a run was set to and ran on, one row a setting: its name, and how to read it off a
+# (result, filesystem entry) pair. compare lists those that differ between two runs.
+SETTINGS = (
+    ("filesystem", lambda r, fs: fs["fs"]),
+    ("mkfs options", lambda r, fs: " ".join(fs.get("mkfs_options", [])) or "(defaults)"),
+    ("mount options in force", lambda r, fs: fs.get("mount_options_in_force")),
+    ("filesystem size", lambda r, fs: _gib((fs.get("space") or {}).get("size_bytes"))),
+    ("I/O scheduler", lambda r, fs: fs["device"].get("scheduler")),
+    ("write cache", lambda r, fs: fs["device"].get("write_cache")),
+    ("test bed", lambda r, fs: ((fs["device"].get("test_bed") or {}).get("kind") or "") +
+     ("" if (fs["device"].get("test_bed") or {}).get("kind") != "loop" else
+      " (direct I/O)" if fs["device"]["test_bed"].get("direct_io") else " (buffered)")),
+    ("kernel", lambda r, fs: r.get("kernel")),
+    ("stacks walked", lambda r, fs: f"1 in {fs['stack_sampling']['every']}" if fs.get("stack_sampling") else "all"),
+)
+
+
+def settings_difference(base, other):
+    """[{"setting", "values": [base's, other's]}] of the settings (SETTINGS, and each writeback
+    sysctl in force) that differ between the two sides' first runs; a setting a run did not
+    record (an older run) is not compared."""
+    (ra, fa), (rb, fb) = base.entries[0], other.entries[0]
+    rows = [(name, read(ra, fa), read(rb, fb)) for name, read in SETTINGS]
+    sysctls_a, sysctls_b = ra.get("sysctls_in_force") or {}, rb.get("sysctls_in_force") or {}
+    rows += [(key, sysctls_a.get(key), sysctls_b.get(key)) for key in sorted(set(sysctls_a) & set(sysctls_b))]
+    return [{"setting": name, "values": [a, b]} for name, a, b in rows if a is not None and b is not None and a != b]
 
 
 def main_op(groups, op=None):
@@ -271,6 +310,7 @@ def compare_pair(base, other, op, unit=None):
         "elapsed_s": [base.mean(lambda fs: fs["elapsed_s"]), other.mean(lambda fs: fs["elapsed_s"])],
         **decompose(causes, b - a, threshold),
         "phases": phase_times(base, other),
+        "settings_differ": settings_difference(base, other),
         "evidence": evidence_pairs(base, other, op),
         # How each side did its I/O per call, where its calls own the device's requests.
         "mechanism": [mechanism(g.entries[0][1], op) if all(owns_the_device(fs, op) for h in (base, other)
@@ -308,6 +348,8 @@ def decompose(causes, diff, threshold):
 FLUSH_CAUSE_WORDS = ("flush", "FUA")
 READ_CAUSE_WORDS = ("read I/O",)
 SEEK_CAUSE_WORDS = ("read I/O", "writeback", "flush", "FUA", "log block writes")
+SPACE_CAUSE_WORDS = ("space reservation",)   # btrfs tickets, XFS "log space reservation"
+SMALL_FILESYSTEM = 4 << 30  # below this a filesystem reserves for space sooner (btrfs: 16 GiB vs 2 GiB, 9,804 tickets vs 36)
 
 
 def test_bed_notes(base, other, cmp):
@@ -330,6 +372,16 @@ def test_bed_notes(base, other, cmp):
             if bed.get("kind") != "zram" and disk and rotational is False:
                 no_seek[disk] = True
     notes = []
+    if has(SPACE_CAUSE_WORDS):
+        for g in (base, other):
+            fs = g.entries[0][1]
+            space = fs.get("space") or {}
+            size, used = space.get("size_bytes"), space.get("used_bytes_end")
+            if size and used is not None and (size < SMALL_FILESYSTEM or used > size / 2):
+                notes.append(f"{g.name}: a {_gib(size)} filesystem, {used / size:.0%} full at the end: waits for "
+                             "space (reservation tickets, log or allocation-group space) grow as a filesystem "
+                             "gets small or full; the scratch image's size (`--image-size`) can make this "
+                             "difference, not the filesystem alone.")
     loops = ", ".join(sorted(buffered))
     disks = ", ".join(sorted(set(buffered.values())))
     if buffered and has(FLUSH_CAUSE_WORDS):

@@ -171,3 +171,11 @@ def test_bed(name):
     if name.startswith("zram"):
         return {"kind": "zram"}
     return {"kind": "disk"}
+
+
+def space(mountpoint):
+    """{size_bytes, used_bytes} of the filesystem at `mountpoint`, as df counts them (statvfs:
+    blocks in all, less the free ones, in fragment-size units)."""
+    st = os.statvfs(mountpoint)
+    return {"size_bytes": st.f_blocks * st.f_frsize, "used_bytes": (st.f_blocks - st.f_bfree) * st.f_frsize}
+

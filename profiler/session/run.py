@@ -102,6 +102,7 @@ def measure(collector, sfs, workload, out_dir, drop_caches, changes=None):
     threads = kthreads.find(sfs.config.fs, block_devs.values())
     _, before, quiet_at_start = blockdev.read_settled(block_devs.values(), collector.reset)
     threads_before = kthreads.read(threads)
+    space_at_start = blockdev.space(sfs.mountpoint)
     proc = GatedProcess(workload.argv(str(result_file), sfs.mountpoint), cwd=str(workdir),
                         env=workload.env(label_dir), read_results=bool(workload.command))
     try:
@@ -121,6 +122,7 @@ def measure(collector, sfs, workload, out_dir, drop_caches, changes=None):
     # flight, so that both count the same requests.
     raw, after, settled = blockdev.read_settled(block_devs.values(), collector.snapshot)
     threads_after = kthreads.read(threads)
+    space_at_end = blockdev.space(sfs.mountpoint)
     raw["phase_start_ns"][0] = start_ns  # phase 0 starts when the workload is let go
     own = workload.own_result(result_file, status, label_dir)
     if workload.command:
@@ -136,6 +138,10 @@ def measure(collector, sfs, workload, out_dir, drop_caches, changes=None):
         # What the kernel took, not what was asked: options it ignored or defaulted show here.
         "mount_options_in_force": (mount_of(sfs.mountpoint) or {}).get("options", ""),
         "caches_dropped": bool(drop_caches),
+        # How large and how full the filesystem was: a small or full one makes a filesystem
+        # reserve and flush for space (btrfs tickets), a figure of the test bed, not of the workload.
+        "space": {"size_bytes": space_at_start["size_bytes"], "used_bytes_start": space_at_start["used_bytes"],
+                  "used_bytes_end": space_at_end["used_bytes"]},
         "superblock_dev": blockdev.kdev_str(sfs.dev),
         "elapsed_s": elapsed,
         # CPU outside the traced calls is the user part: the workload decomposition's (compare).

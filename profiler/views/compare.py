@@ -115,6 +115,9 @@ def sentences(cmp):
         lines.append(f"  The runs ran different workloads: `{differ['name'][1]}` vs `{differ['name'][0]}` "
                      f"(differing: {' '.join(differ['words'][1]) or '-'} vs {' '.join(differ['words'][0]) or '-'}); "
                      "what they ran can make the difference as much as the settings can.")
+    if cmp.get("settings_differ"):
+        lines.append("  Settings that differ (" + f"{other} vs {base}): " + "; ".join(
+            f"{d['setting']} {d['values'][1]} vs {d['values'][0]}" for d in cmp["settings_differ"]) + ".")
     lines.append(_statistics_line(cmp))
     if not cmp["significant"]:
         st = cmp["statistics"]
