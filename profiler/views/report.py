@@ -84,6 +84,11 @@ def render_fs(fs):
     bed = test_bed_line(dev.get("test_bed"))
     if bed:
         lines.append(f"   test bed: {bed}")
+    space = fs.get("space")
+    if space and space["size_bytes"]:
+        lines.append(f"   filesystem: {space['size_bytes'] / (1 << 30):.1f} GiB, "
+                     f"{space['used_bytes_start'] / space['size_bytes']:.0%} used at the workload's start, "
+                     f"{space['used_bytes_end'] / space['size_bytes']:.0%} at its end")
     if fs.get("mount_options_in_force"):
         lines.append(f"   in force: {fs['mount_options_in_force']}"
                      + (", page cache dropped before the workload" if fs.get("caches_dropped") else ""))
