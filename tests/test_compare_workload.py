@@ -132,6 +132,10 @@ def test_the_io_of_each_side_is_stated_per_call(tmp_path):
     assert any(who.startswith("jbd2/") for who in ext4["requests"]["flush"]["by"]), ext4["requests"]["flush"]
     assert list(xfs["requests"]["flush"]["by"]) == ["python3"], xfs["requests"]["flush"]
     assert ext4["requests"]["flush"]["device_us"] > 0 and xfs["requests"]["flush"]["device_us"] > 0
+    # ext4's two serialized rounds: one jbd2 commit per call, blocked for its log blocks, then for
+    # its commit block (PREFLUSH + FUA).
+    jbd2 = ext4["workers"]["jbd2 commit"]
+    assert jbd2["windows_per_call"] == pytest.approx(1, abs=0.05) and jbd2["blocked_per_window"] >= 1.9, jbd2
     text = run_fsprof("compare", str(run), "--op", "fdatasync").stdout
     assert "How each side did its I/O, per fdatasync" in text and "jbd2/" in text, text
 

@@ -206,11 +206,13 @@ def mechanism(fs, op):
     (owns_the_device): each class's requests per call by who submitted them (the caller, jbd2,
     a worker: the block module's submitters), with the device's average time per request; and
     the caller's waits per call by cause (the waits one thread makes inside one call follow one
-    another: each is an I/O round it could not overlap)."""
+    another: each is an I/O round it could not overlap); and for each worker whose window ends
+    one of those waits (a jbd2 commit), its windows per call and how many times one window
+    blocked, in sequence too. Whole runs only: the submitters are counted over the run."""
     n = fs["attribution"].get(op, {}).get("count", 0)
     dev = fs["device"]["name"]
     block = fs.get("behind", {}).get("block", {}).get("devices", {}).get(dev, {})
-    if not n or not block:
+    if not n or not block or fs.get("phase_view"):
         return None
     requests = {}
     for cls, rows in block.get("submitters", {}).items():
@@ -219,7 +221,24 @@ def mechanism(fs, op):
                          "by": {r["who"]: r["count"] / n for r in rows},
                          "device_us": device.get("avg_ns", 0) / 1e3 if device.get("count") else None}
     waits = {c: w / n for c, w in fs["attribution"][op].get("waits", {}).items()}
-    return {"requests": requests, "waits": waits}
+    return {"requests": requests, "waits": waits, "workers": _worker_rounds(fs, op, n)}
+
+
+def _worker_rounds(fs, op, n):
+    """{worker kind: {"windows_per_call", "blocked_per_window"}} of the workers whose windows end
+    the op's waits: their windows shared among the calls by those waits (as linked_requests), and
+    their blocked (not runnable) intervals per window, from the trace's worker records."""
+    attribution, out = fs["attribution"], {}
+    for kind, w in fs.get("behind", {}).get("workers", {}).items():
+        windows = in_scope(w, fs).get("windows", 0)
+        waited = [c for c, cause in CAUSES.items() if cause.worker == kind]
+        total = sum(b.get("waits", {}).get(c, 0) for b in attribution.values() for c in waited)
+        mine = sum(attribution[op].get("waits", {}).get(c, 0) for c in waited)
+        if windows and total and mine:
+            blocked = sum(r["count"] for r in fs.get("trace", {}).get("workers", [])
+                          if r["kind"] == kind and not r["runnable"])
+            out[kind] = {"windows_per_call": windows * mine / total / n, "blocked_per_window": blocked / windows}
+    return out
 
 
 def evidence_pairs(base, other, op):

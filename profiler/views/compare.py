@@ -188,6 +188,10 @@ def _mechanism_lines(cmp):
         waits = sum(m["waits"].values())
         waited = (f"; the caller waited {_fmt_n(waits)} times (" + ", ".join(
             f"{c} {_fmt_n(w)}" for c, w in sorted(m["waits"].items(), key=lambda kv: -kv[1])) + ")") if waits else ""
+        waited += "".join(f"; {kind}: {_fmt_n(r['windows_per_call'])} per call, " +
+                          (f"each blocked {_fmt_n(r['blocked_per_window'])} times in sequence"
+                           if r["blocked_per_window"] else "never blocked")
+                          for kind, r in m.get("workers", {}).items())
         device = ", ".join(f"{class_words(cls)} {_fmt_us(r['device_us'])}" for cls, r in m["requests"].items()
                            if r["device_us"] is not None)
         lines.append(f"    {name}: {issued}{waited}" + (f"; device time per request: {device}" if device else "") + ".")
