@@ -45,53 +45,61 @@ def workers(fs, records, stacks, names, runs=()):
     return out
 
 
-def assemble(raw, target, names, end_ns):
-    """The result entry fields for the filesystem of `target` (a behind.Target); names[i] is
-    phase i's name (phase 0: everything before the workload's first marker)."""
-    fs, sb_dev = target.fs, target.sb_dev
+def _records(raw, target):
+    """This filesystem's records of the snapshot: {ops, unresolved, offcpu, samples, workers,
+    worker_runs, op_requests}. A worker names the superblock, or (jbd2) the block device its
+    journal is on; unresolved ops (dev 0) are no filesystem's and every one's."""
+    sb_dev = target.sb_dev
     mine = lambda recs: [r for r in recs if r["dev"] == sb_dev]  # noqa: E731
-    ops, offcpu, samples = mine(raw["ops"]), attribution.split_unwalked(mine(raw["offcpu"])), mine(raw["samples"])
-    # A worker names the superblock, or (jbd2) the block device its journal is on.
-    worker_recs = attribution.split_unwalked([r for r in raw.get("workers", [])
-                                              if r["dev"] == sb_dev or r["dev"] in target.block_devs])
-    worker_runs = [r for r in raw.get("worker_runs", []) if r["dev"] == sb_dev or r["dev"] in target.block_devs]
-    op_rqs = mine(raw.get("op_requests", []))
-    scoped = raw.get("requests_per_op", False)  # None of the per-op requests when the kernel lacks block_getrq
-    used = {r["stack"] for r in offcpu + samples + worker_recs} | {r["waker_stack"] for r in offcpu} | \
-        set(behind.stack_ids(raw.get("behind", {})))
-    stacks = symbols.symbolize({sid: a for sid, a in raw["stacks"].items() if sid in used})
+    ours = lambda recs: [r for r in recs if r["dev"] == sb_dev or r["dev"] in target.block_devs]  # noqa: E731
+    return {"ops": mine(raw["ops"]), "unresolved": [r for r in raw["ops"] if r["dev"] == 0],
+            "offcpu": attribution.split_unwalked(mine(raw["offcpu"])), "samples": mine(raw["samples"]),
+            "workers": attribution.split_unwalked(ours(raw.get("workers", []))),
+            "worker_runs": ours(raw.get("worker_runs", [])), "op_requests": mine(raw.get("op_requests", []))}
 
-    spans = behind.cpu_spans(raw.get("behind", {}), {sb_dev, *target.block_devs})
-    unresolved = [r for r in raw["ops"] if r["dev"] == 0]
-    phases = {}
-    for index in sorted({r["phase"] for r in ops + unresolved} | {i for dev in raw["block"].values() for i in dev}):
-        name = _name(names, index)
-        p_ops = {r["op"]: r for r in ops if r["phase"] == index}
-        breakdown = {}
-        for op, wall in p_ops.items():
-            breakdown[op] = attribution.attribute(
-                fs, wall, [r for r in offcpu if r["phase"] == index and r["op"] == op],
-                [r for r in samples if r["phase"] == index and r["op"] == op], stacks, spans.get((index, op)))
-            if scoped:
-                breakdown[op]["requests"] = attribution.merge_requests(
-                    r["requests"] for r in op_rqs if r["phase"] == index and r["op"] == op)
-        phases[name] = {
-            "index": index,
-            "syscalls": {op: hist.summarize(r) for op, r in sorted(p_ops.items())},
-            # The traced processes' ops with no filesystem told (io_uring_enter, io_submit, sync, ...).
-            "unresolved_syscalls": {r["op"]: hist.summarize(r) for r in sorted(unresolved, key=lambda r: r["op"])
-                                    if r["phase"] == index},
-            "attribution": breakdown,
-            "block": {dev: by_phase.get(index, {}) for dev, by_phase in raw["block"].items()},
-        }
-    elapsed = phase_elapsed(raw["phase_start_ns"], names, end_ns)
-    for name, secs in elapsed.items():
+
+def _stacks(raw, recs):
+    """The symbolised stacks the records (and the behind modules) name."""
+    used = {r["stack"] for r in recs["offcpu"] + recs["samples"] + recs["workers"]} | \
+        {r["waker_stack"] for r in recs["offcpu"]} | set(behind.stack_ids(raw.get("behind", {})))
+    return symbols.symbolize({sid: a for sid, a in raw["stacks"].items() if sid in used})
+
+
+def _phase(raw, recs, fs, index, stacks, spans):
+    """One phase's figures: its syscalls, unresolved ones, attribution and block requests."""
+    p_ops = {r["op"]: r for r in recs["ops"] if r["phase"] == index}
+    breakdown = {}
+    for op, wall in p_ops.items():
+        breakdown[op] = attribution.attribute(
+            fs, wall, [r for r in recs["offcpu"] if r["phase"] == index and r["op"] == op],
+            [r for r in recs["samples"] if r["phase"] == index and r["op"] == op], stacks, spans.get((index, op)))
+        if raw.get("requests_per_op", False):  # none of the per-op requests where the kernel lacks block_getrq
+            breakdown[op]["requests"] = attribution.merge_requests(
+                r["requests"] for r in recs["op_requests"] if r["phase"] == index and r["op"] == op)
+    return {
+        "index": index,
+        "syscalls": {op: hist.summarize(r) for op, r in sorted(p_ops.items())},
+        # The traced processes' ops with no filesystem told (io_uring_enter, io_submit, sync, ...).
+        "unresolved_syscalls": {r["op"]: hist.summarize(r) for r in sorted(recs["unresolved"], key=lambda r: r["op"])
+                                if r["phase"] == index},
+        "attribution": breakdown,
+        "block": {dev: by_phase.get(index, {}) for dev, by_phase in raw["block"].items()},
+    }
+
+
+def _phases(raw, recs, fs, names, end_ns, stacks, spans):
+    """{phase name: figures} in order of the phases' indexes, each with its elapsed time."""
+    indexes = {r["phase"] for r in recs["ops"] + recs["unresolved"]} | {i for dev in raw["block"].values() for i in dev}
+    phases = {_name(names, index): _phase(raw, recs, fs, index, stacks, spans) for index in sorted(indexes)}
+    for name, secs in phase_elapsed(raw["phase_start_ns"], names, end_ns).items():
         phases.setdefault(name, {"index": names.index(name), "syscalls": {}, "unresolved_syscalls": {},
                                  "attribution": {}, "block": {}})
         phases[name]["elapsed_s"] = secs
-    phases = dict(sorted(phases.items(), key=lambda kv: kv[1]["index"]))
+    return dict(sorted(phases.items(), key=lambda kv: kv[1]["index"]))
 
-    all_ops = sorted({r["op"] for r in ops})
+
+def _block_totals(raw):
+    """device -> class -> {count, bytes} over every phase."""
     block = {}
     for dev, by_phase in raw["block"].items():
         for counts in by_phase.values():
@@ -99,8 +107,35 @@ def assemble(raw, target, names, end_ns):
                 e = block.setdefault(dev, {}).setdefault(cls, {"count": 0, "bytes": 0})
                 e["count"] += v["count"]
                 e["bytes"] += v["bytes"]
-    off = sum(b["offcpu_ns"] for p in phases.values() for b in p["attribution"].values())
-    other = sum(b["causes"].get(attribution.OTHER_WAIT, 0) for p in phases.values() for b in p["attribution"].values())
+    return block
+
+
+def _trace(raw, recs, stacks):
+    """The aggregates the figures come from, for flame graphs and re-analysis."""
+    return {
+        "sample_hz": raw["sample_hz"],
+        "offcpu": [{k: r[k] for k in ("phase", "op", "stack", "runnable", "waker_stack", "waker_comm",
+                                      "count", "total_ns", "estimated_ns") if k in r} for r in recs["offcpu"]],
+        "samples": [{k: r[k] for k in ("phase", "op", "stack", "count")} for r in recs["samples"]],
+        "workers": [{k: r[k] for k in ("phase", "kind", "stack", "runnable", "count", "total_ns", "estimated_ns")
+                     if k in r} for r in recs["workers"]],
+        "stacks": {str(k): v for k, v in stacks.items()},
+    }
+
+
+def assemble(raw, target, names, end_ns):
+    """The result entry fields for the filesystem of `target` (a behind.Target); names[i] is
+    phase i's name (phase 0: everything before the workload's first marker)."""
+    fs, sb_dev = target.fs, target.sb_dev
+    recs = _records(raw, target)
+    stacks = _stacks(raw, recs)
+    spans = behind.cpu_spans(raw.get("behind", {}), {sb_dev, *target.block_devs})
+    phases = _phases(raw, recs, fs, names, end_ns, stacks, spans)
+    breakdowns = [b for p in phases.values() for b in p["attribution"].values()]
+    off = sum(b["offcpu_ns"] for b in breakdowns)
+    other = sum(b["causes"].get(attribution.OTHER_WAIT, 0) for b in breakdowns)
+    ops, unresolved = recs["ops"], recs["unresolved"]
+    all_ops = sorted({r["op"] for r in ops})
     entry = {
         # The model's own error bar: the share of off-CPU time no rule explained.
         "other_wait_share": other / off if off else 0.0,
@@ -110,24 +145,17 @@ def assemble(raw, target, names, end_ns):
         "attribution": {op: attribution.merge([p["attribution"][op] for p in phases.values()
                                                if op in p["attribution"]]) for op in all_ops},
         "phases": phases,
-        "block": block,
-        "trace": {
-            "sample_hz": raw["sample_hz"],
-            "offcpu": [{k: r[k] for k in ("phase", "op", "stack", "runnable", "waker_stack", "waker_comm",
-                                          "count", "total_ns", "estimated_ns") if k in r} for r in offcpu],
-            "samples": [{k: r[k] for k in ("phase", "op", "stack", "count")} for r in samples],
-            "workers": [{k: r[k] for k in ("phase", "kind", "stack", "runnable", "count", "total_ns", "estimated_ns")
-                         if k in r} for r in worker_recs],
-            "stacks": {str(k): v for k, v in stacks.items()},
-        },
+        "block": _block_totals(raw),
+        "trace": _trace(raw, recs, stacks),
         "drops": raw["drops"],
     }
     if raw.get("stack_sampling"):
-        estimated = sum(b.get("offcpu_estimated_ns", 0) for p in phases.values() for b in p["attribution"].values())
+        estimated = sum(b.get("offcpu_estimated_ns", 0) for b in breakdowns)
         entry["stack_sampling"] = {**raw["stack_sampling"], "estimated_share": estimated / off if off else 0.0}
     ctx = behind.Context(fs=fs, sb_dev=sb_dev, block_devs=target.block_devs, phase_names=list(names),
-                         elapsed_s=sum(elapsed.values()), syscalls=entry["syscalls"], phases=phases,
-                         workers=workers(fs, worker_recs, stacks, names, worker_runs), stacks=stacks)
+                         elapsed_s=sum(p.get("elapsed_s", 0) for p in phases.values()), syscalls=entry["syscalls"],
+                         phases=phases, workers=workers(fs, recs["workers"], stacks, names, recs["worker_runs"]),
+                         stacks=stacks)
     entry["behind"] = {m.NAME: m.summarize(raw.get("behind", {}).get(m.NAME, {}), ctx) for m in behind.MODULES}
     entry["behind"]["workers"] = ctx.workers
     return entry
