@@ -328,6 +328,8 @@ def test_filesystems_mounted_and_unmounted_while_recording(tmp_path):
 
 @pytest.mark.parametrize("args, words", [
     (["--continuous", "--all", "--window", "0.5s"], "--window must be at least 1s"),
+    (["--continuous", "--all", "--window", "xyz"], "--window 'xyz' is not a positive duration"),
+    (["--continuous", "--all", "--duration", "1q"], "--duration '1q' is not a positive duration"),
     (["--continuous", "--all", "--listen", "9478"], "--listen 9478: give HOST:PORT"),
     (["--all"], "--all needs --continuous"),
     (["--continuous", "--all", "--pid", "1"], "--all traces every process"),

@@ -1,12 +1,11 @@
 """`fsprof flamegraph RUN`: flame graphs of a recorded run (profiler/views/flamegraph.py draws them)."""
 
-from ..views.flamegraph import command as main
+from ..errors import FsprofError
+from ..views.flamegraph import ALL_PHASES, draw, draw_diff
 
 EPILOG = ("Writes RUN/flamegraphs/<name>.folded and .svg unless -o says where (an -o ending in "
           ".folded writes the folded stacks only); see docs/flamegraphs.md.")
 NEEDS_ROOT = False
-
-__all__ = ["EPILOG", "NEEDS_ROOT", "add_arguments", "main"]
 
 
 def add_arguments(p):
@@ -27,3 +26,19 @@ def add_arguments(p):
     p.add_argument("-o", "--output", metavar="FILE", help="the SVG to write (its .folded sibling too)")
 
 
+def main(args):
+    """Draws what the options ask for and prints the paths written."""
+    labels = [label for label in args.fs.split(",") if label] if args.fs else None
+    phase = args.phase or ALL_PHASES
+    if args.diff:
+        if labels and len(labels) > 1:
+            raise FsprofError("a differential compares one filesystem with one other: give --fs one label")
+        written = draw_diff(args.run_dir, args.diff, args.kind, phase, labels[0] if labels else None,
+                            args.diff_fs, args.output)
+    else:
+        written = draw(args.run_dir, args.kind, phase, labels, args.output)
+    if not written:
+        raise FsprofError(f"nothing to draw: {args.run_dir} recorded no {args.kind} time in phase {phase}")
+    for path in written:
+        print(path)
+    return 0

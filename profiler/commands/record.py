@@ -40,11 +40,15 @@ def check_arguments(ap, args, rest, command):
 
 
 def main(args):
+    shared = {"pid": args.pid, "cgroup": args.cgroup, "mount": args.mount, "duration": args.duration,
+              "sample_hz": args.sample_hz, "stack_sample": args.stack_sample}
     if args.continuous:
-        from ..session.continuous import continuous
-        return continuous(args)
-    from ..session.record import record
-    result, out_dir = record(args)
+        from ..session.continuous import ContinuousOptions, continuous
+        return continuous(ContinuousOptions(**shared, all=args.all, window=args.window, listen=args.listen,
+                                            pprof_dir=args.pprof_dir, pprof_keep=args.pprof_keep,
+                                            pprof_url=args.pprof_url))
+    from ..session.record import RecordOptions, record
+    result, out_dir = record(RecordOptions(**shared, output=args.output))
     # The report's modules load after the recording: `record` is attached sooner (docs/benchmarks.md).
     from .report import print_result
     print_result(args, result, out_dir)

@@ -5,7 +5,7 @@ import sys
 
 from .. import rundir
 from ..machine import spec
-from ..session.run import run, run_spec
+from ..session.run import RunOptions, run, run_spec
 from ..machine.scratch import LOOP_IO, FsConfig
 from .arguments import STACK_SAMPLE_HELP, positive, sample_hz, size
 
@@ -81,10 +81,22 @@ def check_arguments(ap, args, rest, command):
     args.loop_io = args.loop_io or DEFAULT_LOOP_IO
 
 
+def run_options(args):
+    """The session's options from the parsed (and check_arguments-completed) arguments."""
+    return RunOptions(
+        fs=args.fs, workload=args.workload, workload_args=tuple(args.workload_args),
+        command_argv=tuple(args.command_argv), mkfs_options=tuple(args.mkfs_options or ()),
+        mount_options=tuple(args.mount_options or ()), sysctl=tuple(args.sysctl or ()), scheduler=args.scheduler,
+        drop_caches=args.drop_caches, image_size=args.image_size, loop_io=args.loop_io, devices=args.devices,
+        scratch_dir=args.scratch_dir, device=args.device, erase_device=args.erase_device,
+        force_erase=args.force_erase, output=args.output, go_on=args.go_on, sample_hz=args.sample_hz,
+        stack_sample=args.stack_sample)
+
+
 def main(args):
     if args.spec:
         return _run_matrix(args)
-    result, out_dir = run(args)
+    result, out_dir = run(run_options(args))
     print_result(args, result, out_dir)
     write_html_if_asked(args, out_dir)
     return 0
@@ -92,7 +104,7 @@ def main(args):
 
 def _run_matrix(args):
     matrix = spec.load(args.spec)  # every configuration and workload is checked before anything runs
-    index, out_dir = run_spec(matrix, args, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    index, out_dir = run_spec(matrix, run_options(args), progress=lambda line: print(line, file=sys.stderr, flush=True))
     print(f"{'workload':<20} {'config':<24} {'repeat':>6} {'time':>8}  result")
     for r in index["runs"]:
         status = f"failed: {r['error']}" if "error" in r else str(out_dir / r["dir"])

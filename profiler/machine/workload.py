@@ -70,14 +70,16 @@ class WorkloadSpec:
         self.phase0 = "run" if command else "startup"
 
     @classmethod
-    def from_args(cls, args):
-        if args.command_argv:
-            if args.workload_args:
-                raise FsprofError(f"options {' '.join(args.workload_args)} are not fsprof's; "
+    def checked(cls, name, args=(), command=()):
+        """The bundled workload `name` with its own options `args` (checked by it now), or the
+        user's `command` when given (then `args` must be empty)."""
+        if command:
+            if args:
+                raise FsprofError(f"options {' '.join(args)} are not fsprof's; "
                                   "with `-- CMD`, put the command's own options after `--`", exit_code=2)
-            return cls(COMMAND, command=args.command_argv)
-        check_args(args.workload, args.workload_args)
-        return cls(args.workload, args.workload_args)
+            return cls(COMMAND, command=command)
+        check_args(name, args)
+        return cls(name, args)
 
     def argv(self, result_file, mountpoint):
         if self.command:

@@ -14,19 +14,20 @@ re-opened by its path, a process's children found again). SIGHUP does both at on
 Ctrl-C stop after detaching everything.
 """
 
+import dataclasses
 import signal
 import socket
 import sys
 import time
 from pathlib import Path
 
-from .. import behind, filesystems, units
+from .. import behind, filesystems
 from ..analysis.assemble import assemble
 from ..errors import FsprofError
 from ..machine.mounts import mount_of, mounts
 from ..views import flamegraph, metrics, pprof
 from .collect import Collector
-from .record import _block_of, _sb_dev, apply_target, check_target, zero_block_classes
+from .record import _block_of, _sb_dev, apply_target, check_target, parse_duration, zero_block_classes
 
 DEFAULT_WINDOW = "15s"
 DEFAULT_LISTEN = "127.0.0.1:9478"
@@ -35,6 +36,24 @@ STACK_MAP_ENTRIES = 65536          # bpf/shared_maps.h stacks
 PHASES = ["continuous"]
 PROFILE_TYPES = (("off_cpu", "nanoseconds"), ("on_cpu", "nanoseconds"), ("workers_off_cpu", "nanoseconds"))
 PPROF_PREFIX = "fsprof-"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ContinuousOptions:
+    """What `fsprof record --continuous` is asked; profiler/commands/record.py builds it. One of
+    pid, cgroup and mount names the target, or all is set."""
+    pid: int | None = None
+    cgroup: str | None = None          # absolute, or relative to the cgroup v2 root
+    mount: str | None = None
+    all: bool = False                  # every process, every traced filesystem
+    window: str = DEFAULT_WINDOW       # as the user wrote it: the start line repeats it
+    duration: str | None = None        # None: until stopped
+    listen: str = DEFAULT_LISTEN       # HOST:PORT of /metrics, or "off"
+    pprof_dir: str | None = None
+    pprof_keep: int = DEFAULT_PPROF_KEEP
+    pprof_url: str | None = None
+    sample_hz: int
+    stack_sample: int = 1
 
 
 def parse_listen(text):
@@ -62,17 +81,17 @@ def serve(listen, totals):
 class Scope:
     """What is traced and on which filesystems, re-read at every window."""
 
-    def __init__(self, args):
-        self.args = args
-        if args.all:
+    def __init__(self, options):
+        self.mount = options.mount
+        if options.all:
             self.kind, self.value = "all", None
         else:
-            self.kind, self.value, _ = check_target(args)
+            self.kind, self.value, _ = check_target(options.pid, options.cgroup, options.mount)
 
     def mounts(self):
         """The traced filesystems mounted now: (mount, behind.Target), one per superblock."""
         if self.kind == "mount":
-            m = mount_of(self.args.mount)
+            m = mount_of(self.mount)
             found = [m] if m and m["fstype"] in filesystems.NAMES else []
         else:
             found = [m for m in mounts() if m["fstype"] in filesystems.NAMES]
@@ -92,9 +111,9 @@ class Scope:
             return "every process, every ext4/XFS/btrfs filesystem"
         if self.kind == "mount":
             if not targets:
-                return f"{self.args.mount} (not mounted now)"
+                return f"{self.mount} (not mounted now)"
             collector.trace_all(targets[0].sb_dev)
-            return f"every process, operations on {self.args.mount}"
+            return f"every process, operations on {self.mount}"
         if self.kind == "cgroup" and not (self.value / "cgroup.procs").exists():
             return f"cgroup {self.value} (gone: recording resumes when it is made again)"
         return apply_target(collector, self.kind, self.value)
@@ -218,25 +237,25 @@ def _say(text):
     print(f"fsprof: {text}", file=sys.stderr, flush=True)
 
 
-def continuous(args):
-    window_s = units.parse_duration(args.window)
+def continuous(options):
+    window_s = parse_duration(options.window, "--window")
     if window_s < 1:
         raise FsprofError("--window must be at least 1s", exit_code=2)
-    duration = units.parse_duration(args.duration) if args.duration else float("inf")
-    scope = Scope(args)
-    keep = args.pprof_keep
-    if args.pprof_dir:
+    duration = parse_duration(options.duration) if options.duration else float("inf")
+    scope = Scope(options)
+    keep = options.pprof_keep
+    if options.pprof_dir:
         try:
-            Path(args.pprof_dir).mkdir(parents=True, exist_ok=True)
+            Path(options.pprof_dir).mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise FsprofError(f"cannot use {args.pprof_dir} for profiles: {e.strerror}")
+            raise FsprofError(f"cannot use {options.pprof_dir} for profiles: {e.strerror}")
     session = None
-    if args.pprof_url:
+    if options.pprof_url:
         import requests
         session = requests.Session()
     host = socket.gethostname()
     totals = metrics.Totals()
-    server = serve(args.listen, totals) if args.listen != "off" else None
+    server = serve(options.listen, totals) if options.listen != "off" else None
     rescan = []
     old_hup = signal.signal(signal.SIGHUP, lambda *_: rescan.append(1))
     gen, started, found, w_end = None, time.monotonic(), [], 0
@@ -252,10 +271,10 @@ def continuous(args):
                     one_window(gen, was_found, totals, w_end, time.monotonic_ns())
                     gen.close()
                     totals.begin_generation()
-                gen = Generation(scope, wanted | (gen.fs if gen else set()), args.sample_hz, targets,
-                                 args.stack_sample)
-                _say(f"recording {gen.what} in {args.window} windows"
-                     + (f"; metrics on http://{args.listen}/metrics" if server else "")
+                gen = Generation(scope, wanted | (gen.fs if gen else set()), options.sample_hz, targets,
+                                 options.stack_sample)
+                _say(f"recording {gen.what} in {options.window} windows"
+                     + (f"; metrics on http://{options.listen}/metrics" if server else "")
                      + "; Ctrl-C to stop")
             else:
                 gen.collector.set_targets(targets)
@@ -272,12 +291,12 @@ def continuous(args):
             rescan.clear()
             w_end = time.monotonic_ns()
             one_window(gen, found, totals, w_start, w_end)
-            if args.pprof_dir or session:
+            if options.pprof_dir or session:
                 prof = window_profile(gen.last_entries, int(w_start_wall * 1e9), w_end - w_start, host)
-                if args.pprof_dir:
-                    write_profile(args.pprof_dir, prof, time.time(), keep)
+                if options.pprof_dir:
+                    write_profile(options.pprof_dir, prof, time.time(), keep)
                 if session:
-                    problem = post_profile(args.pprof_url, prof.gzipped(), w_start_wall, time.time(), host, session)
+                    problem = post_profile(options.pprof_url, prof.gzipped(), w_start_wall, time.time(), host, session)
                     if problem:
                         _say(problem)
         return 0

@@ -2,6 +2,7 @@
 mount) for a duration or until Ctrl-C, with the same attribution as `fsprof run`. Nothing is
 mounted, written or changed: only BPF programs are attached, and detached on exit."""
 
+import dataclasses
 import os
 import platform
 import signal
@@ -23,11 +24,25 @@ from ..rundir import SCHEMA
 TRACED_FS = filesystems.NAMES
 
 
-def parse_duration(text):
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RecordOptions:
+    """What `fsprof record` is asked; profiler/commands/record.py builds it. One of pid, cgroup
+    and mount names the target."""
+    pid: int | None = None
+    cgroup: str | None = None          # absolute, or relative to the cgroup v2 root
+    mount: str | None = None
+    duration: str | None = None        # as the user wrote it (30s, 2m); None: until Ctrl-C or the process exits
+    sample_hz: int
+    stack_sample: int = 1
+    output: str | None = None
+
+
+def parse_duration(text, option="--duration"):
+    """Seconds of a duration the user gave as `option`; one sentence if it is not one."""
     try:
         return units.parse_duration(text)
     except ValueError as e:
-        raise FsprofError(f"--duration {e}", exit_code=2)
+        raise FsprofError(f"{option} {e}", exit_code=2)
 
 
 def cgroup2_root():
@@ -53,29 +68,29 @@ def _sb_dev(mount):
     return blockdev.kdev(int(major), int(minor))
 
 
-def check_target(args):
+def check_target(pid=None, cgroup=None, mount=None):
     """What the user named, checked before anything is loaded or written: (kind, value, mount)."""
-    named = [x for x in (args.pid, args.cgroup, args.mount) if x is not None]
+    named = [x for x in (pid, cgroup, mount) if x is not None]
     if len(named) != 1:
         raise FsprofError("name exactly one of --pid, --cgroup or --mount", exit_code=2)
     fs_mounts = [m for m in mounts() if m["fstype"] in TRACED_FS]
-    if args.pid is not None:
-        if not _alive(args.pid):
-            raise FsprofError(f"there is no process {args.pid}", exit_code=2)
-        return "pid", args.pid, fs_mounts
-    if args.cgroup is not None:
-        path = Path(args.cgroup)
+    if pid is not None:
+        if not _alive(pid):
+            raise FsprofError(f"there is no process {pid}", exit_code=2)
+        return "pid", pid, fs_mounts
+    if cgroup is not None:
+        path = Path(cgroup)
         if not path.is_absolute():
             path = cgroup2_root() / path
         if not (path / "cgroup.procs").exists():
-            raise FsprofError(f"{args.cgroup} is not a cgroup v2 directory (no cgroup.procs in {path})", exit_code=2)
+            raise FsprofError(f"{cgroup} is not a cgroup v2 directory (no cgroup.procs in {path})", exit_code=2)
         return "cgroup", path, fs_mounts
-    mount = mount_of(args.mount)
-    if mount is None:
-        raise FsprofError(f"{args.mount} is not a mount point", exit_code=2)
-    if mount["fstype"] not in TRACED_FS:
-        raise FsprofError(f"{args.mount} is {mount['fstype']}; fsprof profiles {', '.join(TRACED_FS)}", exit_code=2)
-    return "mount", mount, [mount]
+    found = mount_of(mount)
+    if found is None:
+        raise FsprofError(f"{mount} is not a mount point", exit_code=2)
+    if found["fstype"] not in TRACED_FS:
+        raise FsprofError(f"{mount} is {found['fstype']}; fsprof profiles {', '.join(TRACED_FS)}", exit_code=2)
+    return "mount", found, [found]
 
 
 def apply_target(collector, kind, value):
@@ -110,11 +125,11 @@ def descendants(pid):
     return found
 
 
-def wait(args, deadline):
-    """Until the duration is over, the traced process is gone, or Ctrl-C / SIGTERM."""
+def wait(pid, deadline):
+    """Until the duration is over, the traced process `pid` (None: none) is gone, or Ctrl-C / SIGTERM."""
     try:
         while (left := deadline - time.monotonic()) > 0:
-            if args.pid is not None and not _alive(args.pid):
+            if pid is not None and not _alive(pid):
                 return "the process exited"
             time.sleep(min(0.1, left))   # a whole 0.1 s step past the deadline made --duration longer
         return "the duration ended"
@@ -152,13 +167,13 @@ def zero_block_classes(entry, names):
             dev_counts.setdefault(cls, {"count": 0, "bytes": 0})
 
 
-def record(args):
-    duration = parse_duration(args.duration) if args.duration else float("inf")
-    kind, value, scope = check_target(args)
-    out_dir = rundir.make_out_dir(args.output)
+def record(options):
+    duration = parse_duration(options.duration) if options.duration else float("inf")
+    kind, value, scope = check_target(options.pid, options.cgroup, options.mount)
+    out_dir = rundir.make_out_dir(options.output)
     # Only the filesystems mounted in scope: recording loads no module the machine does not use.
-    with Collector(sample_hz=args.sample_hz, fs=sorted({m["fstype"] for m in scope}),
-                   stack_sample=args.stack_sample) as collector:
+    with Collector(sample_hz=options.sample_hz, fs=sorted({m["fstype"] for m in scope}),
+                   stack_sample=options.stack_sample) as collector:
         collector.reset()
         what = apply_target(collector, kind, value)
         targets = [_target(m) for m in scope]
@@ -169,7 +184,7 @@ def record(args):
         started = datetime.now(timezone.utc).isoformat(timespec="seconds")
         in_force = sysctls_in_force()
         print(f"fsprof: recording {what}; Ctrl-C to stop", file=sys.stderr, flush=True)
-        ended_by = wait(args, time.monotonic() + duration)
+        ended_by = wait(options.pid, time.monotonic() + duration)
         end_ns = time.monotonic_ns()
         collector.stop()
         raw = collector.snapshot()

@@ -5,6 +5,7 @@ point the probes at its devices -> launch the workload gated -> snapshot in-kern
 /sys/block counters -> undo the filesystem. Sysctls hold for the whole run.
 """
 
+import dataclasses
 import os
 import platform
 import shlex
@@ -27,6 +28,34 @@ from .. import rundir
 from ..rundir import SCHEMA
 from ..machine.workload import GatedProcess, WorkloadSpec, image_size
 from ..verify import expectations_for, verify_scratch
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    """What `fsprof run` (and `run --spec`) is asked; profiler/commands/run.py builds it. A spec sets
+    the filesystems, options and workloads itself: run_spec reads only output, scratch_dir,
+    sample_hz, stack_sample and go_on."""
+    fs: str                                  # comma-separated; a name again is a second configuration
+    workload: str                            # a bundled workload's name (its image size even with a command)
+    workload_args: tuple[str, ...] = ()      # the bundled workload's own options
+    command_argv: tuple[str, ...] = ()       # `-- CMD ARGS`, run instead of the workload when given
+    mkfs_options: tuple[str, ...] = ()       # each '[FS=]OPTS'
+    mount_options: tuple[str, ...] = ()      # each '[FS=]OPTS'
+    sysctl: tuple[str, ...] = ()             # each 'NAME=VALUE'
+    scheduler: str | None = None
+    drop_caches: bool = False
+    image_size: int | None = None            # bytes; None: the workload's own
+    loop_io: str = scratch.FsConfig.loop_io
+    devices: int = 1
+    scratch_dir: str
+    device: str | None = None
+    erase_device: bool = False
+    force_erase: bool = False
+    output: str | None = None
+    go_on: bool = False
+    sample_hz: int
+    stack_sample: int = 1
+
 
 def per_fs_option(values, fs_names, what, sep):
     """--mkfs-options / --mount-options values are '[FS=]OPTS'; a value without a known
@@ -55,25 +84,27 @@ def parse_sysctls(values):
     return out
 
 
-def build_configs(args):
-    names = [n.strip() for n in args.fs.split(",") if n.strip()]
+def build_configs(options):
+    names = [n.strip() for n in options.fs.split(",") if n.strip()]
     if not names:
         raise FsprofError("--fs names no filesystem; give e.g. --fs ext4,xfs,btrfs")
     for name in names:
         filesystems.row(name)
-    mkfs = per_fs_option(args.mkfs_options, names, "--mkfs-options", " ")
-    mount = per_fs_option(args.mount_options, names, "--mount-options", ",")
+    mkfs = per_fs_option(options.mkfs_options, names, "--mkfs-options", " ")
+    mount = per_fs_option(options.mount_options, names, "--mount-options", ",")
     multi = filesystems.MULTI_DEVICE
-    if args.devices > 1 and not set(multi) & set(names):
-        raise FsprofError(f"--devices {args.devices} applies to {', '.join(multi)} only, and --fs has no {' or '.join(multi)}")
+    if options.devices > 1 and not set(multi) & set(names):
+        raise FsprofError(f"--devices {options.devices} applies to {', '.join(multi)} only, "
+                          f"and --fs has no {' or '.join(multi)}")
     configs, seen = [], {}
     for name in names:
         seen[name] = seen.get(name, 0) + 1
         label = name if seen[name] == 1 else f"{name}-{seen[name]}"
         opts = filesystems.mkfs_defaults(name) + shlex.split(mkfs.get(name, ""))
         configs.append(scratch.FsConfig(fs=name, mkfs_options=opts, mount_options=mount.get(name, ""),
-                                        size_bytes=args.image_size or image_size(args.workload), devices=args.devices if name in multi else 1,
-                                        label=label, loop_io=getattr(args, "loop_io", scratch.FsConfig.loop_io)))
+                                        size_bytes=options.image_size or image_size(options.workload),
+                                        devices=options.devices if name in multi else 1,
+                                        label=label, loop_io=options.loop_io))
     return configs
 
 
@@ -162,13 +193,13 @@ def measure(collector, sfs, workload, out_dir, drop_caches, changes=None):
     return entry
 
 
-def provision_one(changes, config, args, scratch_dir, first):
-    if not args.device:
+def provision_one(changes, config, options, scratch_dir, first):
+    if not options.device:
         return scratch.provision(changes, config, scratch_dir)
     # The device is checked for a signature before the first filesystem only: the next one finds
     # the filesystem fsprof itself just made there.
-    return scratch.provision_device(changes, config, args.device, erase=args.erase_device,
-                                    force=args.force_erase or not first, scratch_dir=scratch_dir)
+    return scratch.provision_device(changes, config, options.device, erase=options.erase_device,
+                                    force=options.force_erase or not first, scratch_dir=scratch_dir)
 
 
 def check_settings(sfs, sysctls, scheduler, go_on, progress=None):
@@ -208,11 +239,12 @@ def _say(line):
     print(line, file=sys.stderr, flush=True)
 
 
-def run(args):
-    configs = build_configs(args)
-    sysctls = parse_sysctls(args.sysctl)
-    workload = WorkloadSpec.from_args(args)  # a bad workload parameter fails before anything is touched
-    out_dir = rundir.make_out_dir(args.output)
+def run(options):
+    configs = build_configs(options)
+    sysctls = parse_sysctls(options.sysctl)
+    # A bad workload parameter fails before anything is touched.
+    workload = WorkloadSpec.checked(options.workload, options.workload_args, options.command_argv)
+    out_dir = rundir.make_out_dir(options.output)
     result = {
         "schema": SCHEMA, "fsprof_version": __version__, "kernel": platform.release(),
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -220,22 +252,22 @@ def run(args):
         "sysctls": dict(sysctls), "warnings": [], "filesystems": [],
     }
     with scratch.Changes() as run_changes:
-        scratch_dir = scratch.make_scratch_dir(run_changes, Path(args.scratch_dir) / out_dir.name)
+        scratch_dir = scratch.make_scratch_dir(run_changes, Path(options.scratch_dir) / out_dir.name)
         for name, value in sysctls:
             scratch.set_sysctl(run_changes, name, value)
         result["sysctls_in_force"] = sysctls_in_force()
         names = sorted({config.fs for config in configs})
-        with Collector(sample_hz=args.sample_hz, fs=names, stack_sample=args.stack_sample) as collector:
+        with Collector(sample_hz=options.sample_hz, fs=names, stack_sample=options.stack_sample) as collector:
             result["probes_skipped"] = collector.skipped
             result["unavailable"] = collector.unavailable
             for i, config in enumerate(configs):
                 with scratch.Changes() as changes:
-                    sfs = provision_one(changes, config, args, scratch_dir, first=i == 0)
-                    if args.scheduler:
+                    sfs = provision_one(changes, config, options, scratch_dir, first=i == 0)
+                    if options.scheduler:
                         for name, _ in sfs.block_devs:
-                            scratch.set_scheduler(changes, name, args.scheduler)
-                    verified, warnings = check_settings(sfs, sysctls, args.scheduler, args.go_on, _say)
-                    entry = measure(collector, sfs, workload, out_dir, args.drop_caches, changes)
+                            scratch.set_scheduler(changes, name, options.scheduler)
+                    verified, warnings = check_settings(sfs, sysctls, options.scheduler, options.go_on, _say)
+                    entry = measure(collector, sfs, workload, out_dir, options.drop_caches, changes)
                     result["filesystems"].append({**entry, "verify": verified} if verified else entry)
                     result["warnings"].extend(warnings)
                 # Written after each filesystem: an interrupted run keeps what it measured.
@@ -272,18 +304,18 @@ def run_spec_one(collector, spec, workload, cfg, run_dir, scratch_dir, erased, g
     return result
 
 
-def run_spec(spec, args, progress=print):
+def run_spec(spec, options, progress=print):
     """Every (repeat, workload, configuration) of a spec, repeats interleaved; one result
     directory per run (OUT/<workload>/<config>[/rep<N>]) and OUT/index.json listing them. A run
     that fails is recorded with its reason and the matrix goes on."""
-    out_dir = rundir.make_out_dir(args.output)
+    out_dir = rundir.make_out_dir(options.output)
     index = {"schema": rundir.INDEX_SCHEMA, "spec": str(spec.path), "description": spec.description,
              "repeats": spec.repeats, "runs": []}
     plan = spec.plan()
-    sample_hz = spec.sample_hz if spec.sample_hz is not None else args.sample_hz
-    stack_sample = spec.stack_sample if spec.stack_sample is not None else args.stack_sample
+    sample_hz = spec.sample_hz if spec.sample_hz is not None else options.sample_hz
+    stack_sample = spec.stack_sample if spec.stack_sample is not None else options.stack_sample
     with scratch.Changes() as run_changes:
-        scratch_dir = scratch.make_scratch_dir(run_changes, Path(args.scratch_dir) / out_dir.name)
+        scratch_dir = scratch.make_scratch_dir(run_changes, Path(options.scratch_dir) / out_dir.name)
         erased = set()
         names = sorted({cfg.fs for _, _, cfg in plan})
         with Collector(sample_hz=sample_hz, fs=names, stack_sample=stack_sample) as collector:
@@ -296,7 +328,7 @@ def run_spec(spec, args, progress=print):
                 entry = {"workload": workload.name, "config": cfg.name, "repeat": rep, "dir": str(rel)}
                 started = time.monotonic()
                 try:
-                    run_spec_one(collector, spec, workload, cfg, out_dir / rel, scratch_dir, erased, args.go_on)
+                    run_spec_one(collector, spec, workload, cfg, out_dir / rel, scratch_dir, erased, options.go_on)
                 except (FsprofError, OSError) as e:
                     entry["error"] = str(e) if isinstance(e, FsprofError) else f"{e.strerror}: {e.filename}"
                     progress(f"    failed: {e}")

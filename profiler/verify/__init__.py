@@ -1,25 +1,22 @@
-"""`fsprof verify`: did the barrier, writeback, journal and mount settings take effect? Checked by
-what the kernel did during short purpose-built probe workloads on the mounted filesystem, not by
-what the configuration says (docs/verify.md).
+"""`fsprof verify`'s checks: did the barrier, writeback, journal and mount settings take effect?
+Checked by what the kernel did during short purpose-built probe workloads on the mounted
+filesystem, not by what the configuration says (docs/verify.md). Its command line is
+profiler/commands/verify.py.
 
-    fsprof verify --mount DIR [--expect KEY=VALUE ...] [--json]
-    fsprof verify --spec FILE             every configuration of an experiment matrix, in scratch
-
-For `fsprof run` (the lead wires it): expectations_for(config, sysctls, scheduler) derives the
-expectations of a run configuration, verify_mount(path, expectations) checks a mounted filesystem
-and returns a Report (report.failures(), report.summary_lines(), report.to_json()).
+verify_mount(path, expectations) checks a mounted filesystem and returns a Report
+(report.failures(), report.summary_lines(), report.to_json(); render(report) is its text);
+verify_spec(spec_path, scratch_root) checks every configuration of an experiment matrix, in
+scratch. parse_expectation("KEY=VALUE") reads an expectation the user wrote;
+expectations_for(config, sysctls, scheduler) derives those of a run configuration (`fsprof run`).
 
 The BPF object is loaded only when a verify runs (probe.py)."""
 
 import dataclasses
-import json
-import shlex
-import sys
 import time
 from datetime import datetime
 from pathlib import Path
 
-from .. import filesystems, signals
+from .. import filesystems
 from ..errors import FsprofError
 from ..machine import scratch
 from ..machine.spec import load as load_spec
@@ -493,58 +490,3 @@ def verify_spec(spec_path, scratch_root, patience=DEFAULT_PATIENCE_S, progress=N
             except FsprofError as e:
                 results.append((cfg.name, str(e)))
     return results
-
-
-# ---------------------------------------------------------------------------------------------
-# The command line (profiler/cli.py calls add_arguments and command)
-
-
-def add_arguments(parser):
-    parser.description = ("Check that barrier, writeback, journal and mount settings took effect, by what the "
-                          "kernel did during short probe workloads (docs/verify.md).")
-    where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--mount", metavar="DIR", help="a mounted ext2/3/4, XFS or btrfs filesystem (verify writes "
-                                                      "a few MiB in a temporary directory there and removes it)")
-    where.add_argument("--spec", metavar="FILE", help="every configuration of an experiment matrix, made in scratch")
-    parser.add_argument("--expect", action="append", metavar="KEY=VALUE",
-                        help=f"a setting that must be in effect, repeatable; keys: {', '.join(KEYS)} "
-                             "(without --expect: report what is in effect)")
-    parser.add_argument("--patience", type=float, default=DEFAULT_PATIENCE_S, metavar="SECONDS",
-                        help="the longest the timing probe (commit interval, flusher period, dirty expiry) "
-                             f"waits (default {DEFAULT_PATIENCE_S:g})")
-    parser.add_argument("--scratch-dir", default="/var/tmp/fsprof/scratch", help="where --spec makes its images")
-    parser.add_argument("--json", action="store_true", help="print the verdicts as JSON")
-
-
-def command(args):
-    """Exit status: 0 when every expectation holds, 1 when one does not; usage errors raise
-    FsprofError(exit_code=2)."""
-    if args.patience <= 0:
-        raise usage(f"--patience {args.patience:g} must be a positive number of seconds")
-    progress = (lambda line: print(line, file=sys.stderr, flush=True))
-    if args.spec:
-        if args.expect:
-            raise usage("--spec takes its expectations from each configuration; drop --expect")
-        signals.install_handlers()
-        results = verify_spec(args.spec, args.scratch_dir, args.patience, progress)
-        return _print_spec(results, args.json)
-    expectations = [parse_expectation(e) for e in args.expect or []]
-    signals.install_handlers()
-    report = verify_mount(args.mount, expectations or None, args.patience, progress)
-    print(json.dumps(report.to_json(), indent=1) if args.json else render(report))
-    return 0 if report.ok else 1
-
-
-def _print_spec(results, as_json):
-    failed = False
-    if as_json:
-        out = [{"config": name, **(r.to_json() if isinstance(r, Report) else {"error": r})} for name, r in results]
-        print(json.dumps(out, indent=1))
-    for name, r in results:
-        failed |= not isinstance(r, Report) or not r.ok
-        if as_json:
-            continue
-        print(f"== configuration {shlex.quote(name)}")
-        print(render(r) if isinstance(r, Report) else f"failed: {r}")
-        print()
-    return 1 if failed else 0

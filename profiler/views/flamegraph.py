@@ -479,7 +479,7 @@ def top_frames(diff, fs_name, n=5):
 
 
 # ---------------------------------------------------------------------------------------------
-# The default set (fsprof run, fsprof report) and the command
+# The default set (fsprof run, fsprof report) and the graphs `fsprof flamegraph` asks for
 
 
 def svg_name(*parts):
@@ -527,19 +527,19 @@ def _side(result, where, label, option):
     return Side(result, where, chosen[0])
 
 
-def _diff_command(args, labels, phase):
-    if labels and len(labels) > 1:
-        raise FsprofError("a differential compares one filesystem with one other: give --fs one label")
-    run = _side(load(args.run_dir), args.run_dir, labels[0] if labels else None, "--fs")
-    base_result = load(args.diff)
-    # The baseline's filesystem: --diff-fs, else the one with the run's label, else its only one.
+def draw_diff(run_dir, base_dir, kind, phase=ALL_PHASES, label=None, base_label=None, output=None):
+    """A differential of filesystem `label` of run_dir (its only one when None) against
+    `base_label` of base_dir (default: the run's label, else the baseline's only one), per
+    operation; its reddest frames said on stderr. The paths written."""
+    run = _side(load(run_dir), run_dir, label, "--fs")
+    base_result = load(base_dir)
     same = run.fs["label"] in [fs["label"] for fs in base_result["filesystems"]]
-    base = _side(base_result, args.diff, args.diff_fs or (run.fs["label"] if same else None), "--diff-fs")
+    base = _side(base_result, base_dir, base_label or (run.fs["label"] if same else None), "--diff-fs")
     for side in (run, base):
         phase_index(side.fs, phase)
-    svg = _output(args, svg_name(run.fs["label"], f"{args.kind}-diff", phase,
-                                  f"vs-{Path(args.diff).resolve().name}-{base.fs['label']}"))
-    written = diff_graph(run, base, args.kind, phase, svg)
+    svg = _output(output, run_dir, svg_name(run.fs["label"], f"{kind}-diff", phase,
+                                            f"vs-{Path(base_dir).resolve().name}-{base.fs['label']}"))
+    written = diff_graph(run, base, kind, phase, svg)
     if written:
         _say_top_frames(written[2], run.fs["fs"])
     return written
@@ -556,32 +556,21 @@ def _say_top_frames(diff_path, fs_name):
         print(f"  +{delta:>12,}  {path[-1]}  under {under}", file=sys.stderr)
 
 
-def _graph_command(args, labels, phase):
-    result = load(args.run_dir)
-    chosen = _pick(result, args.run_dir, labels)
+def draw(run_dir, kind, phase=ALL_PHASES, labels=None, output=None):
+    """One graph of the filesystems `labels` of run_dir (all when None), into `output` (default
+    RUN/flamegraphs/): the paths written, none when there is nothing to draw."""
+    result = load(run_dir)
+    chosen = _pick(result, run_dir, labels)
     for fs in chosen:
         phase_index(fs, phase)
-    return graph(result, chosen, args.kind, phase,
-                 _output(args, svg_name("+".join(fs["label"] for fs in chosen), args.kind, phase)))
+    return graph(result, chosen, kind, phase,
+                 _output(output, run_dir, svg_name("+".join(fs["label"] for fs in chosen), kind, phase)))
 
 
-def _output(args, default_name):
-    """-o as given (its directory must exist), else RUN/flamegraphs/default_name."""
-    if args.output:
-        return Path(args.output)
-    out_dir = Path(args.run_dir) / OUT_DIR
+def _output(output, run_dir, default_name):
+    """output as given (its directory must exist), else RUN/flamegraphs/default_name."""
+    if output:
+        return Path(output)
+    out_dir = Path(run_dir) / OUT_DIR
     out_dir.mkdir(exist_ok=True)
     return out_dir / default_name
-
-
-def command(args):
-    """`fsprof flamegraph RUN [--off-cpu|--on-cpu|--off-wake|--workers] [--diff BASE_RUN
-    [--diff-fs LABEL]] [--phase P] [--fs LABEL[,LABEL]] [-o FILE]`: prints the paths written."""
-    labels = [label for label in args.fs.split(",") if label] if args.fs else None
-    phase = args.phase or ALL_PHASES
-    written = (_diff_command if args.diff else _graph_command)(args, labels, phase)
-    if not written:
-        raise FsprofError(f"nothing to draw: {args.run_dir} recorded no {args.kind} time in phase {phase}")
-    for path in written:
-        print(path)
-    return 0
