@@ -41,6 +41,8 @@ ORACLE_TESTS = [
     "tests/test_behind_ext4.py::test_commits_and_run_stats_match_jbd2_info",
     "tests/test_behind_block.py::test_requests_and_their_times_match_sys_block_stat",
     "tests/test_behind_xfs.py::test_fsync_loop_log_forces_and_iclog_writes_match_the_mounts_counters",
+    # Calls by absolute path placed by the filesystems' own tracepoints, whose sets differ by kernel.
+    "tests/test_placement.py",
 ]
 
 # A process that appends and fsyncs in its cwd until killed (the target of `record --pid`).
