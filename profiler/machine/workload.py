@@ -209,9 +209,12 @@ class GatedProcess:
     def _copy_output(self, fd):
         with os.fdopen(fd, "rb") as out:
             for line in out:
-                sys.stdout.buffer.write(line)
-                sys.stdout.buffer.flush()
                 self.reported.update(parse_result_line(line.decode(errors="replace")))
+                try:
+                    sys.stdout.buffer.write(line)
+                    sys.stdout.buffer.flush()
+                except (OSError, ValueError):
+                    pass  # our stdout is gone (a closed pipe): keep reading, or the workload would block
 
     def wait(self):
         # wait4: the rusage of the workload and of every descendant it waited for.
