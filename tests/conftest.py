@@ -111,6 +111,13 @@ def assert_invariants(result, schema=True):
         assert stack_drops <= max(0.02 * events, 5), fs["drops"]
 
 
+def blocked_ns(b):
+    """Of a breakdown (an op's, a worker's), the off-CPU time it was blocked: not the run-queue
+    time after a wakeup (cpu contention), which grows on a busy machine and which no wait cause
+    may claim. A wait cause's share is of this (make test-stress found shares of off-CPU time fail)."""
+    return b["offcpu_ns"] - b["causes"].get("cpu contention", 0)
+
+
 def mounts_under(root):
     """(target, fstype) of every mount below root, from /proc/mounts."""
     with open("/proc/mounts") as f:
