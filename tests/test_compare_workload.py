@@ -1,6 +1,8 @@
 """`fsprof compare` answers the user's number first: the workload's time, decomposed over its
 calls into count and latency parts that add up to the difference. Planted difference: two runs of
-one script that differ only in how many fsyncs it makes per record (1 vs 4); the first part named
+one script that differ only in how many fsyncs it makes per record (1 vs 4, each after a part of
+the record: an fsync with nothing to write costs nearly nothing, and under load the difference
+then drowned in the untraced time); the first part named
 must be the fsync count, and the counts must equal a bpftrace count of sys_enter_fsync. Also: runs
 of several filesystems pair by name, RUN/<fs> is a run, and a unit of work that does not parse or
 that the workload never reported is one sentence."""
@@ -22,8 +24,8 @@ ctypes.CDLL(None).prctl(15, b"{COMM}", 0, 0, 0)   # PR_SET_NAME, before its firs
 fsyncs = int(sys.argv[1])
 fd = os.open("records", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 for _ in range({RECORDS}):
-    os.write(fd, b"r" * 4096)
-    for _ in range(fsyncs):
+    for _ in range(fsyncs):   # the same 4 KiB per record, in as many parts as fsyncs: each one commits
+        os.write(fd, b"r" * (4096 // fsyncs))
         os.fsync(fd)
 print("RESULT records={RECORDS}")
 """

@@ -317,8 +317,22 @@ def _run_tool(argv, what):
     return proc.stdout
 
 
+def _has_counts(folded):
+    """Whether a folded file (one or two count columns) has a stack with a count above zero:
+    inferno-flamegraph fails on one without ("No stack counts found"), which a differential of
+    two sides whose times round to 0 ns per op is."""
+    for line in Path(folded).read_text().splitlines():
+        counts = line.rsplit(None, 2)[1:]
+        if any(c.replace(".", "", 1).isdigit() and float(c) > 0 for c in counts):
+            return True
+    return False
+
+
 def render_svg(folded, svg, title, subtitle, countname, colors=None):
-    """SVG of a folded file by inferno-flamegraph; False (said once) when inferno is absent."""
+    """SVG of a folded file by inferno-flamegraph; False (said once) when inferno is absent, and
+    False (silently: the folded file says it all) when no stack has a count."""
+    if not _has_counts(folded):
+        return False
     tool = find_tool(FLAMEGRAPH)
     if not tool:
         _say_missing()
