@@ -70,9 +70,10 @@ def test_barrier_off_is_explained_by_cache_flushing_first(tmp_path):
 
 
 def assert_flush_removed(causes):
-    """A listed cause holds the cache flush: a decrease, to nothing with barriers off."""
+    """A listed cause holds the cache flush: a decrease, to (nearly) nothing with barriers off
+    (the commit block is still written, without PREFLUSH and FUA: its plain write may remain)."""
     flush = [c for c in causes if "cache flush" in c["cause"]]
-    assert flush and all(c["diff_us"] < 0 and c["us_per_op"][1] == 0 for c in flush), causes
+    assert flush and all(c["diff_us"] < 0 and c["us_per_op"][1] < 0.1 * c["us_per_op"][0] for c in flush), causes
 
 
 def test_runs_of_different_workloads_are_compared_saying_what_differs(tmp_path):

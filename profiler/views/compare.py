@@ -126,7 +126,7 @@ def sentences(cmp):
         else:
             why = f"under {MIN_SHARE:.0%} of the op's time"
         lines.append(f"  No significant difference: {_fmt_us(abs(b - a))} per op; {why}.")
-        return lines
+        return lines + _mechanism_lines(cmp)  # how each side did its I/O holds whatever the verdict
     lines += [f"  Test bed: {note}" for note in cmp.get("test_bed_notes", [])]
     if len(cmp["phases"]) > 1:
         lines.append("  By phase (workload time, " + f"{other} vs {base}): " + "; ".join(
