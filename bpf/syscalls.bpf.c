@@ -374,7 +374,9 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 		return 0;
 	delta = bpf_ktime_get_ns() - op->start_ns;
 	key = op->op;
-	if (!key.dev) {
+	/* Only a call sys_enter armed (a path call it could not place) looks its placement up: an
+	 * io_uring_enter or sync, also at dev 0, pays no hash lookup. */
+	if (!key.dev && *src != DEV_SRC_FD && *src != DEV_SRC_GLOBAL) {
 		__u32 tid = (__u32)bpf_get_current_pid_tgid();
 		__u32 *placed = bpf_map_lookup_elem(&unplaced_calls, &tid);
 
