@@ -25,18 +25,29 @@ OWNER_SHARE = 0.95      # a call owns the device's requests when 95% of those li
 LINKED_COVERAGE = 0.5   # and at least half of the device's requests are linked to a call at all
 
 
+def causes_ended_by(kind):
+    """The wait causes a worker kind's windows end (a jbd2 commit ends journal commit waits)."""
+    return [c for c, cause in CAUSES.items() if cause.worker == kind]
+
+
+def wait_shares(fs, kind):
+    """{op: its share of the waits that worker `kind` ends}, the pro-rata key by which the worker's
+    time, requests and windows are shared among the calls; {} where no call waited on it."""
+    waited = causes_ended_by(kind)
+    waits = {o: sum(b.get("waits", {}).get(c, 0) for c in waited) for o, b in fs["attribution"].items()}
+    total = sum(waits.values())
+    return {o: w / total for o, w in waits.items()} if total else {}
+
+
 def linked_requests(fs):
     """{op: block requests linked to its calls}: the ones its calls made from their own bios, and
     each filesystem worker's (a jbd2 commit's, a CIL push's) shared among the calls whose waits
     it ended, pro rata to those waits (as work_elsewhere shares the worker's time)."""
-    attribution = fs["attribution"]
-    linked = {o: sum(v.get("count", 0) for v in b.get("requests", {}).values()) for o, b in attribution.items()}
+    linked = {o: sum(v.get("count", 0) for v in b.get("requests", {}).values()) for o, b in fs["attribution"].items()}
     for kind, w in fs.get("behind", {}).get("workers", {}).items():
         made = sum(v.get("count", 0) for v in in_scope(w, fs).get("requests", {}).values())
-        waited = [c for c, cause in CAUSES.items() if cause.worker == kind]
-        total = sum(b.get("waits", {}).get(c, 0) for b in attribution.values() for c in waited)
-        for o, b in attribution.items() if made and total else ():
-            linked[o] += made * sum(b.get("waits", {}).get(c, 0) for c in waited) / total
+        for o, share in wait_shares(fs, kind).items():
+            linked[o] += made * share
     return linked
 
 
@@ -139,11 +150,9 @@ def work_elsewhere(fs, op):
         if not w.get("wall_ns"):
             continue
         share, how = None, None
-        waited = [c for c, cause in CAUSES.items() if cause.worker == kind]
-        total = sum(b.get("waits", {}).get(c, 0) for b in attribution.values() for c in waited)
-        if total:
-            share = sum(attribution.get(op, {}).get("waits", {}).get(c, 0) for c in waited) / total
-            how = f"by the {' and '.join(waited)}s it ends"
+        shares = wait_shares(fs, kind)
+        if shares:
+            share, how = shares.get(op, 0.0), f"by the {' and '.join(causes_ended_by(kind))}s it ends"
         elif kind in links:
             share, how = links[kind]["shares"].get(op, 0.0), links[kind]["by"]
         if share is None:
@@ -228,16 +237,13 @@ def _worker_rounds(fs, op, n):
     """{worker kind: {"windows_per_call", "blocked_per_window"}} of the workers whose windows end
     the op's waits: their windows shared among the calls by those waits (as linked_requests), and
     their blocked (not runnable) intervals per window, from the trace's worker records."""
-    attribution, out = fs["attribution"], {}
+    out = {}
     for kind, w in fs.get("behind", {}).get("workers", {}).items():
-        windows = in_scope(w, fs).get("windows", 0)
-        waited = [c for c, cause in CAUSES.items() if cause.worker == kind]
-        total = sum(b.get("waits", {}).get(c, 0) for b in attribution.values() for c in waited)
-        mine = sum(attribution[op].get("waits", {}).get(c, 0) for c in waited)
-        if windows and total and mine:
+        windows, share = in_scope(w, fs).get("windows", 0), wait_shares(fs, kind).get(op, 0.0)
+        if windows and share:
             blocked = sum(r["count"] for r in fs.get("trace", {}).get("workers", [])
                           if r["kind"] == kind and not r["runnable"])
-            out[kind] = {"windows_per_call": windows * mine / total / n, "blocked_per_window": blocked / windows}
+            out[kind] = {"windows_per_call": windows * share / n, "blocked_per_window": blocked / windows}
     return out
 
 
