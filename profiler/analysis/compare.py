@@ -166,6 +166,13 @@ def _gib(n):
     return f"{n / (1 << 30):.1f} GiB" if n is not None else None
 
 
+def _test_bed(bed):
+    """'loop (buffered)', 'loop (direct I/O)', 'zram', 'disk'; None where a run did not record it."""
+    if bed.get("kind") != "loop":
+        return bed.get("kind")
+    return "loop (direct I/O)" if bed.get("direct_io") else "loop (buffered)"
+
+
 # What a run was set to and ran on, one row a setting: its name, and how to read it off a
 # (result, filesystem entry) pair. compare lists those that differ between two runs.
 SETTINGS = (
@@ -175,9 +182,7 @@ SETTINGS = (
     ("filesystem size", lambda r, fs: _gib((fs.get("space") or {}).get("size_bytes"))),
     ("I/O scheduler", lambda r, fs: fs["device"].get("scheduler")),
     ("write cache", lambda r, fs: fs["device"].get("write_cache")),
-    ("test bed", lambda r, fs: ((fs["device"].get("test_bed") or {}).get("kind") or "") +
-     ("" if (fs["device"].get("test_bed") or {}).get("kind") != "loop" else
-      " (direct I/O)" if fs["device"]["test_bed"].get("direct_io") else " (buffered)")),
+    ("test bed", lambda r, fs: _test_bed(fs["device"].get("test_bed") or {})),
     ("kernel", lambda r, fs: r.get("kernel")),
     ("stacks walked", lambda r, fs: f"1 in {fs['stack_sampling']['every']}" if fs.get("stack_sampling") else "all"),
 )
