@@ -11,7 +11,7 @@ import sys
 from . import __version__, signals
 from .errors import FsprofError
 from .machine import scratch
-from .trace.bpf import check_privileges
+from .trace.libbpf import check_privileges
 
 # The subcommands: name (its module in profiler/commands/) -> what `fsprof --help` says of it.
 COMMANDS = {

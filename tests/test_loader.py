@@ -37,7 +37,7 @@ def test_tracepoint_raw_tp_and_tp_btf_programs_fire():
 def test_verifier_statistics_are_the_kernels_own():
     """verifier_stats (bench/bench_startup.py) reads the verifier's log-level-4 statistics; the
     instructions it processed are what the kernel also keeps in the program's fdinfo."""
-    from profiler.trace.bpf import libbpf
+    from profiler.trace.libbpf import libbpf
     with BpfObject("syscalls", verifier_stats=True) as obj:
         assert set(obj.verification) == set(obj.programs)
         for pname, (handle, _) in obj.programs.items():
@@ -187,9 +187,9 @@ def own_programs():
 
 def test_minimised_kernel_btf_relocates_as_the_kernel_btf(tmp_path):
     """Objects in build/ relocate against `bpftool gen min_core_btf`'s cut of the kernel BTF
-    (bpf.core_btf); a copy elsewhere relocates against the kernel's own. Same programs, same tags."""
-    from profiler.trace.bpf import core_btf
-    assert core_btf(BUILD_DIR / "syscalls.bpf.o") is not None
+    (core_btf.core_btf); a copy elsewhere relocates against the kernel's own. Same programs, same tags."""
+    from profiler.trace.core_btf import core_btf
+    assert core_btf(BUILD_DIR) is not None
     copy = tmp_path / "syscalls.bpf.o"
     copy.write_bytes((BUILD_DIR / "syscalls.bpf.o").read_bytes())
     before = set(own_programs())

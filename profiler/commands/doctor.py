@@ -12,7 +12,8 @@ from pathlib import Path
 
 from ..machine import blockdev, tracefs
 from .. import filesystems
-from ..trace.bpf import BpfObject, perf_event_open_sampling
+from ..trace.bpf import BpfObject
+from ..trace.libbpf import perf_event_open_sampling
 from ..errors import FsprofError
 from ..session.collect import Collector
 

@@ -1,2 +1,3 @@
-"""The kernel side: bpf.py (the only libbpf caller) and kernel_flags.py, maps.py (mirrors of
-bpf/fsprof.h), syscalls.py, symbols.py, hist.py."""
+"""The kernel side: libbpf.py (the ctypes bindings to libbpf), bpf.py (the loader, BpfObject),
+core_btf.py (the cut of the kernel BTF objects relocate against) and kernel_flags.py, maps.py
+(mirrors of bpf/fsprof.h), syscalls.py, symbols.py, hist.py."""

@@ -21,7 +21,7 @@ from ..errors import FsprofError
 from ..machine import scratch
 from ..machine.spec import load as load_spec
 from ..units import parse_size
-from ..trace.bpf import check_privileges
+from ..trace.libbpf import check_privileges
 from . import checks as vc, probe as vp
 from .checks import CANNOT_TELL, NOT_IN_EFFECT, btrfs_commit_within, compress_name
 
