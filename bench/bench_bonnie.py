@@ -25,7 +25,8 @@ import tempfile
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from profiler.machine.scratch import Changes, FsConfig, provision, record_process  # noqa: E402
+from profiler.machine.scratch import FsConfig, provision  # noqa: E402
+from profiler.machine.undo import Changes, record_process  # noqa: E402
 from profiler.signals import install_handlers  # noqa: E402
 
 TESTS = ("write", "rewrite", "read", "seeks")

@@ -34,7 +34,7 @@ import common  # noqa: E402
 from common import LONG, PY, QUICK, REPO, Gated, cpu_seconds, own_prog_stats, rss_kib, sh  # noqa: E402
 from profiler import rundir  # noqa: E402
 from profiler.machine import blockdev  # noqa: E402
-from profiler.machine.scratch import Changes  # noqa: E402
+from profiler.machine.undo import Changes, record_process  # noqa: E402
 from profiler.signals import install_handlers  # noqa: E402
 from profiler.trace import maps  # noqa: E402
 
@@ -93,7 +93,7 @@ def run_row(changes, sfs, name, row, seconds):
         rec = subprocess.Popen([PY, "-m", "profiler", "record", "--pid", str(wl.pid), "-o", f"{out}/run"],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                       cwd=REPO, start_new_session=True)
-        common.scratch.record_process(changes, rec.pid)
+        record_process(changes, rec.pid)
         try:
             wait_recording(rec)
             samples, figures = watch(rec, wl, disk)

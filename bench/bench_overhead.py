@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from common import (QUICK, Bpftrace, BpfStats, EmptyProgram, Fsprof, Gated, LibbpfTools, NoTracer,  # noqa: E402
                     bpf_per_request, busy, fmt, interleaved, prog_rows, ratio_to, sh, spread)
-from profiler.machine.scratch import Changes  # noqa: E402
+from profiler.machine.undo import Changes  # noqa: E402
 from profiler.signals import install_handlers  # noqa: E402
 
 # fsprof-sampled: off-CPU and waker stacks walked in 1 of this many calls (fsprof --stack-sample).

@@ -32,8 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
 from common import PY, QUICK, REPO, fmt, interleaved, spread  # noqa: E402
-from profiler.machine import scratch  # noqa: E402
-from profiler.machine.scratch import Changes  # noqa: E402
+from profiler.machine.undo import Changes, record_process  # noqa: E402
 from profiler.signals import install_handlers  # noqa: E402
 
 FSPROF = [PY, "-m", "profiler"]
@@ -79,7 +78,7 @@ class Server:
         self.proc = subprocess.Popen([pg_bin("postgres"), "-D", self.data, "-k", self.data, "-p", str(PORT),
                                       "-c", "listen_addresses="], user=self.user.pw_uid, group=self.user.pw_gid,
                                      cwd=self.data, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
-        scratch.record_process(changes, self.proc.pid)
+        record_process(changes, self.proc.pid)
         self.pid = self.proc.pid
         deadline = time.monotonic() + 60
         while subprocess.run(self.client("pg_isready"), capture_output=True).returncode != 0:

@@ -28,7 +28,7 @@ import common  # noqa: E402
 from common import LONG, PY, QUICK, REPO, Gated, cpu_seconds, rss_kib, sh  # noqa: E402
 from bench_capacity import ROWS, engine_argv, map_memlock  # noqa: E402
 from profiler import units  # noqa: E402
-from profiler.machine.scratch import Changes  # noqa: E402
+from profiler.machine.undo import Changes, record_process  # noqa: E402
 from profiler.signals import install_handlers  # noqa: E402
 
 ROW = ROWS["switches"]
@@ -82,7 +82,7 @@ def soak(changes, sfs, seconds, window):
                                 "--window", window, "--listen", f"127.0.0.1:{port}", "--pprof-dir", profiles],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO,
                                start_new_session=True)
-        common.scratch.record_process(changes, rec.pid)
+        record_process(changes, rec.pid)
         try:
             line = rec.stderr.readline()
             if "recording" not in line:

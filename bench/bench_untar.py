@@ -29,7 +29,8 @@ from collections import namedtuple
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from profiler.machine.scratch import Changes, FsConfig, provision  # noqa: E402
+from profiler.machine.scratch import FsConfig, provision  # noqa: E402
+from profiler.machine.undo import Changes  # noqa: E402
 from profiler.signals import install_handlers  # noqa: E402
 from workloads import untar  # noqa: E402
 from workloads.common import UsageError, WorkloadError  # noqa: E402

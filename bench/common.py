@@ -25,7 +25,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from profiler import filesystems  # noqa: E402
-from profiler.machine import scratch  # noqa: E402
+from profiler.machine import scratch, settings, undo  # noqa: E402
 from profiler.trace import maps  # noqa: E402
 
 RESULTS = Path(os.environ.get("BENCH_RESULTS", REPO / "build" / "bench"))
@@ -157,7 +157,7 @@ class Gated:
         self.proc = subprocess.Popen(["/bin/sh", "-c", GATE, "sh", *argv], cwd=cwd, stdout=self._out,
                                      stdin=gate_r, start_new_session=True)
         os.close(gate_r)
-        scratch.record_process(changes, self.proc.pid)
+        undo.record_process(changes, self.proc.pid)
         self.pid = self.proc.pid
 
     def release(self):
@@ -396,9 +396,9 @@ class BpfStats:
     exit through the undo journal, so also after an error, Ctrl-C or a SIGKILL and `fsprof cleanup`."""
 
     def __enter__(self):
-        self.changes = scratch.Changes().__enter__()
+        self.changes = undo.Changes().__enter__()
         try:
-            scratch.set_sysctl(self.changes, "kernel.bpf_stats_enabled", "1")
+            settings.set_sysctl(self.changes, "kernel.bpf_stats_enabled", "1")
         except BaseException:
             self.changes.__exit__(*sys.exc_info())
             raise

@@ -10,7 +10,7 @@ import sys
 
 from . import __version__, signals
 from .errors import FsprofError
-from .machine import scratch
+from .machine import undo
 from .trace.libbpf import check_privileges
 
 # The subcommands: name (its module in profiler/commands/) -> what `fsprof --help` says of it.
@@ -85,7 +85,7 @@ def parse(argv):
 def dispatch(args):
     mod = command_module(args.command)
     if os.geteuid() == 0 and not getattr(mod, "INSIDE_A_RUN", False):
-        for sentence in scratch.cleanup_stale():  # whatever the command: a dead run's mounts and sysctls go first
+        for sentence in undo.cleanup_stale():  # whatever the command: a dead run's mounts and sysctls go first
             print(f"fsprof: cleaned up after a dead run: {sentence}", file=sys.stderr)
     if mod.NEEDS_ROOT:
         check_privileges()

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from conftest import REPO, assert_invariants, blocked_ns, run_fsprof
-from profiler.machine import scratch
+from profiler.machine import scratch, settings, undo
 from profiler.analysis.attribution import DELAYED_ALLOC, rules_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]
@@ -216,9 +216,9 @@ def taskstats_blkio_ns(pid):
 def io_wait_attempt(tmp_path):
     """One victim traced by `fsprof record --pid`: its blocked I/O-wait ns, the runnable ns that
     followed those waits, taskstats' blkio delay, the span that was read across, waits, major faults."""
-    with scratch.Changes() as changes:
+    with undo.Changes() as changes:
         sfs = scratch.provision(changes, scratch.FsConfig("ext4"), tmp_path / "scratch")
-        scratch.set_sysctl(changes, "kernel.task_delayacct", "1")
+        settings.set_sysctl(changes, "kernel.task_delayacct", "1")
         victim = subprocess.Popen([sys.executable, "-c", FSYNCER.format(count=COUNT)], cwd=sfs.mountpoint,
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         rec = subprocess.Popen([sys.executable, "-m", "profiler", "record", "--pid", str(victim.pid),

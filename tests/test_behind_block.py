@@ -14,7 +14,7 @@ import pytest
 
 from conftest import kernel_has, run_fsprof, bpftrace_output, bpftrace_start
 from profiler import behind
-from profiler.machine import blockdev, scratch
+from profiler.machine import blockdev, scratch, undo
 from profiler.session.collect import Collector
 from profiler.trace.maps import BLK_WRITE_CLASSES
 from profiler.machine.workload import GatedProcess, workload_argv
@@ -304,7 +304,7 @@ def fsync_loop_traced_by_both(tmp_path, sfs, collector):
 
 @pytest.mark.skipif(shutil.which("bpftrace") is None, reason="bpftrace (the oracle) is not installed")
 def test_bpftrace_sees_the_same_requests_and_device_times(tmp_path):
-    with scratch.Changes() as changes, Collector() as collector:
+    with undo.Changes() as changes, Collector() as collector:
         sfs = scratch.provision(changes, scratch.FsConfig("ext4"), tmp_path / "scratch")
         subprocess.run(["sync", "-f", sfs.mountpoint], check=True)
         ours, theirs = fsync_loop_traced_by_both(tmp_path, sfs, collector)

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import assert_invariants, run_fsprof, bpftrace_output, bpftrace_start
 from profiler import filesystems
-from profiler.machine import scratch
+from profiler.machine import scratch, undo
 from profiler.machine.conditions import kernel_hz
 from profiler.behind import ext4
 from profiler.session.collect import Collector
@@ -55,7 +55,7 @@ def measured(tmp_path, workload, mkfs=(), mount="", oracle=None, loop_io="direct
     oracle(kdev) -> stop() run around it. Returns (entry, before, after, oracle's result)."""
     config = scratch.FsConfig("ext4", mkfs_options=(*filesystems.mkfs_defaults("ext4"), *mkfs), mount_options=mount,
                               loop_io=loop_io)
-    with scratch.Changes() as changes, Collector() as collector:
+    with undo.Changes() as changes, Collector() as collector:
         sfs = scratch.provision(changes, config, tmp_path / "scratch")
         name, kdev = sfs.block_devs[0]
         # measure() makes this directory and syncs before resetting the probes: do both first, so

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import assert_invariants, run_fsprof, bpftrace_output, bpftrace_start
-from profiler.machine import scratch
+from profiler.machine import scratch, settings, undo
 from profiler.behind import Target, writeback
 from profiler.session.collect import Collector
 from profiler.session.run import measure
@@ -64,10 +64,10 @@ def test_tiny_dirty_bytes_makes_balance_dirty_pages_the_write_cost(tmp_path):
     vmstat = tmp_path / "vmstat"
     # The workload reads the thresholds itself, while the sysctls are in force.
     script = f"{' '.join(DD)}; grep -E '^nr_dirty(_background)?_threshold ' /proc/vmstat > {vmstat}"
-    with scratch.Changes() as changes, Collector() as collector:
+    with undo.Changes() as changes, Collector() as collector:
         sfs = scratch.provision(changes, scratch.FsConfig("ext4"), tmp_path / "scratch")
-        scratch.set_sysctl(changes, "vm.dirty_bytes", DIRTY_BYTES)
-        scratch.set_sysctl(changes, "vm.dirty_background_bytes", DIRTY_BACKGROUND_BYTES)
+        settings.set_sysctl(changes, "vm.dirty_bytes", DIRTY_BYTES)
+        settings.set_sysctl(changes, "vm.dirty_background_bytes", DIRTY_BACKGROUND_BYTES)
         bdi = writeback.target_bdis(target_of(sfs))[0][0]
         oracle = start_bpftrace(f'tracepoint:writeback:balance_dirty_pages /args->bdi == "{bdi}"/ '
                                 f'{{ @checks = count(); if (args->pause > 0) {{ @sleeps = count(); }} }}')

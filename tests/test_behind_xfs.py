@@ -17,7 +17,7 @@ import pytest
 
 from conftest import assert_invariants, blocked_ns, bpftrace_output, bpftrace_start
 from profiler import filesystems
-from profiler.machine import scratch
+from profiler.machine import scratch, settings, undo
 from profiler.analysis.attribution import rules_for
 from profiler.behind import xfs
 from profiler.session.collect import Collector
@@ -73,13 +73,13 @@ def stop_bpftrace(proc):
 def traced_run(tmp_path, config, workload):
     """Provision `config`, settle it, and measure `workload` with bpftrace watching the same device.
     Returns (result entry, bpftrace figures)."""
-    with scratch.Changes() as changes, Collector() as collector:
+    with undo.Changes() as changes, Collector() as collector:
         # The log worker's periodic force (every 30 s) would fall in a slow run's traced window but
         # outside the workload's own stats reading: held off (2 hours) for the test, then restored.
         # Set before the mount, which queues the worker's first run with the period then in force
         # (set after it, the first force still came 30 s after the mount: inside a run under TCG).
         filesystems.load_modules(["xfs"])
-        scratch.set_sysctl(changes, "fs.xfs.xfssyncd_centisecs", "720000")
+        settings.set_sysctl(changes, "fs.xfs.xfssyncd_centisecs", "720000")
         sfs = scratch.provision(changes, config, tmp_path / "scratch")
         # measure() makes its work dir and syncs the filesystem: do both first, so that bpftrace,
         # started next, sees nothing the probes do not.

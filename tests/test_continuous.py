@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from profiler.machine import blockdev, scratch
+from profiler.machine import blockdev, scratch, undo
 from test_behind_ext4 import jbd2_info
 from test_record import FSYNCS, fsprof_program_names, loaded_fsprof_programs
 
@@ -149,7 +149,7 @@ def kernel_counts(device):
 @pytest.mark.slow
 @pytest.mark.skipif(not shutil.which("prometheus"), reason="Debian's prometheus package is not installed (make setup)")
 def test_prometheus_stores_flushes_and_commits_equal_to_the_kernels(tmp_path):
-    with scratch.Changes() as changes:
+    with undo.Changes() as changes:
         sfs = scratch.provision(changes, scratch.FsConfig("ext4"), tmp_path / "scratch")
         port = free_port()
         rec = start_continuous("--mount", sfs.mountpoint, "--listen", f"127.0.0.1:{port}")
@@ -217,7 +217,7 @@ def pprof_raw(path):
 @pytest.mark.skipif(not shutil.which("go"), reason="go is not installed (make setup installs golang-go)")
 def test_pprof_profiles_hold_the_attributions_cause_totals(tmp_path):
     pp = tmp_path / "profiles"
-    with scratch.Changes() as changes:
+    with undo.Changes() as changes:
         sfs = scratch.provision(changes, scratch.FsConfig("ext4"), tmp_path / "scratch")
         port = free_port()
         rec = start_continuous("--mount", sfs.mountpoint, "--listen", f"127.0.0.1:{port}", "--pprof-dir", str(pp))
@@ -262,7 +262,7 @@ class Ingest(BaseHTTPRequestHandler):
 def test_profiles_reach_an_ingest_url_and_a_refusal_is_one_sentence(tmp_path):
     server = HTTPServer(("127.0.0.1", 0), Ingest)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    with scratch.Changes() as changes:
+    with undo.Changes() as changes:
         sfs = scratch.provision(changes, scratch.FsConfig("ext4"), tmp_path / "scratch")
         url = f"http://127.0.0.1:{server.server_address[1]}/ingest"
         rec = start_continuous("--mount", sfs.mountpoint, "--listen", "off", "--pprof-url", url)
@@ -308,7 +308,7 @@ def test_filesystems_mounted_and_unmounted_while_recording(tmp_path):
     port = free_port()
     rec = start_continuous("--all", "--listen", f"127.0.0.1:{port}")
     try:
-        with scratch.Changes() as changes:
+        with undo.Changes() as changes:
             sfs = scratch.provision(changes, scratch.FsConfig("xfs"), tmp_path / "scratch")
             deadline = time.time() + 90  # the XFS programs load within a window or two
             while f'mountpoint="{sfs.mountpoint}"' not in scrape(port):
@@ -355,7 +355,7 @@ def test_a_cgroup_made_again_is_followed(tmp_path):
     cgroup.mkdir()
     port = free_port()
     try:
-        with scratch.Changes() as changes:
+        with undo.Changes() as changes:
             sfs = scratch.provision(changes, scratch.FsConfig("ext4"), tmp_path / "scratch")
             rec = start_continuous("--cgroup", str(cgroup), "--listen", f"127.0.0.1:{port}")
             try:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, assert_invariants, kernel_programs, run_fsprof
-from profiler.machine import scratch
+from profiler.machine import scratch, undo
 from profiler.session.record import cgroup2_root
 
 pytestmark = pytest.mark.root
@@ -51,7 +51,7 @@ def finish(rec, tmp_path):
 @pytest.mark.slow
 def test_record_mount_sees_every_process_on_that_filesystem_only(tmp_path):
     elsewhere = tmp_path / "elsewhere.dat"  # not on the recorded mount
-    with scratch.Changes() as changes:
+    with undo.Changes() as changes:
         sfs = scratch.provision(changes, scratch.FsConfig("ext4"), tmp_path / "scratch")
         rec = start_record(tmp_path, "--mount", sfs.mountpoint)
         try:
@@ -103,7 +103,7 @@ def test_record_for_a_duration_leaves_no_program_loaded(tmp_path):
 def test_record_under_nohup_outlives_a_hangup(tmp_path):
     """Started with SIGHUP ignored (`nohup fsprof record ... &`), a recording goes on when its
     terminal hangs up, and Ctrl-C still ends it normally."""
-    with scratch.Changes() as changes:
+    with undo.Changes() as changes:
         sfs = scratch.provision(changes, scratch.FsConfig("ext4"), tmp_path / "scratch")
         rec = start_record(tmp_path, "--mount", sfs.mountpoint,
                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
@@ -125,7 +125,7 @@ def test_record_cgroup_follows_its_tasks(tmp_path):
     cgroup = root / f"fsprof-test-{uuid.uuid4().hex[:8]}"
     cgroup.mkdir()
     try:
-        with scratch.Changes() as changes:
+        with undo.Changes() as changes:
             sfs = scratch.provision(changes, scratch.FsConfig("ext4"), tmp_path / "scratch")
             rec = start_record(tmp_path, "--cgroup", str(cgroup))
             try:

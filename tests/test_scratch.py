@@ -15,7 +15,9 @@ import pytest
 
 from conftest import loops_under, mounts_under
 from profiler.errors import FsprofError
-from profiler.machine.scratch import (Changes, FsConfig, cleanup_stale, kernel_devt, provision, provision_device, set_scheduler, set_sysctl)
+from profiler.machine.scratch import FsConfig, kernel_devt, provision, provision_device
+from profiler.machine.settings import set_scheduler, set_sysctl
+from profiler.machine.undo import Changes, cleanup_stale
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIZE = 512 << 20  # xfs needs at least 300 MiB
@@ -181,7 +183,9 @@ def test_scheduler_set_and_restored(dirs, loopdev):
 
 CHILD = textwrap.dedent("""
     import sys, time
-    from profiler.machine.scratch import Changes, FsConfig, provision, set_sysctl
+    from profiler.machine.scratch import FsConfig, provision
+    from profiler.machine.settings import set_sysctl
+    from profiler.machine.undo import Changes
     from profiler.signals import install_handlers
     state, scratch, value = sys.argv[1:]
     install_handlers()

@@ -19,7 +19,7 @@ import pytest
 
 from conftest import REPO, TIME_SCALE, bpftrace_prelude, finish, loops_under, mounts_under, run_fsprof
 from profiler import filesystems
-from profiler.machine import blockdev, scratch
+from profiler.machine import blockdev, scratch, settings, undo
 from profiler.trace import kernel_flags
 from profiler.errors import FsprofError
 from profiler.verify import expectations_for, parse_expectation, render, verify_mount
@@ -183,47 +183,47 @@ def ext4(tmp_path_factory):
     scheduler none, flusher every 5 s) with the same expectations, the dirty limit set and not,
     fast commits on and off, and "a" on a write-through device; the oracle watched them all."""
     root = tmp_path_factory.mktemp("verify-ext4")
-    with scratch.Changes() as changes:
+    with undo.Changes() as changes:
         fs = {"a": provision(changes, root, "a", "ext4", EXT4_A),
               "b": provision(changes, root, "b", "ext4", EXT4_B),
               "fc": provision(changes, root, "fc", "ext4", mkfs=("-O", "fast_commit")),
               # nodelalloc alone: "b"'s data=journal turns delayed allocation off by itself.
               "nd": provision(changes, root, "nd", "ext4", "nodelalloc")}
-        scratch.set_scheduler(changes, disk(fs["a"]), "mq-deadline")
-        scratch.set_scheduler(changes, disk(fs["b"]), "none")
+        settings.set_scheduler(changes, disk(fs["a"]), "mq-deadline")
+        settings.set_scheduler(changes, disk(fs["b"]), "none")
         oracle = Oracle(fs.values())
         runs, kernel = {}, {}
         before = {x: (jbd2_transactions(fs[x]), blockdev.read_stat(disk(fs[x]))) for x in ("a", "b")}
-        with scratch.Changes() as sysctls:
-            scratch.set_sysctl(sysctls, "vm.dirty_expire_centisecs", "200")
-            scratch.set_sysctl(sysctls, "vm.dirty_writeback_centisecs", "100")
+        with undo.Changes() as sysctls:
+            settings.set_sysctl(sysctls, "vm.dirty_expire_centisecs", "200")
+            settings.set_sysctl(sysctls, "vm.dirty_writeback_centisecs", "100")
             runs["a"] = verify(fs["a"], *EXT4_EXPECT)
-            scratch.set_sysctl(sysctls, "vm.dirty_writeback_centisecs", "500")
+            settings.set_sysctl(sysctls, "vm.dirty_writeback_centisecs", "500")
             runs["b"] = verify(fs["b"], *EXT4_EXPECT)
         for x in ("a", "b"):
             kernel[x] = {"transactions": jbd2_transactions(fs[x]) - before[x][0],
                          "stat": blockdev.stat_delta(before[x][1], blockdev.read_stat(disk(fs[x])))}
-        with scratch.Changes() as sysctls:
-            scratch.set_sysctl(sysctls, "vm.dirty_bytes", "100000")
+        with undo.Changes() as sysctls:
+            settings.set_sysctl(sysctls, "vm.dirty_bytes", "100000")
             runs["dirty_set"] = verify(fs["a"], "vm.dirty_bytes=100000")
             kernel["threshold_set"] = vmstat("nr_dirty_threshold")
-        with scratch.Changes() as sysctls:
-            scratch.set_sysctl(sysctls, "vm.dirty_ratio", "20")  # which makes vm.dirty_bytes 0: the default
+        with undo.Changes() as sysctls:
+            settings.set_sysctl(sysctls, "vm.dirty_ratio", "20")  # which makes vm.dirty_bytes 0: the default
             runs["dirty_default"] = verify(fs["b"], "vm.dirty_bytes=100000", "vm.dirty_ratio=20")
             kernel["threshold_default"] = vmstat("nr_dirty_threshold")
         # The background threshold: taken as set under a larger limit; replaced by half the limit
         # when set at or above it (the shipped untar spec's published settings).
         for run, limit, background in (("bg_set", 400000, 200000), ("bg_halved", 100000, 900000000)):
-            with scratch.Changes() as sysctls:
-                scratch.set_sysctl(sysctls, "vm.dirty_bytes", limit)
-                scratch.set_sysctl(sysctls, "vm.dirty_background_bytes", background)
+            with undo.Changes() as sysctls:
+                settings.set_sysctl(sysctls, "vm.dirty_bytes", limit)
+                settings.set_sysctl(sysctls, "vm.dirty_background_bytes", background)
                 runs[run] = verify(fs["a"], f"vm.dirty_background_bytes={background}")
                 kernel[run] = vmstat("nr_dirty_background_threshold")
         runs["fc_on"] = verify(fs["fc"], "fast_commit=on")
         runs["fc_off"] = verify(fs["a"], "fast_commit=on")
         runs["nodelalloc"] = verify(fs["nd"], "delalloc=on")
-        with scratch.Changes() as cache:
-            scratch.set_write_cache(cache, disk(fs["a"]), "write through")
+        with undo.Changes() as cache:
+            settings.set_write_cache(cache, disk(fs["a"]), "write through")
             runs["through"] = verify(fs["a"], "barrier=on")
         oracle.stop()
         yield {"fs": fs, "runs": runs, "kernel": kernel, "oracle": oracle}
@@ -497,7 +497,7 @@ BTRFS_EXPECT = ("barrier=on", "compress=lzo", "commit=1", "atime=noatime")
 @pytest.fixture(scope="module")
 def btrfs(tmp_path_factory):
     root = tmp_path_factory.mktemp("verify-btrfs")
-    with scratch.Changes() as changes:
+    with undo.Changes() as changes:
         fs = {"c": provision(changes, root, "c", "btrfs", "compress=lzo,commit=1"),
               "d": provision(changes, root, "d", "btrfs", "nobarrier")}
         oracle = Oracle(fs.values())
@@ -562,7 +562,7 @@ def test_btrfs_atime(btrfs):
 @pytest.fixture(scope="module")
 def xfs(tmp_path_factory):
     root = tmp_path_factory.mktemp("verify-xfs")
-    with scratch.Changes() as changes:
+    with undo.Changes() as changes:
         sfs = provision(changes, root, "e", "xfs", "logbufs=4,logbsize=64k")
         oracle = Oracle([sfs])
         runs = {"set": verify(sfs, "logbufs=4", "logbsize=64k", "barrier=off", "atime=relatime"),
@@ -637,7 +637,7 @@ def test_usage_errors(tmp_path):
         assert "is a tmpfs filesystem" in one_sentence_exit_2("--mount", str(tmpfs))
     finally:
         subprocess.run(["umount", str(tmpfs)], check=True)
-    with scratch.Changes() as changes:
+    with undo.Changes() as changes:
         config = scratch.FsConfig("ext4", mount_options="ro", size_bytes=64 << 20)
         sfs = scratch.provision(changes, config, tmp_path / "scratch")
         assert "mounted read-only" in one_sentence_exit_2("--mount", sfs.mountpoint)
@@ -672,12 +672,12 @@ def test_write_cache_change_is_journaled_and_undone(loopdev):
     name = os.path.basename(loopdev)
     mode = Path(f"/sys/block/{name}/queue/write_cache")
     assert mode.read_text().strip() == "write back"
-    with scratch.Changes() as changes:
-        scratch.set_write_cache(changes, loopdev, "write through")
+    with undo.Changes() as changes:
+        settings.set_write_cache(changes, loopdev, "write through")
         assert mode.read_text().strip() == "write through"
         assert changes.records[-1] == {"kind": "write_cache", "device": name, "old": "write back", "new": "write through"}
         with open(changes.path) as f:  # on disk before the change, for a cleanup after a SIGKILL
             assert json.loads(f.read().splitlines()[-1])["kind"] == "write_cache"
     assert mode.read_text().strip() == "write back"
     with pytest.raises(FsprofError, match="is not one of"):
-        scratch.set_write_cache(None, loopdev, "write around")
+        settings.set_write_cache(None, loopdev, "write around")

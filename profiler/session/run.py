@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .. import __version__, behind, filesystems
-from ..machine import blockdev, kthreads, scratch
+from ..machine import blockdev, kthreads, scratch, settings, undo
 from ..trace import maps
 from ..analysis.assemble import assemble
 from .collect import Collector
@@ -123,7 +123,7 @@ def measure(collector, sfs, workload, out_dir, drop_caches, changes=None):
     workdir.mkdir(exist_ok=True)
     _syncfs(sfs.mountpoint)  # start from a clean filesystem: nothing of mkfs/mount left to write
     if drop_caches:
-        scratch.drop_caches()
+        settings.drop_caches()
 
     block_devs = {kdev: name for name, kdev in sfs.block_devs}
     target = behind.Target(sfs.config.fs, sfs.dev, block_devs, str(sfs.mountpoint))
@@ -138,7 +138,7 @@ def measure(collector, sfs, workload, out_dir, drop_caches, changes=None):
                         env=workload.env(label_dir), read_results=bool(workload.command))
     try:
         if changes is not None:
-            scratch.record_process(changes, proc.pid)
+            undo.record_process(changes, proc.pid)
         collector.trace_pid(proc.pid)
         start_ns = time.monotonic_ns()
         proc.release()
@@ -251,21 +251,21 @@ def run(options):
         "workload": workload.describe(),
         "sysctls": dict(sysctls), "warnings": [], "filesystems": [],
     }
-    with scratch.Changes() as run_changes:
+    with undo.Changes() as run_changes:
         scratch_dir = scratch.make_scratch_dir(run_changes, Path(options.scratch_dir) / out_dir.name)
         for name, value in sysctls:
-            scratch.set_sysctl(run_changes, name, value)
+            settings.set_sysctl(run_changes, name, value)
         result["sysctls_in_force"] = sysctls_in_force()
         names = sorted({config.fs for config in configs})
         with Collector(sample_hz=options.sample_hz, fs=names, stack_sample=options.stack_sample) as collector:
             result["probes_skipped"] = collector.skipped
             result["unavailable"] = collector.unavailable
             for i, config in enumerate(configs):
-                with scratch.Changes() as changes:
+                with undo.Changes() as changes:
                     sfs = provision_one(changes, config, options, scratch_dir, first=i == 0)
                     if options.scheduler:
                         for name, _ in sfs.block_devs:
-                            scratch.set_scheduler(changes, name, options.scheduler)
+                            settings.set_scheduler(changes, name, options.scheduler)
                     verified, warnings = check_settings(sfs, sysctls, options.scheduler, options.go_on, _say)
                     entry = measure(collector, sfs, workload, out_dir, options.drop_caches, changes)
                     result["filesystems"].append({**entry, "verify": verified} if verified else entry)
@@ -288,14 +288,14 @@ def run_spec_one(collector, spec, workload, cfg, run_dir, scratch_dir, erased, g
         "probes_skipped": collector.skipped, "unavailable": collector.unavailable, "filesystems": [],
     }
     run_dir.mkdir(parents=True, exist_ok=True)
-    with scratch.Changes() as changes:
+    with undo.Changes() as changes:
         for name, value in cfg.sysctls.items():
-            scratch.set_sysctl(changes, name, value)
+            settings.set_sysctl(changes, name, value)
         result["sysctls_in_force"] = sysctls_in_force()
         sfs = cfg.provision(changes, scratch_dir, erased)
         if cfg.scheduler:
             for name, _ in sfs.block_devs:
-                scratch.set_scheduler(changes, name, cfg.scheduler)
+                settings.set_scheduler(changes, name, cfg.scheduler)
         verified, result["warnings"] = check_settings(sfs, cfg.sysctls, cfg.scheduler, go_on)
         entry = measure(collector, sfs, workload.spec, run_dir, spec.drop_caches, changes)
         result["filesystems"].append({**entry, "verify": verified} if verified else entry)
@@ -314,7 +314,7 @@ def run_spec(spec, options, progress=print):
     plan = spec.plan()
     sample_hz = spec.sample_hz if spec.sample_hz is not None else options.sample_hz
     stack_sample = spec.stack_sample if spec.stack_sample is not None else options.stack_sample
-    with scratch.Changes() as run_changes:
+    with undo.Changes() as run_changes:
         scratch_dir = scratch.make_scratch_dir(run_changes, Path(options.scratch_dir) / out_dir.name)
         erased = set()
         names = sorted({cfg.fs for _, _, cfg in plan})

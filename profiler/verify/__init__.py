@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .. import filesystems
 from ..errors import FsprofError
-from ..machine import scratch
+from ..machine import scratch, settings, undo
 from ..machine.spec import load as load_spec
 from ..units import parse_size
 from ..trace.libbpf import check_privileges
@@ -469,7 +469,7 @@ def verify_spec(spec_path, scratch_root, patience=DEFAULT_PATIENCE_S, progress=N
     say = progress or (lambda line: None)
     matrix = load_spec(spec_path)
     results = []
-    with scratch.Changes() as run_changes:
+    with undo.Changes() as run_changes:
         scratch_dir = scratch.make_scratch_dir(
             run_changes, Path(scratch_root) / f"verify-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
         erased = set()
@@ -477,13 +477,13 @@ def verify_spec(spec_path, scratch_root, patience=DEFAULT_PATIENCE_S, progress=N
             say(f"[{cfg.name}] provisioning {cfg.fs}")
             expectations = expectations_for(cfg.fs_config(), cfg.sysctls, cfg.scheduler)
             try:
-                with scratch.Changes() as changes:
+                with undo.Changes() as changes:
                     for name, value in cfg.sysctls.items():
-                        scratch.set_sysctl(changes, name, value)
+                        settings.set_sysctl(changes, name, value)
                     sfs = cfg.provision(changes, scratch_dir, erased)
                     if cfg.scheduler:
                         for name, _ in sfs.block_devs:
-                            scratch.set_scheduler(changes, name, cfg.scheduler)
+                            settings.set_scheduler(changes, name, cfg.scheduler)
                     results.append((cfg.name, verify_mount(sfs.mountpoint, expectations or None, patience, say)))
             except NotApplicable:
                 raise

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from .. import filesystems
-from ..machine import blockdev, mounts, scratch
+from ..machine import blockdev, mounts, undo
 from ..machine.conditions import kernel_hz
 from ..errors import FsprofError
 from ..behind import Target
@@ -318,10 +318,10 @@ class Workdir:
     run killed by SIGKILL has it removed by the next fsprof), removed on close."""
 
     def __init__(self, mountpoint):
-        self._changes = scratch.Changes()
+        self._changes = undo.Changes()
         self._changes.__enter__()
         try:
-            self.path = scratch.make_probe_dir(self._changes, mountpoint)
+            self.path = undo.make_probe_dir(self._changes, mountpoint)
         except OSError as e:
             self._changes.__exit__(None, None, None)
             raise FsprofError(f"cannot create a temporary directory in {mountpoint}: {e.strerror}") from None
