@@ -120,15 +120,8 @@ static __always_inline __u8 dev_flags(__u32 dev)
 static __always_inline struct blk_val *stats_of(__u32 dev, __u16 cls, __u16 phase)
 {
 	struct blk_key key = { .dev = dev, .cls = cls, .phase = phase };
-	struct blk_val *v = bpf_map_lookup_elem(&blk_stats, &key);
 
-	if (v)
-		return v;
-	bpf_map_update_elem(&blk_stats, &key, &zero_val, BPF_NOEXIST);
-	v = bpf_map_lookup_elem(&blk_stats, &key);
-	if (!v)
-		count_drop(DROP_BLOCK_FULL);
-	return v;
+	return lookup_or_init(&blk_stats, &key, &zero_val, DROP_BLOCK_FULL);
 }
 
 static __always_inline __u32 size_slot(__u32 bytes)
@@ -174,15 +167,9 @@ static __always_inline void add_submitter(__u32 dev, __u16 cls, __u16 phase, con
 	struct sub_val *v, zero = {};
 
 	__builtin_memcpy(key.who, who, SUBMITTER_LEN);
-	v = bpf_map_lookup_elem(&blk_submitters, &key);
-	if (!v) {
-		bpf_map_update_elem(&blk_submitters, &key, &zero, BPF_NOEXIST);
-		v = bpf_map_lookup_elem(&blk_submitters, &key);
-		if (!v) {
-			count_drop(DROP_BLOCK_FULL);
-			return;
-		}
-	}
+	v = lookup_or_init(&blk_submitters, &key, &zero, DROP_BLOCK_FULL);
+	if (!v)
+		return;
 	__sync_fetch_and_add(&v->count, count);
 	__sync_fetch_and_add(&v->bytes, bytes);
 }

@@ -162,7 +162,6 @@ struct {
 } commit_interleaved SEC(".maps");
 
 /* An empty histogram to insert (too big for the BPF stack). */
-const struct hist zero_hist = {};
 
 /* The superblock dev of the filesystem an event's fsid names, or 0 if it is not under test. */
 static __always_inline __u32 target_dev(const void *fsid)
@@ -208,15 +207,9 @@ static __always_inline void count_event(__u32 dev, __u16 event, __u32 arg, __s32
 			      .stackid = stackid };
 	struct bt_val *v, zero = {};
 
-	v = bpf_map_lookup_elem(&bt_counts, &key);
-	if (!v) {
-		bpf_map_update_elem(&bt_counts, &key, &zero, BPF_NOEXIST);
-		v = bpf_map_lookup_elem(&bt_counts, &key);
-		if (!v) {
-			count_drop(DROP_FS_FULL);
-			return;
-		}
-	}
+	v = lookup_or_init(&bt_counts, &key, &zero, DROP_FS_FULL);
+	if (!v)
+		return;
 	__sync_fetch_and_add(&v->count, 1);
 	__sync_fetch_and_add(&v->bytes, bytes);
 	__sync_fetch_and_add(&v->total_ns, ns);
@@ -224,20 +217,13 @@ static __always_inline void count_event(__u32 dev, __u16 event, __u32 arg, __s32
 		v->max_ns = ns;
 }
 
-static __always_inline void hist_add(__u32 dev, __u16 phase, __u16 which, __u64 ns)
+/* Records ns into dev's histogram `which` (BH_*) in phase. Its max is not atomic: see
+ * docs/attribution.md#limits. */
+static __always_inline void bt_hist_add(__u32 dev, __u16 phase, __u16 which, __u64 ns)
 {
 	struct bh_key key = { .dev = dev, .phase = phase, .which = which };
-	struct hist *h = bpf_map_lookup_elem(&bt_hists, &key);
 
-	if (!h) {
-		bpf_map_update_elem(&bt_hists, &key, &zero_hist, BPF_NOEXIST);
-		h = bpf_map_lookup_elem(&bt_hists, &key);
-		if (!h) {
-			count_drop(DROP_FS_FULL);
-			return;
-		}
-	}
-	hist_record(h, ns);   /* its max is not atomic: see docs/attribution.md#limits */
+	hist_add(&bt_hists, &key, ns, DROP_FS_FULL);
 }
 
 /* btrfs_sync_file: the entry of every btrfs fsync (fsync, fdatasync, O_SYNC writes, msync),
@@ -296,7 +282,7 @@ int BPF_PROG(on_transaction_commit_timed, const struct btrfs_fs_info *fs_info)
 			(*interleaved)++;
 	}
 	bpf_map_update_elem(&commit_last, &dev, &now, BPF_ANY);
-	hist_add(dev, current_phase(), BH_COMMIT, now.last_ns);
+	bt_hist_add(dev, current_phase(), BH_COMMIT, now.last_ns);
 	return 0;
 }
 
@@ -433,7 +419,7 @@ int BPF_PROG(on_oe_remove, const struct btrfs_inode *inode, const struct btrfs_o
 	added = bpf_map_lookup_elem(&oe_inflight, &key);
 	if (added) {
 		/* Timed in the phase it was added in, as syscalls are in the phase they started. */
-		hist_add(dev, added->phase, BH_OE_LIFE, bpf_ktime_get_ns() - added->add_ns);
+		bt_hist_add(dev, added->phase, BH_OE_LIFE, bpf_ktime_get_ns() - added->add_ns);
 		bpf_map_delete_elem(&oe_inflight, &key);
 	}
 	return 0;
@@ -456,7 +442,7 @@ int BPF_PROG(on_reserve_ticket, const struct btrfs_fs_info *fs_info, u64 flags, 
 		return 0;
 	if (start && start <= now) {
 		wait = now - start;
-		hist_add(dev, current_phase(), BH_TICKET_WAIT, wait);
+		bt_hist_add(dev, current_phase(), BH_TICKET_WAIT, wait);
 	}
 	count_event(dev, BT_TICKET, arg, -1, bytes, wait);
 	return 0;
@@ -521,15 +507,9 @@ int BPF_PROG(on_space_reservation, const struct btrfs_fs_info *fs_info, const ch
 		bpf_probe_read_kernel_str(key.type, sizeof(key.type), type);
 	else
 		__builtin_memcpy(key.type, "(null)", sizeof("(null)"));
-	v = bpf_map_lookup_elem(&space_resv, &key);
-	if (!v) {
-		bpf_map_update_elem(&space_resv, &key, &zero, BPF_NOEXIST);
-		v = bpf_map_lookup_elem(&space_resv, &key);
-		if (!v) {
-			count_drop(DROP_FS_FULL);
-			return 0;
-		}
-	}
+	v = lookup_or_init(&space_resv, &key, &zero, DROP_FS_FULL);
+	if (!v)
+		return 0;
 	__sync_fetch_and_add(&v->count, 1);
 	__sync_fetch_and_add(&v->bytes, bytes);
 	return 0;

@@ -261,26 +261,15 @@ static __always_inline bool traced_dev(__u32 dev)
 static __always_inline struct jbd2_val *jbd2_agg(__u32 dev, __u16 phase)
 {
 	struct jbd2_key key = { .dev = dev, .phase = phase };
-	struct jbd2_val *v = bpf_map_lookup_elem(&jbd2_commits, &key);
 
-	if (!v) {
-		bpf_map_update_elem(&jbd2_commits, &key, &zero_jbd2, BPF_NOEXIST);
-		v = bpf_map_lookup_elem(&jbd2_commits, &key);
-		if (!v)
-			count_drop(DROP_FS_FULL);
-	}
-	return v;
+	return lookup_or_init(&jbd2_commits, &key, &zero_jbd2, DROP_FS_FULL);
 }
 
 static __always_inline struct journal_state *journal_of(__u32 dev)
 {
-	struct journal_state *js = bpf_map_lookup_elem(&journals, &dev), fresh = {};
+	struct journal_state fresh = {};
 
-	if (!js) {
-		bpf_map_update_elem(&journals, &dev, &fresh, BPF_NOEXIST);
-		js = bpf_map_lookup_elem(&journals, &dev);
-	}
-	return js;
+	return lookup_or_init(&journals, &dev, &fresh, DROP_FS_FULL);
 }
 
 /* jbd2's running average of commit_time (commit.c; ext4_fc_update_stats the same for fast
@@ -671,15 +660,9 @@ int BPF_PROG(on_fc_commit_stop, struct super_block *sb, int nblks, int reason, t
 	key.phase = fc->phase;
 	key.status = reason;
 	bpf_map_delete_elem(&fc_inflight, &tid);
-	v = bpf_map_lookup_elem(&fc_commits, &key);
-	if (!v) {
-		bpf_map_update_elem(&fc_commits, &key, &zero, BPF_NOEXIST);
-		v = bpf_map_lookup_elem(&fc_commits, &key);
-		if (!v) {
-			count_drop(DROP_FS_FULL);
-			return 0;
-		}
-	}
+	v = lookup_or_init(&fc_commits, &key, &zero, DROP_FS_FULL);
+	if (!v)
+		return 0;
 	__sync_fetch_and_add(&v->count, 1);
 	__sync_fetch_and_add(&v->total_ns, ns);
 	if (nblks > 0)
@@ -727,15 +710,9 @@ static __always_inline int da_count(__u32 dev, __u16 event, __s64 blocks)
 		return 0;
 	key.phase = current_phase();
 	fill_who(&key);
-	v = bpf_map_lookup_elem(&da_events, &key);
-	if (!v) {
-		bpf_map_update_elem(&da_events, &key, &zero, BPF_NOEXIST);
-		v = bpf_map_lookup_elem(&da_events, &key);
-		if (!v) {
-			count_drop(DROP_FS_FULL);
-			return 0;
-		}
-	}
+	v = lookup_or_init(&da_events, &key, &zero, DROP_FS_FULL);
+	if (!v)
+		return 0;
 	__sync_fetch_and_add(&v->count, 1);
 	if (blocks > 0)
 		__sync_fetch_and_add(&v->blocks, blocks);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /* Types and helpers shared by fsprof's BPF programs. Userspace mirrors of these structs live in
- * profiler/maps.py; the loader checks their sizes against the maps' BTF so a drift fails loudly. */
+ * profiler/trace/maps.py; the loader checks them field by field against the object's BTF, so a drift
+ * fails loudly. */
 #ifndef FSPROF_H
 #define FSPROF_H
 
@@ -18,7 +19,7 @@
 #define FSPROF_PHASE_MAGIC 0x66737072
 #define MAX_PHASES 32
 
-/* How a traced syscall names the filesystem it works on (profiler/syscalls.py holds the table). */
+/* How a traced syscall names the filesystem it works on (profiler/trace/syscalls.py holds the table). */
 enum dev_source {
 	DEV_SRC_NONE = 0,      /* not traced */
 	DEV_SRC_FD = 1,        /* args[0] is an fd */

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /* Maps every fsprof object shares: declared in each, and made one map by the loader
- * (profiler/collect.py loads syscalls.bpf.o first and reuses its fds for every other object). */
+ * (profiler/session/collect.py creates each once from syscalls.bpf.o's definition, and every object
+ * reuses its fd). */
 #ifndef FSPROF_SHARED_MAPS_H
 #define FSPROF_SHARED_MAPS_H
 #include "fsprof.h"
@@ -147,6 +148,21 @@ static __always_inline void *lookup_or_init(void *map, const void *key, const vo
 	if (!v)
 		count_drop(full);
 	return v;
+}
+
+/* The empty histogram every hist map starts a key from (static: an object that never records one
+ * leaves it out; 4.7 KiB, so never on the 512-byte stack). */
+static const struct hist zero_hist = {};
+
+/* Records ns into `map`'s histogram for `key`, created empty if absent; returns it (NULL, counted
+ * under `full`, when the map is full). */
+static __always_inline struct hist *hist_add(void *map, const void *key, __u64 ns, __u32 full)
+{
+	struct hist *h = lookup_or_init(map, key, &zero_hist, full);
+
+	if (h)
+		hist_record(h, ns);
+	return h;
 }
 
 static __always_inline __u16 current_phase(void)

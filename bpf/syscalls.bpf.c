@@ -157,7 +157,6 @@ struct {
 	__type(value, __u64);
 } waits_walked SEC(".maps");
 
-const struct hist zero_hist = {};
 const __u64 zero_count = 0;
 const struct rq_classes zero_rqs = {};
 const __u8 one = 1;
@@ -321,33 +320,18 @@ static __always_inline void add_offcpu(struct op_key *opk, __s32 stackid, __u32 
 
 	__builtin_memcpy(key.waker_comm, waker->comm, COMM_LEN);
 
-	v = bpf_map_lookup_elem(&offcpu, &key);
-	if (!v) {
-		bpf_map_update_elem(&offcpu, &key, &zero, BPF_NOEXIST);
-		v = bpf_map_lookup_elem(&offcpu, &key);
-		if (!v) {
-			count_drop(DROP_OFFCPU_FULL);
-			return;
-		}
-	}
+	v = lookup_or_init(&offcpu, &key, &zero, DROP_OFFCPU_FULL);
+	if (!v)
+		return;
 	__sync_fetch_and_add(&v->count, count);
 	__sync_fetch_and_add(&v->total_ns, ns);
 }
 
 static __always_inline void add_op(struct op_key *key, __u64 delta, long ret)
 {
-	struct hist *h = bpf_map_lookup_elem(&op_hist, key);
+	struct hist *h = hist_add(&op_hist, key, delta, DROP_OPS_FULL);
 
-	if (!h) {
-		bpf_map_update_elem(&op_hist, key, &zero_hist, BPF_NOEXIST);
-		h = bpf_map_lookup_elem(&op_hist, key);
-		if (!h) {
-			count_drop(DROP_OPS_FULL);
-			return;
-		}
-	}
-	hist_record(h, delta);
-	if (ret > 0)
+	if (h && ret > 0)
 		__sync_fetch_and_add(&h->ret_sum, ret);
 }
 
@@ -530,16 +514,10 @@ static __always_inline void worker_switch_in(__u32 tid, __u64 now)
 	key.phase = w->phase;
 	key.stackid = w->out_stack;
 	key.runnable = w->out_runnable;
-	v = bpf_map_lookup_elem(&worker_offcpu, &key);
-	if (!v) {
-		bpf_map_update_elem(&worker_offcpu, &key, &zero, BPF_NOEXIST);
-		v = bpf_map_lookup_elem(&worker_offcpu, &key);
-	}
+	v = lookup_or_init(&worker_offcpu, &key, &zero, DROP_WORKER_FULL);
 	if (v) {
 		__sync_fetch_and_add(&v->count, 1);
 		__sync_fetch_and_add(&v->total_ns, now - w->out_ns);
-	} else {
-		count_drop(DROP_WORKER_FULL);
 	}
 	if (!w->out_runnable)
 		w->blocked_ns += now - w->out_ns;
@@ -684,16 +662,9 @@ int on_sample(struct bpf_perf_event_data *ctx)
 	key.stackid = get_stack(ctx);
 	if (key.stackid < 0)
 		count_drop(DROP_SAMPLE_STACK);
-	n = bpf_map_lookup_elem(&samples, &key);
-	if (!n) {
-		bpf_map_update_elem(&samples, &key, &zero, BPF_NOEXIST);
-		n = bpf_map_lookup_elem(&samples, &key);
-		if (!n) {
-			count_drop(DROP_SAMPLES_FULL);
-			return 0;
-		}
-	}
-	__sync_fetch_and_add(n, 1);
+	n = lookup_or_init(&samples, &key, &zero, DROP_SAMPLES_FULL);
+	if (n)
+		__sync_fetch_and_add(n, 1);
 	return 0;
 }
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /* `fsprof verify`: what the kernel did while a short probe workload ran on one filesystem, as
- * counts (and, for the few timed events, a ring buffer of records), so that profiler/verify*.py
+ * counts (and, for the few timed events, a ring buffer of records), so that profiler/verify/
  * can say whether a barrier, writeback, journal or mount setting took effect.
  *
  * Loaded on its own for the length of one verify (it shares no map with the run's collector).
@@ -21,7 +21,7 @@ char LICENSE[] SEC("license") = "GPL";
 #define N_WB_REASONS 16
 #define N_COMPRESS 8
 
-/* vdevs value bits (profiler/verify_probe.py fills them). */
+/* vdevs value bits (profiler/verify/probe.py fills them). */
 #define VDEV_FS 1      /* a device the filesystem submits bios to (block_bio_queue's bio->bi_bdev) */
 #define VDEV_DISK 2    /* a disk whose requests are counted (block_rq_*: the whole disk) */
 
@@ -40,7 +40,7 @@ struct verify_cfg {
 	char bdi[BDI_LEN];       /* the bdi the filesystem writes back through, as writeback_* name it */
 };
 
-/* Counters, all for the filesystem under test; mirrored by COUNTERS in profiler/verify_probe.py. */
+/* Counters, all for the filesystem under test; mirrored by COUNTERS in profiler/verify/probe.py. */
 enum vcounter {
 	VC_BIO_WRITE = 0,        /* block_bio_queue: write bios (with data) */
 	VC_BIO_FLUSH,            /* bios asking for a cache flush: REQ_PREFLUSH (empty or with data) or REQ_OP_FLUSH */
@@ -101,7 +101,7 @@ struct vstat {
 	__u64 sum;
 };
 
-/* Timed records for profiler/verify_probe.py (rare events only). */
+/* Timed records for profiler/verify/probe.py (rare events only). */
 enum vevent_kind {
 	EV_JBD2_COMMIT = 1,      /* a = tid, b = jiffies the transaction ran, c = blocks logged, d = blocks */
 	EV_BTRFS_COMMIT = 2,     /* a = generation, b = 1 if by the btrfs-transaction kthread */
@@ -407,37 +407,19 @@ int on_global_dirty_state(struct trace_event_raw_global_dirty_state *ctx)
 	return 0;
 }
 
-/* The raw arguments differ: (wb, dtc, dirty_ratelimit, task_ratelimit, dirtied, period, pause,
- * start_time) since 6.15, where the tracepoint's limit is dtc->limit; (wb, thresh, bg_thresh,
- * dirty, bdi_thresh, bdi_dirty, dirty_ratelimit, task_ratelimit, dirtied, period, pause,
- * start_time) on 6.1 and 6.12, where it is global_wb_domain.dirty_limit (global_dirty_limit(),
- * compat.h). dtc->limit existing is the
- * CO-RE constant that picks the layout (clang 14 cannot ask the prototype itself). */
+/* The argument layout differs by kernel: read_bdp_event() (compat.h) reads either. */
 SEC("tp_btf/balance_dirty_pages")
 int BPF_PROG(on_balance_dirty_pages, struct bdi_writeback *wb)
 {
-	unsigned long long *args = ctx;
-	__u64 limit = 0;
-	bool paused;
+	struct bdp_event e = {};
 
 	if (!is_probe())
 		return 0;
-	/* Each branch reads its own argument: one load of a chosen offset would be a load from a
-	 * computed ctx address, which the verifier refuses. */
-	if (bpf_core_field_exists(struct dirty_throttle_control, limit)) {
-		struct dirty_throttle_control *dtc = (void *)args[1];
-
-		limit = BPF_CORE_READ(dtc, limit);
-		paused = (long)args[6] > 0;
-	} else {
-		paused = (long)args[10] > 0;
-		barrier_var(paused);
-		limit = global_dirty_limit();
-	}
+	read_bdp_event(ctx, &e);
 	count(VC_BDP, 1);
-	if (paused)
+	if (e.pause > 0)
 		count(VC_BDP_PAUSED, 1);
-	stat_add(VS_BDP_LIMIT, limit);
+	stat_add(VS_BDP_LIMIT, e.limit);
 	return 0;
 }
 

@@ -313,69 +313,10 @@ static __always_inline void keep_min_max(__u64 *lo, __u64 *hi, __u64 v, bool fir
 
 /* ---- dirty throttling ---- */
 
-/* balance_dirty_pages' raw arguments. Since 6.15 (the host's 6.18): (wb, dtc, dirty_ratelimit,
- * task_ratelimit, dirtied, period, pause, start_time), the throttle control itself, and the
- * tracepoint takes the hard limit from dtc->limit. Before (6.1, 6.12): (wb, thresh, bg_thresh,
- * dirty, bdi_thresh, bdi_dirty, then the same six) as scalars, and the limit from global_wb_domain.
- * One series (6.15, and 6.14.y's stable backport) made both changes: the dtc argument, then
- * dtc->limit (which needs it). So dtc->limit existing is the CO-RE constant that picks the layout;
- * bpf_core_type_matches() on a flavoured btf_trace_balance_dirty_pages typedef would ask the
- * prototype itself, but clang 14 (Debian 12's) cannot emit that relocation. A kernel with the
- * argument but not the field would take the scalar branch and its reads past the prototype: the
- * verifier refuses the program (left out, not wrong). */
-
 /* 6.1's and 6.12's limit is global_dirty_limit() (compat.h). CONFIG_HZ, like global_wb_domain's
  * address, comes in the loader's kernel_flags (found once per boot): a __kconfig or __ksym would
  * make libbpf read the kernel config or kallsyms at every load. */
 #define HZ_IF_UNKNOWN 250          /* Debian's and the host's CONFIG_HZ */
-
-/* The figures of a balance_dirty_pages event the program keeps, as its TP_fast_assign computes
- * them: freerun = (thresh + bg_thresh) / 2, setpoint = (limit + freerun) / 2, wb_setpoint =
- * setpoint * wb_thresh / (thresh + 1), ratelimits in KB/s, dirtied an unsigned int. */
-struct bdp_event {
-	__u64 limit, setpoint, dirty, wb_setpoint, wb_dirty;
-	__u64 dirty_ratelimit, task_ratelimit;
-	__u32 dirtied;
-	__s64 pause;       /* jiffies: the tracepoint's pause is pause * 1000 / HZ ms */
-};
-
-/* Which argument layout this kernel has is a CO-RE constant: the other branch, whose context reads
- * may lie beyond this kernel's prototype, is removed at load. */
-static __always_inline void read_bdp_event(unsigned long long *ctx, struct bdp_event *e)
-{
-	unsigned long thresh, bg_thresh, wb_thresh, freerun;
-
-	if (bpf_core_field_exists(struct dirty_throttle_control, limit)) {
-		struct dirty_throttle_control *dtc = (void *)ctx[1];
-
-		thresh = BPF_CORE_READ(dtc, thresh);
-		bg_thresh = BPF_CORE_READ(dtc, bg_thresh);
-		e->limit = BPF_CORE_READ(dtc, limit);
-		e->dirty = BPF_CORE_READ(dtc, dirty);
-		wb_thresh = BPF_CORE_READ(dtc, wb_thresh);
-		e->wb_dirty = BPF_CORE_READ(dtc, wb_dirty);
-		e->dirty_ratelimit = ctx[2];
-		e->task_ratelimit = ctx[3];
-		e->dirtied = ctx[4];
-		e->pause = ctx[6];
-	} else {
-		thresh = ctx[1];
-		bg_thresh = ctx[2];
-		e->dirty = ctx[3];
-		wb_thresh = ctx[4];
-		e->wb_dirty = ctx[5];
-		e->dirty_ratelimit = ctx[6];
-		e->task_ratelimit = ctx[7];
-		e->dirtied = ctx[8];
-		e->pause = ctx[10];
-		e->limit = global_dirty_limit();
-	}
-	freerun = (thresh + bg_thresh) / 2;
-	e->setpoint = (e->limit + freerun) / 2;
-	e->wb_setpoint = e->setpoint * wb_thresh / (thresh + 1);
-	e->dirty_ratelimit <<= KBPS_SHIFT;
-	e->task_ratelimit <<= KBPS_SHIFT;
-}
 
 /* writeback:balance_dirty_pages: a task dirtying pages of this bdi is over its share of the dirty
  * limit. Fires in that task, with the pause it is about to sleep; pause <= 0: no sleep. */
@@ -409,8 +350,8 @@ int BPF_PROG(on_balance_dirty_pages, struct bdi_writeback *wb)
 	__sync_fetch_and_add(&v->dirty_sum, e.dirty);
 	v->wb_dirty_last = e.wb_dirty;
 	v->wb_setpoint_last = e.wb_setpoint;
-	v->task_ratelimit_last = e.task_ratelimit;
-	v->dirty_ratelimit_last = e.dirty_ratelimit;
+	v->task_ratelimit_last = e.task_ratelimit << KBPS_SHIFT;
+	v->dirty_ratelimit_last = e.dirty_ratelimit << KBPS_SHIFT;
 	keep_min_max(&v->limit_min, &v->limit_max, e.limit, first);
 	keep_min_max(&v->dirty_min, &v->dirty_max, e.dirty, first);
 	/* pause * 1000 / HZ ms is <= 0 exactly when pause is (HZ <= 1000) */

@@ -234,7 +234,6 @@ struct {
 } grant_state SEC(".maps");
 
 /* A struct hist is 4.7 KiB, too big for the BPF stack: new histograms are copied from this. */
-const struct hist zero_hist = {};
 
 static __always_inline bool traced_dev(__u32 dev)
 {
@@ -308,16 +307,9 @@ PLACE_CALL(xfs_link)
 static __always_inline struct xlog_counts *counts_of(__u32 dev, __u16 phase)
 {
 	struct xfs_key key = { .dev = dev, .phase = phase };
-	struct xlog_counts *c, zero = {};
+	struct xlog_counts zero = {};
 
-	c = bpf_map_lookup_elem(&xlog_counts, &key);
-	if (c)
-		return c;
-	bpf_map_update_elem(&xlog_counts, &key, &zero, BPF_NOEXIST);
-	c = bpf_map_lookup_elem(&xlog_counts, &key);
-	if (!c)
-		count_drop(DROP_FS_FULL);
-	return c;
+	return lookup_or_init(&xlog_counts, &key, &zero, DROP_FS_FULL);
 }
 
 /* The counters of dev in the current phase. */
@@ -326,37 +318,21 @@ static __always_inline struct xlog_counts *counts_now(__u32 dev)
 	return counts_of(dev, current_phase());
 }
 
-static __always_inline void hist_add(__u32 dev, __u16 phase, __u16 which, __u64 delta)
+/* Records delta into dev's histogram `which` (XH_*) in phase. */
+static __always_inline void xlog_hist_add(__u32 dev, __u16 phase, __u16 which, __u64 delta)
 {
 	struct hist_key key = { .dev = dev, .phase = phase, .which = which };
-	struct hist *h;
 
-	h = bpf_map_lookup_elem(&xlog_hists, &key);
-	if (!h) {
-		bpf_map_update_elem(&xlog_hists, &key, &zero_hist, BPF_NOEXIST);
-		h = bpf_map_lookup_elem(&xlog_hists, &key);
-		if (!h) {
-			count_drop(DROP_FS_FULL);
-			return;
-		}
-	}
-	hist_record(h, delta);
+	hist_add(&xlog_hists, &key, delta, DROP_FS_FULL);
 }
 
 static __always_inline void count_u64(void *map, void *key)
 {
 	__u64 *n, zero = 0;
 
-	n = bpf_map_lookup_elem(map, key);
-	if (!n) {
-		bpf_map_update_elem(map, key, &zero, BPF_NOEXIST);
-		n = bpf_map_lookup_elem(map, key);
-		if (!n) {
-			count_drop(DROP_FS_FULL);
-			return;
-		}
-	}
-	__sync_fetch_and_add(n, 1);
+	n = lookup_or_init(map, key, &zero, DROP_FS_FULL);
+	if (n)
+		__sync_fetch_and_add(n, 1);
 }
 
 /* ---- Log forces ---------------------------------------------------------------------------- */
@@ -516,7 +492,7 @@ int BPF_PROG(on_iclog_sync_done, struct xlog_in_core *iclog, unsigned long calle
 		return 0;
 	}
 	io->done_ns = now;
-	hist_add(dev, io->phase, XH_ICLOG_WRITE, now - io->sync_ns);
+	xlog_hist_add(dev, io->phase, XH_ICLOG_WRITE, now - io->sync_ns);
 	if ((c = counts_of(dev, io->phase)))
 		__sync_fetch_and_add(&c->iclog_done, 1);
 	return 0;
@@ -543,17 +519,11 @@ int BPF_PROG(on_iclog_wait_on, struct xlog_in_core *iclog, unsigned long caller_
 	count_u64(&force_waits, &key);
 	if (!key.slept)
 		return 0;
-	w = bpf_map_lookup_elem(&iclog_waiters, &ptr);
-	if (!w) {
-		fresh.dev = dev;
-		fresh.phase = key.phase;
-		bpf_map_update_elem(&iclog_waiters, &ptr, &fresh, BPF_NOEXIST);
-		w = bpf_map_lookup_elem(&iclog_waiters, &ptr);
-		if (!w) {
-			count_drop(DROP_FS_FULL);
-			return 0;
-		}
-	}
+	fresh.dev = dev;
+	fresh.phase = key.phase;
+	w = lookup_or_init(&iclog_waiters, &ptr, &fresh, DROP_FS_FULL);
+	if (!w)
+		return 0;
 	__sync_fetch_and_add(&w->n, 1);
 	__sync_fetch_and_add(&w->start_sum, bpf_ktime_get_ns());
 	return 0;
@@ -707,7 +677,7 @@ int BPF_PROG(on_grant_wake, struct xlog *log, struct xlog_ticket *tic)
 	if (!g || !g->sleep_ns)
 		return 0;
 	delta = bpf_ktime_get_ns() - g->sleep_ns;
-	hist_add(g->dev, g->phase, XH_GRANT_SLEEP, delta);
+	xlog_hist_add(g->dev, g->phase, XH_GRANT_SLEEP, delta);
 	if (g->kthread && (c = counts_of(g->dev, g->phase)))
 		__sync_fetch_and_add(&c->grant_sleep_kthread_ns, delta);
 	g->sleep_ns = 0;
@@ -826,7 +796,7 @@ int BPF_PROG(on_work_end, struct work_struct *work)
 	which = w->kind == WORKER_XFS_CIL_PUSH ? XH_CIL_PUSH : XH_LOG_WORKER;
 	start = worker_end();
 	if (start)
-		hist_add(dev, phase, which, bpf_ktime_get_ns() - start);
+		xlog_hist_add(dev, phase, which, bpf_ktime_get_ns() - start);
 	return 0;
 }
 
@@ -842,15 +812,9 @@ static __always_inline void count_alloc(__u32 dev, __u8 event, __u64 blocks)
 	key.phase = current_phase();
 	key.kthread = in_kthread();
 	key.nr = current_syscall(key.kthread);
-	v = bpf_map_lookup_elem(&xfs_alloc, &key);
-	if (!v) {
-		bpf_map_update_elem(&xfs_alloc, &key, &zero, BPF_NOEXIST);
-		v = bpf_map_lookup_elem(&xfs_alloc, &key);
-		if (!v) {
-			count_drop(DROP_FS_FULL);
-			return;
-		}
-	}
+	v = lookup_or_init(&xfs_alloc, &key, &zero, DROP_FS_FULL);
+	if (!v)
+		return;
 	__sync_fetch_and_add(&v->count, 1);
 	__sync_fetch_and_add(&v->blocks, blocks);
 }

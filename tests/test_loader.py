@@ -102,8 +102,14 @@ def test_hash_map_update_lookup_clear_and_size_check():
         assert tgids.lookup(c.c_uint32(22)) == 1
         tgids.clear()
         assert tgids.keys() == []
-        with pytest.raises(FsprofError, match="out of date"):
+        with pytest.raises(FsprofError, match="op_hist's Python mirror differs.*bytes in Python"):
             obj.map("op_hist", maps.OpKey, maps.BlkVal)
+
+        class SwappedKey(c.Structure):   # the size of struct op_key, two fields swapped
+            _fields_ = [("dev", c.c_uint32), ("phase", c.c_uint16), ("nr", c.c_uint16)]
+
+        with pytest.raises(FsprofError, match=r"key \(struct op_key\)\.nr: Python has phase there"):
+            obj.map("op_hist", SwappedKey, maps.Hist)
 
 
 def compile_bpf(tmp_path, name, source):

@@ -14,7 +14,7 @@ from pathlib import Path
 from ..errors import FsprofError
 from .. import signals
 from ..machine import tracefs
-from . import kernel_flags, maps
+from . import btf_layout, kernel_flags, maps
 from .core_btf import VMLINUX_BTF, core_btf
 from .libbpf import (Map, RingBuffer, SharedMap, _errno_text, _log, _log_lines, check_privileges, libbpf,
                      online_cpus, perf_event_open_sampling, prog_run_stats)
@@ -315,7 +315,9 @@ class BpfObject:
 
     def map(self, name, key_type, value_type):
         if name not in self._maps:
-            self._maps[name] = Map(name, self._map_handle(name), key_type, value_type)
+            btf = libbpf().bpf_object__btf(self._obj)
+            self._maps[name] = Map(name, self._map_handle(name), key_type, value_type,
+                                   btf_layout.Btf(libbpf(), btf) if btf else None)
         return self._maps[name]
 
     def ring_buffer(self, name, callback):

@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 
 from ..errors import FsprofError
+from . import btf_layout
 
 _c = ctypes
 _vp = _c.c_void_p
@@ -99,6 +100,7 @@ def _signatures(lib):
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = res, args
+    btf_layout.declare(lib)
 
 
 def libbpf():
@@ -146,17 +148,23 @@ BPF_NOEXIST, BPF_ANY = 1, 0
 class Map:
     """A BPF map with ctypes key and value types mirroring the C structs."""
 
-    def __init__(self, name, handle, key_type, value_type):
+    def __init__(self, name, handle, key_type, value_type, btf=None):
+        """btf: the object's (btf_layout.Btf), to check the mirrors field by field; else by size."""
         lib = libbpf()
         self.name = name
         self.fd = lib.bpf_map__fd(handle)
         self.percpu = lib.bpf_map__type(handle) in _PERCPU_TYPES
         self.key_type, self.value_type = key_type, value_type
-        for what, ctype, size in (("key", key_type, lib.bpf_map__key_size(handle)),
-                                  ("value", value_type, lib.bpf_map__value_size(handle))):
-            if _c.sizeof(ctype) != size:
-                raise FsprofError(f"map {name}: the Python {what} type is {_c.sizeof(ctype)} bytes but the "
-                                  f"BPF object says {size}; profiler/trace/maps.py is out of date with bpf/")
+        for what, ctype, size, type_id in (
+                ("key", key_type, lib.bpf_map__key_size(handle), lib.bpf_map__btf_key_type_id(handle)),
+                ("value", value_type, lib.bpf_map__value_size(handle), lib.bpf_map__btf_value_type_id(handle))):
+            if btf is not None and type_id:
+                wrong = btf.mismatch(ctype, type_id, what)
+            else:
+                wrong = None if _c.sizeof(ctype) == size else f"{what}: {_c.sizeof(ctype)} bytes in Python, {size} in C"
+            if wrong:
+                raise FsprofError(f"map {name}'s Python mirror differs from bpf/'s struct ({wrong}); "
+                                  "update it in profiler/trace/maps.py or profiler/behind/")
         self.ncpus = lib.libbpf_num_possible_cpus() if self.percpu else 1
         # Per-CPU values come back as one 8-byte-aligned slot per possible CPU.
         self._slot = (_c.sizeof(value_type) + 7) & ~7

@@ -1,5 +1,5 @@
-"""Python mirrors of the structs in bpf/fsprof.h. The loader checks each size against the map's
-BTF-declared size at open, so a change on one side without the other fails at once."""
+"""Python mirrors of the structs in bpf/fsprof.h. The loader checks each against the object's BTF
+field by field at open (btf_layout.py), so a change on one side without the other fails at once."""
 
 import ctypes as c
 
