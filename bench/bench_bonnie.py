@@ -41,8 +41,12 @@ def parse_args():
     ap.add_argument("--repeats", type=int, default=5, help="pairs of runs (default 5)")
     ap.add_argument("--image-size", type=int, default=3, help="scratch image in GiB (default 3)")
     ap.add_argument("--keep-caches", action="store_true", help="do not drop caches before each test")
-    ap.add_argument("--warmup", type=int, default=1,
-                    help="discarded runs first: the sparse image's first writes allocate host blocks (default 1)")
+    ap.add_argument(
+        "--warmup",
+        type=int,
+        default=1,
+        help="discarded runs first: the sparse image's first writes allocate host blocks (default 1)",
+    )
     ap.add_argument("--scratch-dir", default="/var/tmp/fsprof/bench-scratch")
     return ap.parse_args()
 
@@ -57,8 +61,20 @@ def start(changes, argv, **kw):
 
 def run_ours(changes, workdir, args):
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        argv = [sys.executable, "-m", "workloads.bonnie", "--result", out.name, "-s", str(args.size),
-                "-n", "0", "-f", "-m", "bench"] + (["--no-drop-caches"] if args.keep_caches else [])
+        argv = [
+            sys.executable,
+            "-m",
+            "workloads.bonnie",
+            "--result",
+            out.name,
+            "-s",
+            str(args.size),
+            "-n",
+            "0",
+            "-f",
+            "-m",
+            "bench",
+        ] + (["--no-drop-caches"] if args.keep_caches else [])
         status = start(changes, argv, cwd=workdir, env={**os.environ, "PYTHONPATH": REPO}).wait()
         result = json.load(open(out.name))
     if status != 0 or "error" in result:
@@ -68,8 +84,23 @@ def run_ours(changes, workdir, args):
 
 
 def bonnie_argv(workdir, args):
-    argv = ["bonnie++", "-d", workdir, "-s", str(args.size), "-n", "0", "-f", "-r", "0", "-u", "root",
-            "-m", "bench", "-q"]
+    argv = [
+        "bonnie++",
+        "-d",
+        workdir,
+        "-s",
+        str(args.size),
+        "-n",
+        "0",
+        "-f",
+        "-r",
+        "0",
+        "-u",
+        "root",
+        "-m",
+        "bench",
+        "-q",
+    ]
     return argv if args.keep_caches else argv + ["-y", "p"]
 
 
@@ -130,9 +161,11 @@ def summary(ours, theirs):
             print(f"{test:<8} bonnie++ shows +++++ (under 0.5 s) in every run: use a larger --size")
             continue
         ratios = [o / b for o, b in pairs]
-        print(f"{test:<8} {statistics.median(o for o, _ in pairs):12.0f} "
-              f"{statistics.median(b for _, b in pairs):13.0f} {statistics.median(ratios):10.3f} "
-              f"{min(ratios):6.3f} {max(ratios):6.3f}  ({len(pairs)} pairs)")
+        print(
+            f"{test:<8} {statistics.median(o for o, _ in pairs):12.0f} "
+            f"{statistics.median(b for _, b in pairs):13.0f} {statistics.median(ratios):10.3f} "
+            f"{min(ratios):6.3f} {max(ratios):6.3f}  ({len(pairs)} pairs)"
+        )
 
 
 def run_pair(index, changes, workdir, mountpoint, args):
@@ -144,8 +177,13 @@ def run_pair(index, changes, workdir, mountpoint, args):
     else:
         theirs = run_bonnie(changes, workdir, mountpoint, args)
         ours = run_ours(changes, workdir, args)
-    print(f"pair {index + 1}: ours " + " ".join(f"{t}={ours[t]:.0f}" for t in TESTS) +
-          " | bonnie++ " + " ".join(f"{t}={theirs[t] or '+++++'}" for t in TESTS), flush=True)
+    print(
+        f"pair {index + 1}: ours "
+        + " ".join(f"{t}={ours[t]:.0f}" for t in TESTS)
+        + " | bonnie++ "
+        + " ".join(f"{t}={theirs[t] or '+++++'}" for t in TESTS),
+        flush=True,
+    )
     return ours, theirs
 
 
@@ -154,16 +192,21 @@ def main():
     install_handlers()
     with Changes() as changes:
         os.makedirs(args.scratch_dir, exist_ok=True)
-        sfs = provision(changes, FsConfig("ext4", size_bytes=args.image_size << 30, label="bench-bonnie", loop_io="buffered"),
-                        scratch_dir=args.scratch_dir)
+        sfs = provision(
+            changes,
+            FsConfig("ext4", size_bytes=args.image_size << 30, label="bench-bonnie", loop_io="buffered"),
+            scratch_dir=args.scratch_dir,
+        )
         workdir = os.path.join(sfs.mountpoint, "work")
         os.mkdir(workdir)
         for _ in range(args.warmup):
             run_ours(changes, workdir, args)
         pairs = [run_pair(i, changes, workdir, sfs.mountpoint, args) for i in range(args.repeats)]
     caches = "kept" if args.keep_caches else "dropped before each test (both sides)"
-    print(f"\next4 on a {args.image_size} GiB loop image, -s {args.size} -n 0 -f, caches {caches}, "
-          f"{args.repeats} pairs after {args.warmup} discarded run(s)")
+    print(
+        f"\next4 on a {args.image_size} GiB loop image, -s {args.size} -n 0 -f, caches {caches}, "
+        f"{args.repeats} pairs after {args.warmup} discarded run(s)"
+    )
     summary([o for o, _ in pairs], [t for _, t in pairs])
 
 

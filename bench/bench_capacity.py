@@ -41,11 +41,17 @@ from profiler.trace import maps  # noqa: E402
 IO_CALLS = ("pread64", "pwrite64", "fsync")  # what the engine's reads, writes and fsyncs are (sync mode)
 BASE = ["--file-test-mode", "rndwr", "--file-total-size", "64M"]
 ROWS = {
-    "syscalls": {"args": BASE + ["--file-num", "128", "--file-fsync-freq", "1"], "seconds": 20,
-                 "what": "fsync-heavy rndwr, fsync round over 128 files after every write"},
-    "switches": {"args": BASE + ["--file-num", "16", "--file-fsync-all", "on", "--threads", "2"],
-                 "seconds": 600 if LONG else 60, "long": True,
-                 "what": "fsync-heavy rndwr, fsync after every write, 2 threads"},
+    "syscalls": {
+        "args": BASE + ["--file-num", "128", "--file-fsync-freq", "1"],
+        "seconds": 20,
+        "what": "fsync-heavy rndwr, fsync round over 128 files after every write",
+    },
+    "switches": {
+        "args": BASE + ["--file-num", "16", "--file-fsync-all", "on", "--threads", "2"],
+        "seconds": 600 if LONG else 60,
+        "long": True,
+        "what": "fsync-heavy rndwr, fsync after every write, 2 threads",
+    },
 }
 
 
@@ -78,6 +84,7 @@ def map_memlock(pid):
 
 def engine_argv(args, seconds):
     from workloads import fsync_heavy
+
     wl = fsync_heavy.parser().parse_args(args + ["--time", str(seconds)])
     fsync_heavy.check(wl)
     return fsync_heavy.engine_argv(fsync_heavy.params(wl))
@@ -90,9 +97,14 @@ def run_row(changes, sfs, name, row, seconds):
     sh("sync", "-f", sfs.mountpoint)
     wl = Gated(changes, engine_argv(row["args"], seconds), workdir)
     with tempfile.TemporaryDirectory(prefix="bench-capacity-") as out:
-        rec = subprocess.Popen([PY, "-m", "profiler", "record", "--pid", str(wl.pid), "-o", f"{out}/run"],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                      cwd=REPO, start_new_session=True)
+        rec = subprocess.Popen(
+            [PY, "-m", "profiler", "record", "--pid", str(wl.pid), "-o", f"{out}/run"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            start_new_session=True,
+        )
         record_process(changes, rec.pid)
         try:
             wait_recording(rec)
@@ -140,15 +152,25 @@ def watch(rec, wl, disk):
             break  # from here fsprof snapshots and reports: not part of the recording
         try:
             rss, hwm = rss_kib(rec.pid)
-            samples.append({"t": time.monotonic() - t0, "cpu_s": cpu_seconds(rec.pid) - cpu0, "rss_kib": rss,
-                            "hwm_kib": hwm, "maps_bytes": map_memlock(rec.pid)})
+            samples.append(
+                {
+                    "t": time.monotonic() - t0,
+                    "cpu_s": cpu_seconds(rec.pid) - cpu0,
+                    "rss_kib": rss,
+                    "hwm_kib": hwm,
+                    "maps_bytes": map_memlock(rec.pid),
+                }
+            )
             progs = own_prog_stats(rec.pid) or progs
         except (OSError, KeyError):
             break  # fsprof is finishing: the workload just ended
     elapsed = time.monotonic() - t0
-    return samples, {"elapsed": elapsed, "ctxt": read_ctxt() - ctxt0,
-                     "blk": blockdev.stat_delta(blk0, blockdev.read_stat(disk)),
-                     "recursion_misses": sum(p["recursion_misses"] for p in progs)}
+    return samples, {
+        "elapsed": elapsed,
+        "ctxt": read_ctxt() - ctxt0,
+        "blk": blockdev.stat_delta(blk0, blockdev.read_stat(disk)),
+        "recursion_misses": sum(p["recursion_misses"] for p in progs),
+    }
 
 
 def summarize(name, row, run, fs, samples, fig):
@@ -161,38 +183,56 @@ def summarize(name, row, run, fs, samples, fig):
     traced = sum(phase.get("syscalls", {}).get(op, {}).get("count", 0) for op in IO_CALLS)
     last = samples[-1] if samples else {}
     return {
-        "row": name, "what": row["what"], "seconds": secs,
+        "row": name,
+        "what": row["what"],
+        "seconds": secs,
         "syscalls_per_s": (run["reads"] + run["writes"] + run["fsyncs"]) / secs,
-        "workload_calls": run["reads"] + run["writes"] + run["fsyncs"], "fsprof_calls": traced,
+        "workload_calls": run["reads"] + run["writes"] + run["fsyncs"],
+        "fsprof_calls": traced,
         "ctxt_per_s": fig["ctxt"] / fig["elapsed"],
         "blk_requests_per_s": requests / fig["elapsed"],
         "lost": sum(drops.values()) + fig["recursion_misses"],
-        "drops": drops, "recursion_misses": fig["recursion_misses"],
-        "cpu_s": last.get("cpu_s"), "cpu_pct": 100 * last.get("cpu_s", 0) / fig["elapsed"],
-        "rss_first_kib": samples[0]["rss_kib"] if samples else None, "rss_last_kib": last.get("rss_kib"),
+        "drops": drops,
+        "recursion_misses": fig["recursion_misses"],
+        "cpu_s": last.get("cpu_s"),
+        "cpu_pct": 100 * last.get("cpu_s", 0) / fig["elapsed"],
+        "rss_first_kib": samples[0]["rss_kib"] if samples else None,
+        "rss_last_kib": last.get("rss_kib"),
         "hwm_kib": max((s["hwm_kib"] for s in samples), default=None),
-        "maps_mib": last.get("maps_bytes", 0) / (1 << 20), "samples": samples,
+        "maps_mib": last.get("maps_bytes", 0) / (1 << 20),
+        "samples": samples,
     }
 
 
 def render(rows):
-    lines = ["| workload (ext4 barrier=0) | run | syscalls/s | context switches/s (all CPUs) | block requests/s | "
-             "lost events | fsprof CPU | fsprof RSS first → last (peak) | BPF maps |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| workload (ext4 barrier=0) | run | syscalls/s | context switches/s (all CPUs) | block requests/s | "
+        "lost events | fsprof CPU | fsprof RSS first → last (peak) | BPF maps |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lost = f"{r['lost']:,}" + (" (" + ", ".join(f"{k} {v:,}" for k, v in r["drops"].items()) + ")"
-                                   if r["drops"] else "")
+        lost = f"{r['lost']:,}" + (
+            " (" + ", ".join(f"{k} {v:,}" for k, v in r["drops"].items()) + ")" if r["drops"] else ""
+        )
         lines.append(
             f"| {r['what']} | {r['seconds']:.0f} s | {r['syscalls_per_s']:,.0f} (counted by the workload "
-            f"{r['workload_calls']:,}, by fsprof {r['fsprof_calls']:,}) | {r['ctxt_per_s']:,.0f} | {r['blk_requests_per_s']:,.0f} | {lost} | "
+            f"{r['workload_calls']:,}, by fsprof {r['fsprof_calls']:,}) | {r['ctxt_per_s']:,.0f} | "
+            f"{r['blk_requests_per_s']:,.0f} | {lost} | "
             f"{r['cpu_s']:.2f} s ({r['cpu_pct']:.2f}% of a core) | {r['rss_first_kib'] / 1024:.1f} → "
-            f"{r['rss_last_kib'] / 1024:.1f} MiB ({r['hwm_kib'] / 1024:.1f}) | {r['maps_mib']:.0f} MiB |")
-    note = ("the switches row is the long run: 10 minutes here (BENCH_LONG=1)" if LONG else
-            "the switches row is the long run: 60 s by default, 10 minutes with `make bench BENCH_LONG=1`")
+            f"{r['rss_last_kib'] / 1024:.1f} MiB ({r['hwm_kib'] / 1024:.1f}) | {r['maps_mib']:.0f} MiB |"
+        )
+    note = (
+        "the switches row is the long run: 10 minutes here (BENCH_LONG=1)"
+        if LONG
+        else "the switches row is the long run: 60 s by default, 10 minutes with `make bench BENCH_LONG=1`"
+    )
     if QUICK:
         note += "; this BENCH_QUICK run gave every row 5 s"
-    lines += ["", f"One run per row; {note}. The rates are the highest these workloads reach on this machine "
-              "while traced; the lost events column says whether fsprof kept up with them."]
+    lines += [
+        "",
+        f"One run per row; {note}. The rates are the highest these workloads reach on this machine "
+        "while traced; the lost events column says whether fsprof kept up with them.",
+    ]
     return "\n".join(lines)
 
 
@@ -201,7 +241,8 @@ HOW = """How: `make bench` (or `.venv/bin/python bench/bench_capacity.py`; `BENC
 gate while `fsprof record --pid PID` starts (a separate process, as a user runs it), and is let go
 once fsprof prints "recording". syscalls/s is the workload's reads+writes+fsyncs per second of its
 run phase; beside it, those calls as the workload counted them and as fsprof counted them
-(pread64 + pwrite64 + fsync in the run phase of result.json): equal when nothing was lost; context switches/s is /proc/stat ctxt (all CPUs); block
+(pread64 + pwrite64 + fsync in the run phase of result.json): equal when nothing was lost; context
+switches/s is /proc/stat ctxt (all CPUs); block
 requests/s is /sys/block/<loop>/stat (reads + writes + flushes completed). fsprof's CPU is the
 user+system time of the `fsprof record` process from "recording" to the workload's end; RSS is
 VmRSS at the first and last one-second sample and VmHWM; BPF maps is the sum of memlock of the

@@ -25,8 +25,16 @@ sys.path.insert(0, str(REPO))
 
 from profiler.views import flamegraph  # noqa: E402
 
-CAUSES = ["journal commit wait", "data writeback wait", "cpu contention", "lock contention", "cache flush",
-          "read I/O wait", "filesystem CPU", "other wait"]
+CAUSES = [
+    "journal commit wait",
+    "data writeback wait",
+    "cpu contention",
+    "lock contention",
+    "cache flush",
+    "read I/O wait",
+    "filesystem CPU",
+    "other wait",
+]
 OPS = ["fsync", "write", "openat", "read", "unlink", "rename", "fdatasync", "close"]
 
 
@@ -58,7 +66,7 @@ def folded_lines(n, seed):
     while len(stacks) < n:
         if stacks and rnd.random() < 0.95:
             parent = rnd.choice(stacks)
-            stack = parent[:rnd.randint(3, len(parent) - 1)]
+            stack = parent[: rnd.randint(3, len(parent) - 1)]
         else:
             stack = (f"[fs{rnd.randint(1, 3)}]", f"[{rnd.choice(OPS)}]", f"[{rnd.choice(CAUSES)}]")
         stack += tuple(rnd.choice(funcs) for _ in range(rnd.randint(max(1, 8 - len(stack)), 12)))
@@ -78,8 +86,10 @@ def main():
         out.mkdir(parents=True, exist_ok=True)
         folded, svg = out / "bench.folded", out / "bench.svg"
         folded.write_text("\n".join(folded_lines(args.lines, args.seed)) + "\n")
-        print(f"{args.lines:,} lines, {folded.stat().st_size / 1e6:.1f} MB folded; "
-              f"{flamegraph.find_tool(flamegraph.FLAMEGRAPH)}")
+        print(
+            f"{args.lines:,} lines, {folded.stat().st_size / 1e6:.1f} MB folded; "
+            f"{flamegraph.find_tool(flamegraph.FLAMEGRAPH)}"
+        )
         times = []
         for i in range(args.repeats + 1):
             start = time.perf_counter()
@@ -88,8 +98,10 @@ def main():
             if i:  # the first render warms the page cache and the binary
                 times.append(elapsed)
                 print(f"render {i}: {elapsed:.3f} s")
-        print(f"median {statistics.median(times):.3f} s, min {min(times):.3f} s, max {max(times):.3f} s; "
-              f"SVG {svg.stat().st_size / 1e6:.1f} MB")
+        print(
+            f"median {statistics.median(times):.3f} s, min {min(times):.3f} s, max {max(times):.3f} s; "
+            f"SVG {svg.stat().st_size / 1e6:.1f} MB"
+        )
 
 
 if __name__ == "__main__":

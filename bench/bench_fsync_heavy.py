@@ -36,8 +36,11 @@ from profiler import filesystems  # noqa: E402
 
 def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--mounts", default="barrier=0;defaults",
-                    help="ext4 mount option sets, separated by ';' (default: 'barrier=0;defaults')")
+    ap.add_argument(
+        "--mounts",
+        default="barrier=0;defaults",
+        help="ext4 mount option sets, separated by ';' (default: 'barrier=0;defaults')",
+    )
     ap.add_argument("--fsync-freqs", default="1,100", help="--file-fsync-freq values (default 1,100)")
     ap.add_argument("--mode", default="rndwr", help="--file-test-mode (default rndwr)")
     ap.add_argument("--file-num", type=int, default=128)
@@ -95,17 +98,30 @@ class ScratchExt4:
 
 
 def common_options(args, freq):
-    return [f"--file-num={args.file_num}", f"--file-total-size={args.file_total_size}",
-            f"--file-test-mode={args.mode}", f"--file-fsync-freq={freq}", f"--time={args.time}",
-            *args.extra.split()]
+    return [
+        f"--file-num={args.file_num}",
+        f"--file-total-size={args.file_total_size}",
+        f"--file-test-mode={args.mode}",
+        f"--file-fsync-freq={freq}",
+        f"--time={args.time}",
+        *args.extra.split(),
+    ]
 
 
 def run_ours(scratch, options):
     """(requests/s, user CPU us per request) of the engine's run phase."""
     result = os.path.join(scratch.tmp, "result.json")
     sh("sync", "-f", scratch.mountpoint)
-    sh(sys.executable, "-m", "workloads.fsync_heavy", "--result", result, *options,
-       cwd=scratch.mountpoint, env={**os.environ, "PYTHONPATH": REPO})
+    sh(
+        sys.executable,
+        "-m",
+        "workloads.fsync_heavy",
+        "--result",
+        result,
+        *options,
+        cwd=scratch.mountpoint,
+        env={**os.environ, "PYTHONPATH": REPO},
+    )
     with open(result) as f:
         run = json.load(f)["run"]
     return run["events"] / (run["elapsed_ns"] / 1e9), run["cpu_user_ns"] / 1e3 / run["events"]
@@ -141,8 +157,11 @@ def run_sysbench(scratch, options):
 def bench_config(args, mount_options, freq):
     options = common_options(args, freq)
     label = f"ext4 {mount_options}, {' '.join(options)}"
-    print(f"\n{label}\n  {'repeat':>6} {'fsync-heavy req/s':>18} {'sysbench req/s':>15} {'ratio':>7}"
-          f" {'user us/req ours':>17} {'sysbench':>9} {'ratio':>7}", flush=True)
+    print(
+        f"\n{label}\n  {'repeat':>6} {'fsync-heavy req/s':>18} {'sysbench req/s':>15} {'ratio':>7}"
+        f" {'user us/req ours':>17} {'sysbench':>9} {'ratio':>7}",
+        flush=True,
+    )
     ratios, cpu_ratios = [], []
     with ScratchExt4(args.scratch_dir, args.image_size, mount_options) as scratch:
         for i in range(args.repeats):
@@ -150,11 +169,16 @@ def bench_config(args, mount_options, freq):
             theirs, theirs_cpu = run_sysbench(scratch, options)
             ratios.append(ours / theirs)
             cpu_ratios.append(ours_cpu / theirs_cpu)
-            print(f"  {i + 1:>6} {ours:>18.0f} {theirs:>15.0f} {ours / theirs:>7.3f}"
-                  f" {ours_cpu:>17.3f} {theirs_cpu:>9.3f} {ours_cpu / theirs_cpu:>7.3f}", flush=True)
-    summary = (f"req/s ratio median {statistics.median(ratios):.3f} (spread {min(ratios):.3f}..{max(ratios):.3f}); "
-               f"user CPU per request ratio median {statistics.median(cpu_ratios):.3f} "
-               f"(spread {min(cpu_ratios):.3f}..{max(cpu_ratios):.3f}); {len(ratios)} pairs")
+            print(
+                f"  {i + 1:>6} {ours:>18.0f} {theirs:>15.0f} {ours / theirs:>7.3f}"
+                f" {ours_cpu:>17.3f} {theirs_cpu:>9.3f} {ours_cpu / theirs_cpu:>7.3f}",
+                flush=True,
+            )
+    summary = (
+        f"req/s ratio median {statistics.median(ratios):.3f} (spread {min(ratios):.3f}..{max(ratios):.3f}); "
+        f"user CPU per request ratio median {statistics.median(cpu_ratios):.3f} "
+        f"(spread {min(cpu_ratios):.3f}..{max(cpu_ratios):.3f}); {len(ratios)} pairs"
+    )
     print(f"  {summary}", flush=True)
     return label, summary
 

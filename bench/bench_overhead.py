@@ -29,22 +29,49 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
-from common import (QUICK, Bpftrace, BpfStats, EmptyProgram, Fsprof, Gated, LibbpfTools, NoTracer,  # noqa: E402
-                    bpf_per_request, busy, fmt, interleaved, prog_rows, ratio_to, sh, spread)
+from common import (
+    QUICK,
+    Bpftrace,
+    BpfStats,
+    EmptyProgram,
+    Fsprof,
+    Gated,
+    LibbpfTools,
+    NoTracer,  # noqa: E402
+    bpf_per_request,
+    busy,
+    fmt,
+    interleaved,
+    prog_rows,
+    ratio_to,
+    sh,
+    spread,
+)
 from profiler.machine.undo import Changes  # noqa: E402
 from profiler.signals import install_handlers  # noqa: E402
 
 # fsprof-sampled: off-CPU and waker stacks walked in 1 of this many calls (fsprof --stack-sample).
 SAMPLED = 8
-FSYNC_ARGS = ["--file-test-mode", "rndwr", "--file-fsync-all", "on", "--file-num", "16",
-              "--file-total-size", "64M"]
+FSYNC_ARGS = ["--file-test-mode", "rndwr", "--file-fsync-all", "on", "--file-num", "16", "--file-total-size", "64M"]
 WORKLOADS = {
-    "fsync-b0": {"title": "fsync-heavy rndwr, fsync after every write, ext4 barrier=0", "kind": "fsync",
-                 "mount": "barrier=0", "gib": 1},
-    "fsync-b1": {"title": "fsync-heavy rndwr, fsync after every write, ext4 barriers on", "kind": "fsync",
-                 "mount": "", "gib": 1},
-    "untar": {"title": "untar: Linux 6.1 source tree, extract then syncfs, ext4", "kind": "untar",
-              "mount": "", "gib": 4},
+    "fsync-b0": {
+        "title": "fsync-heavy rndwr, fsync after every write, ext4 barrier=0",
+        "kind": "fsync",
+        "mount": "barrier=0",
+        "gib": 1,
+    },
+    "fsync-b1": {
+        "title": "fsync-heavy rndwr, fsync after every write, ext4 barriers on",
+        "kind": "fsync",
+        "mount": "",
+        "gib": 1,
+    },
+    "untar": {
+        "title": "untar: Linux 6.1 source tree, extract then syncfs, ext4",
+        "kind": "untar",
+        "mount": "",
+        "gib": 4,
+    },
 }
 
 
@@ -52,20 +79,29 @@ def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=2 if QUICK else 7, help="interleaved rounds (default 7)")
     ap.add_argument("--time", type=float, default=2 if QUICK else 5, help="fsync-heavy run seconds (default 5)")
-    ap.add_argument("--untar-entries", type=int, default=20000 if QUICK else 0,
-                    help="entries to extract; 0: the whole tree (default)")
+    ap.add_argument(
+        "--untar-entries",
+        type=int,
+        default=20000 if QUICK else 0,
+        help="entries to extract; 0: the whole tree (default)",
+    )
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
-    ap.add_argument("--tracers", default="untraced,fsprof,fsprof-sampled,bpftrace,libbpf-tools",
-                    help=f"fsprof-sampled: fsprof --stack-sample {SAMPLED}")
+    ap.add_argument(
+        "--tracers",
+        default="untraced,fsprof,fsprof-sampled,bpftrace,libbpf-tools",
+        help=f"fsprof-sampled: fsprof --stack-sample {SAMPLED}",
+    )
     ap.add_argument("--no-stats", action="store_true", help="skip the bpf_stats runs")
-    ap.add_argument("--stats-rounds", type=int, default=1 if QUICK else 3,
-                    help="interleaved rounds of bpf_stats runs (default 3)")
+    ap.add_argument(
+        "--stats-rounds", type=int, default=1 if QUICK else 3, help="interleaved rounds of bpf_stats runs (default 3)"
+    )
     return ap.parse_args()
 
 
 class FsyncHeavy:
     def __init__(self, changes, sfs, seconds):
         from workloads import fsync_heavy
+
         self.changes, self.sfs = changes, sfs
         wl = fsync_heavy.parser().parse_args(FSYNC_ARGS + ["--time", str(seconds)])
         fsync_heavy.check(wl)
@@ -78,21 +114,34 @@ class FsyncHeavy:
         if status != 0:
             raise SystemExit(f"fsync-heavy engine failed ({status}): {out[-300:]}")
         run = json.loads(out)["run"]
-        return {"rate": run["events"] / (run["elapsed_ns"] / 1e9), "elapsed": run["elapsed_ns"] / 1e9,
-                "events": run["events"], "wall": wall,
-                "cpu_us": (run["cpu_user_ns"] + run["cpu_sys_ns"]) / 1e3 / run["events"], **traced}
+        return {
+            "rate": run["events"] / (run["elapsed_ns"] / 1e9),
+            "elapsed": run["elapsed_ns"] / 1e9,
+            "events": run["events"],
+            "wall": wall,
+            "cpu_us": (run["cpu_user_ns"] + run["cpu_sys_ns"]) / 1e3 / run["events"],
+            **traced,
+        }
 
 
 class Untar:
     def __init__(self, changes, sfs, entries):
         from workloads import untar
+
         self.changes, self.sfs = changes, sfs
         wl = untar.parser().parse_args([])
         untar.check(wl)
         tar_path, meta, total, _ = untar.prepare_tree(wl)
         self.entries = min(entries or total, total)
-        self.argv = [untar.engine_path("untar"), "--tar", tar_path, "--entries", str(self.entries),
-                     "--record-size", str(untar.GNU_TAR_RECORD)]
+        self.argv = [
+            untar.engine_path("untar"),
+            "--tar",
+            tar_path,
+            "--entries",
+            str(self.entries),
+            "--record-size",
+            str(untar.GNU_TAR_RECORD),
+        ]
         with open(tar_path, "rb") as f:  # into the page cache once, for every run alike
             while f.read(1 << 24):
                 pass
@@ -106,9 +155,15 @@ class Untar:
         if status != 0 or "error" in res:
             raise SystemExit(f"untar engine failed ({status}): {res.get('error')}")
         secs = (res["extract_ns"] + res["sync_ns"]) / 1e9
-        return {"rate": res["entries"] / secs, "elapsed": secs, "extract_s": res["extract_ns"] / 1e9,
-                "events": res["entries"], "wall": wall, "cpu_us": res["extract_cpu_ns"] / 1e3 / res["entries"],
-                **traced}
+        return {
+            "rate": res["entries"] / secs,
+            "elapsed": secs,
+            "extract_s": res["extract_ns"] / 1e9,
+            "events": res["entries"],
+            "wall": wall,
+            "cpu_us": res["extract_cpu_ns"] / 1e3 / res["entries"],
+            **traced,
+        }
 
 
 def run_in_fresh_dir(changes, sfs, name, argv, tracer):
@@ -141,9 +196,13 @@ def run_traced(changes, argv, workdir, tracer):
 
 
 def make_tracers(names, sfs):
-    every = {"untraced": NoTracer(), "fsprof": Fsprof([common.target_of(sfs)]),
-             "fsprof-sampled": Fsprof([common.target_of(sfs)], stack_sample=SAMPLED), "bpftrace": Bpftrace(),
-             "libbpf-tools": LibbpfTools()}
+    every = {
+        "untraced": NoTracer(),
+        "fsprof": Fsprof([common.target_of(sfs)]),
+        "fsprof-sampled": Fsprof([common.target_of(sfs)], stack_sample=SAMPLED),
+        "bpftrace": Bpftrace(),
+        "libbpf-tools": LibbpfTools(),
+    }
     return [every[n] for n in names]
 
 
@@ -152,15 +211,23 @@ def bench_workload(key, args):
     print(f"{key}: {spec['title']}", flush=True)
     with Changes() as changes:
         sfs = common.provision(changes, "ext4", f"bench-overhead-{key}", spec["gib"], spec["mount"])
-        wl = (FsyncHeavy(changes, sfs, args.time) if spec["kind"] == "fsync"
-              else Untar(changes, sfs, args.untar_entries))
+        wl = FsyncHeavy(changes, sfs, args.time) if spec["kind"] == "fsync" else Untar(changes, sfs, args.untar_entries)
         tracers = make_tracers(args.tracers.split(","), sfs)
         wl.run(NoTracer())  # warm-up: the image's first writes allocate host blocks
         runs = interleaved([(t.name, lambda t=t: wl.run(t)) for t in tracers], args.rounds)
-        stats, floor = (({}, None) if args.no_stats else
-                        prog_costs(wl, [t for t in tracers if t.name != "untraced"], args.stats_rounds))
-    return {"title": spec["title"], "runs": runs, "stats": stats, "floor": floor,
-            "summary": summarize(runs), "entries": getattr(wl, "entries", None)}
+        stats, floor = (
+            ({}, None)
+            if args.no_stats
+            else prog_costs(wl, [t for t in tracers if t.name != "untraced"], args.stats_rounds)
+        )
+    return {
+        "title": spec["title"],
+        "runs": runs,
+        "stats": stats,
+        "floor": floor,
+        "summary": summarize(runs),
+        "entries": getattr(wl, "entries", None),
+    }
 
 
 def prog_costs(wl, tracers, rounds):
@@ -168,6 +235,7 @@ def prog_costs(wl, tracers, rounds):
     and run time, summed over the rounds, and each round's BPF ns per request (so that a ratio
     between tracers is taken within a round, at the machine's state of that round); then one run
     with only an empty program on sched_switch: (per tracer, the floor's ns per run)."""
+
     def one(tracer):
         r = wl.run(tracer)
         return {"elapsed": r["wall"], "rate": r["rate"], "events": r["events"], "progs": r.get("progs", [])}
@@ -180,18 +248,25 @@ def prog_costs(wl, tracers, rounds):
         progs = {}
         for r in rs:
             for p in r["progs"]:
-                q = progs.setdefault(p["name"], {"name": p["name"], "run_cnt": 0, "run_time_ns": 0, "recursion_misses": 0})
+                q = progs.setdefault(
+                    p["name"], {"name": p["name"], "run_cnt": 0, "run_time_ns": 0, "recursion_misses": 0}
+                )
                 for f in ("run_cnt", "run_time_ns", "recursion_misses"):
                     q[f] += p.get(f, 0)
         # Per second of the workload process's whole life (the counters run from attach to detach).
-        out[name] = {"elapsed": sum(r["elapsed"] for r in rs), "rate": statistics.median(r["rate"] for r in rs),
-                     "events": sum(r["events"] for r in rs),
-                     "progs": sorted(progs.values(), key=lambda p: -p["run_time_ns"]),
-                     "ns_per_request": [sum(p["run_time_ns"] for p in r["progs"]) / r["events"] for r in rs],
-                     "load": [r.get("load_before") for r in rs]}
+        out[name] = {
+            "elapsed": sum(r["elapsed"] for r in rs),
+            "rate": statistics.median(r["rate"] for r in rs),
+            "events": sum(r["events"] for r in rs),
+            "progs": sorted(progs.values(), key=lambda p: -p["run_time_ns"]),
+            "ns_per_request": [sum(p["run_time_ns"] for p in r["progs"]) / r["events"] for r in rs],
+            "load": [r.get("load_before") for r in rs],
+        }
         total = sum(p["run_time_ns"] for p in progs.values())
-        print(f"  bpf_stats {name}: {total / 1e6:.1f} ms of BPF in {out[name]['elapsed']:.2f} s ({len(rs)} runs)",
-              flush=True)
+        print(
+            f"  bpf_stats {name}: {total / 1e6:.1f} ms of BPF in {out[name]['elapsed']:.2f} s ({len(rs)} runs)",
+            flush=True,
+        )
     floor = empty[0]["run_time_ns"] / empty[0]["run_cnt"] if empty else None
     if floor:
         print(f"  bpf_stats empty program: {floor:.0f} ns a run", flush=True)
@@ -208,8 +283,10 @@ def floor_rows(key, stats, floor_ns):
         active = sum(1 for p in s["progs"] if p["run_cnt"])
         ratio = ratio_to(stats, tracer)
         against = "—" if tracer == "bpftrace" or not ratio else fmt(ratio, 2, "x")
-        rows.append(f"| {key} | {tracer} | {active} | {runs:,.1f} | {per_req:.1f} µs | {against} | "
-                    f"{floor:.1f} µs | {per_req - floor:.1f} µs |")
+        rows.append(
+            f"| {key} | {tracer} | {active} | {runs:,.1f} | {per_req:.1f} µs | {against} | "
+            f"{floor:.1f} µs | {per_req - floor:.1f} µs |"
+        )
     return rows
 
 
@@ -236,11 +313,14 @@ def summarize(runs):
 
 # ---- markdown ---------------------------------------------------------------------------------------
 
+
 def render(results, args):
-    lines = ["| workload | tracer | throughput: median (min – max) | overhead vs untraced, same round | "
-             "workload's CPU per request | its increase, same round | lost events (all rounds) | "
-             "load average before each run |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| workload | tracer | throughput: median (min – max) | overhead vs untraced, same round | "
+        "workload's CPU per request | its increase, same round | lost events (all rounds) | "
+        "load average before each run |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for key, res in results.items():
         unit = "req/s" if WORKLOADS[key]["kind"] == "fsync" else "entries/s"
         for name, s in res["summary"].items():
@@ -252,42 +332,61 @@ def render(results, args):
             load = fmt(s.get("load"), 2)
             if s.get("busy"):
                 load += f" **busy: {s['busy']} of {s['rate']['n']} runs**"
-            lines.append(f"| {key} | {name} | {fmt(s['rate'], 0)} {unit} | {over} | {fmt(s['cpu_us'], 1, ' µs')} | "
-                         f"{cpu_over} | {lost} | {load} |")
-    lines += ["", f"Load average: the 1-minute load average as each run began (median (min – max)); a run "
-              f"that began above {os.cpu_count()} (this machine's CPUs: more runnable tasks than cores, even "
-              "counting the tail of the run before it) is counted as taken on a busy machine.",
-              "", "Workloads (" + f"{args.rounds} rounds" + "):", ""]
+            lines.append(
+                f"| {key} | {name} | {fmt(s['rate'], 0)} {unit} | {over} | {fmt(s['cpu_us'], 1, ' µs')} | "
+                f"{cpu_over} | {lost} | {load} |"
+            )
+    lines += [
+        "",
+        f"Load average: the 1-minute load average as each run began (median (min – max)); a run "
+        f"that began above {os.cpu_count()} (this machine's CPUs: more runnable tasks than cores, even "
+        "counting the tail of the run before it) is counted as taken on a busy machine.",
+        "",
+        "Workloads (" + f"{args.rounds} rounds" + "):",
+        "",
+    ]
     for key, res in results.items():
         extra = f" ({res['entries']:,} entries)" if res.get("entries") else ""
         lines.append(f"- **{key}**: {res['title']}{extra}.")
     stats = [(key, res["stats"]) for key, res in results.items() if res["stats"]]
     if stats:
-        lines += ["", "### Where the time goes: BPF run time per program",
-                  "", f"{args.stats_rounds} interleaved runs per workload and tracer with "
-                  "`kernel.bpf_stats_enabled=1` (restored after; its own timing adds some cost to those runs "
-                  "only), their counters summed. runs/s and CPU are per second of the "
-                  "workload process's life (gate to exit); CPU is the program's run time as a share of one "
-                  "core. Programs run for every event of the machine and filter inside, so runs/s counts "
-                  "other processes' events too; programs that did not run are left out.", "",
-                  "| workload | tracer | program | runs/s | ns/run | CPU (% of a core) |", "|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "### Where the time goes: BPF run time per program",
+            "",
+            f"{args.stats_rounds} interleaved runs per workload and tracer with "
+            "`kernel.bpf_stats_enabled=1` (restored after; its own timing adds some cost to those runs "
+            "only), their counters summed. runs/s and CPU are per second of the "
+            "workload process's life (gate to exit); CPU is the program's run time as a share of one "
+            "core. Programs run for every event of the machine and filter inside, so runs/s counts "
+            "other processes' events too; programs that did not run are left out.",
+            "",
+            "| workload | tracer | program | runs/s | ns/run | CPU (% of a core) |",
+            "|---|---|---|---|---|---|",
+        ]
         for key, st in stats:
             for tracer, s in st.items():
                 lines += prog_rows(key, tracer, s)
     floors = [(key, res["stats"], res["floor"]) for key, res in results.items() if res["stats"] and res.get("floor")]
     if floors:
-        lines += ["", "### The floor: what the number of program runs costs",
-                  "", "A program that does nothing (bpf/probe.bpf.c's `tp_btf_empty`, on sched_switch), loaded "
-                  "alone for one more run of each workload under bpf_stats, costs "
-                  + ", ".join(f"{f:,.0f} ns a run during {key}" for key, _, f in floors)
-                  + ": the kernel's call into the program and bpf_stats' own clock reads. Each tracer's BPF time "
-                  "per request is also taken against the script's in each round of the bpf_stats runs "
-                  "(median (min – max) of the rounds' ratios). A tracer's floor is "
-                  "that times its program runs per request (every event of the machine that reaches one of its "
-                  "programs, its own filters included): what its choice of events costs even if every program "
-                  "returned at once. Above the floor is what its programs do.", "",
-                  "| workload | tracer | programs that ran | program runs per request | BPF per request | "
-                  "against the bpftrace script, same round | floor | above the floor |", "|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "### The floor: what the number of program runs costs",
+            "",
+            "A program that does nothing (bpf/probe.bpf.c's `tp_btf_empty`, on sched_switch), loaded "
+            "alone for one more run of each workload under bpf_stats, costs "
+            + ", ".join(f"{f:,.0f} ns a run during {key}" for key, _, f in floors)
+            + ": the kernel's call into the program and bpf_stats' own clock reads. Each tracer's BPF time "
+            "per request is also taken against the script's in each round of the bpf_stats runs "
+            "(median (min – max) of the rounds' ratios). A tracer's floor is "
+            "that times its program runs per request (every event of the machine that reaches one of its "
+            "programs, its own filters included): what its choice of events costs even if every program "
+            "returned at once. Above the floor is what its programs do.",
+            "",
+            "| workload | tracer | programs that ran | program runs per request | BPF per request | "
+            "against the bpftrace script, same round | floor | above the floor |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for key, st, f in floors:
             lines += floor_rows(key, st, f)
     return "\n".join(lines)
@@ -302,7 +401,8 @@ phase. untar is the C engine on Debian's linux-source-6.1 tarball (in the page c
 throughput is entries / (extraction + syncfs). The workload's CPU per request is its own user +
 system time (getrusage in the engine: fsync-heavy's run phase, untar's extraction) per request or
 entry: fsprof's programs that run in the workload's thread (syscalls, its switch-outs) land in its
-system time, and this figure is far less disturbed by a busy machine's I/O than throughput. Each workload waits at a gate until the tracer is
+system time, and this figure is far less disturbed by a busy machine's I/O than throughput. Each
+workload waits at a gate until the tracer is
 attached (fsprof's Collector constructed; bpftrace's BEGIN printed; each libbpf tool holding as
 many BPF links as programs), so every request is traced. bpftrace runs `bench/peer.bt`;
 libbpf-tools are `syscount -L -p PID`, `offcputime -p PID` and `biolatency` at once (the
@@ -319,8 +419,7 @@ def main():
     results = {key: bench_workload(key, args) for key in args.workloads.split(",")}
     md = render(results, args)
     print("\n" + md)
-    common.save("overhead", {"results": results, "markdown": md, "how": HOW,
-                             "args": vars(args)})
+    common.save("overhead", {"results": results, "markdown": md, "how": HOW, "args": vars(args)})
 
 
 if __name__ == "__main__":

@@ -26,11 +26,23 @@ from profiler import rundir  # noqa: E402 (common put the tree on sys.path)
 
 RUNS = {
     "fsync-loop": ["--workload", "fsync-loop"],
-    "fsync-heavy": ["--workload", "fsync-heavy", "--file-test-mode", "rndwr", "--file-fsync-freq", "1",
-                    "--file-total-size", "64M", "--time", "5"],
+    "fsync-heavy": [
+        "--workload",
+        "fsync-heavy",
+        "--file-test-mode",
+        "rndwr",
+        "--file-fsync-freq",
+        "1",
+        "--file-total-size",
+        "64M",
+        "--time",
+        "5",
+    ],
 }
-HTML = ("import json, sys, time; t = time.perf_counter(); from profiler.views.html.report import write_html; "
-        "write_html(sys.argv[1], sys.argv[2]); print(json.dumps({'inside_s': time.perf_counter() - t}))")
+HTML = (
+    "import json, sys, time; t = time.perf_counter(); from profiler.views.html.report import write_html; "
+    "write_html(sys.argv[1], sys.argv[2]); print(json.dumps({'inside_s': time.perf_counter() - t}))"
+)
 
 
 def parse_args():
@@ -67,8 +79,15 @@ def bench_run(name, args, tmp, html):
     run_s = make_run(run_dir, RUNS[name])
     result = rundir.load(run_dir)
     stacks = sum(len(fs.get("trace", {}).get("stacks", {})) for fs in result["filesystems"])
-    out = {"run_s": run_s, "filesystems": len(result["filesystems"]), "stacks": stacks,
-           "report": [], "html": [], "html_inside": [], "html_bytes": None}
+    out = {
+        "run_s": run_s,
+        "filesystems": len(result["filesystems"]),
+        "stacks": stacks,
+        "report": [],
+        "html": [],
+        "html_inside": [],
+        "html_bytes": None,
+    }
     for _ in range(args.repeats):  # alternated: the page cache and the machine's drift alike
         out["report"].append(timed([PY, "-m", "profiler", "report", str(run_dir)])[0])
         if html:
@@ -83,16 +102,24 @@ def bench_run(name, args, tmp, html):
 
 def render(runs, html, args):
     s = dict(digits=2, unit=" s")
-    lines = ["| three-filesystem run | stacks in result.json | HTML report with flame graphs (process) | "
-             "of which write_html() | HTML size | terminal report + flame graph files |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| three-filesystem run | stacks in result.json | HTML report with flame graphs (process) | "
+        "of which write_html() | HTML size | terminal report + flame graph files |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, r in runs.items():
         if html:
-            h, inside, size = fmt(spread(r["html"]), **s), fmt(spread(r["html_inside"]), **s), \
-                f"{r['html_bytes'] / 1e6:.1f} MB"
+            h, inside, size = (
+                fmt(spread(r["html"]), **s),
+                fmt(spread(r["html_inside"]), **s),
+                f"{r['html_bytes'] / 1e6:.1f} MB",
+            )
         else:
             h = inside = size = "not available (profiler.views.html.report is not in the tree)"
-        lines.append(f"| {name} (`{' '.join(RUNS[name])}`) | {r['stacks']:,} | {h} | {inside} | {size} | "
-                     f"{fmt(spread(r['report']), **s)} |")
+        lines.append(
+            f"| {name} (`{' '.join(RUNS[name])}`) | {r['stacks']:,} | {h} | {inside} | {size} | "
+            f"{fmt(spread(r['report']), **s)} |"
+        )
     lines += ["", f"Median (min – max) of {args.repeats} repeats, each in a fresh Python process."]
     return "\n".join(lines)
 

@@ -25,11 +25,21 @@ from common import PY, QUICK, REPO, interleaved, spread  # noqa: E402
 from profiler.causes import TABLE as CAUSES, UNEXPLAINED, WAIT  # noqa: E402
 
 TARGET_PP = 2.0
-MAIN_OP = 0.05   # an op's share of its filesystem's traced wall time to be compared ...
+MAIN_OP = 0.05  # an op's share of its filesystem's traced wall time to be compared ...
 MIN_CALLS = 100  # ... and its calls
 WORKLOADS = {
-    "fsync-heavy": ["--workload", "fsync-heavy", "--file-test-mode", "rndwr", "--file-fsync-freq", "1",
-                    "--file-total-size", "64M", "--time", "2" if QUICK else "5"],
+    "fsync-heavy": [
+        "--workload",
+        "fsync-heavy",
+        "--file-test-mode",
+        "rndwr",
+        "--file-fsync-freq",
+        "1",
+        "--file-total-size",
+        "64M",
+        "--time",
+        "2" if QUICK else "5",
+    ],
     "bonnie": ["--workload", "bonnie", "--size", "128M" if QUICK else "256M"],
     "untar": ["--workload", "untar", "--files", "5000" if QUICK else "20000"],
 }
@@ -75,8 +85,11 @@ def fsprof_run(tmp, name, args, every):
     if proc.returncode != 0:
         raise SystemExit(f"fsprof run failed: {proc.stderr.strip()[-400:]}")
     wall, blocked, est = shares(json.loads((out / "result.json").read_text()))
-    return {"shares": {"|".join(k): v for k, v in wall.items()},
-            "blocked": {"|".join(k): v for k, v in blocked.items()}, "estimated": est}
+    return {
+        "shares": {"|".join(k): v for k, v in wall.items()},
+        "blocked": {"|".join(k): v for k, v in blocked.items()},
+        "estimated": est,
+    }
 
 
 def median_change(full, sampled, field, k):
@@ -96,8 +109,9 @@ def compare(runs):
         groups = {}
         for k in keys:
             fs, op, cause = k.split("|")
-            groups.setdefault((fs, op), []).append((cause, *median_change(full, sampled, "shares", k),
-                                                    median_change(full, sampled, "blocked", k)[0]))
+            groups.setdefault((fs, op), []).append(
+                (cause, *median_change(full, sampled, "shares", k), median_change(full, sampled, "blocked", k)[0])
+            )
         for (fs, op), causes in sorted(groups.items()):
             waits = [c for c in causes if told_by_stacks(c[0])] or [("none", 0.0, 0.0, 0.0)]
             others = [c for c in causes if not told_by_stacks(c[0])] or [("none", 0.0, 0.0, 0.0)]
@@ -105,30 +119,48 @@ def compare(runs):
             b_cause, _, _, b_diff = max(waits, key=lambda c: abs(c[3]))
             o_cause, o_diff, _, _ = max(others, key=lambda c: abs(c[1]))
             est = spread([r["estimated"].get(fs, 0.0) for r in sampled])
-            rows.append({"workload": key, "fs": fs, "op": op, "cause": cause, "diff_pp": diff,
-                         "blocked_cause": b_cause, "blocked_diff_pp": b_diff,
-                         "other_cause": o_cause, "other_diff_pp": o_diff,
-                         "full_range_pp": max(c[2] for c in causes), "estimated": est["median"]})
+            rows.append(
+                {
+                    "workload": key,
+                    "fs": fs,
+                    "op": op,
+                    "cause": cause,
+                    "diff_pp": diff,
+                    "blocked_cause": b_cause,
+                    "blocked_diff_pp": b_diff,
+                    "other_cause": o_cause,
+                    "other_diff_pp": o_diff,
+                    "full_range_pp": max(c[2] for c in causes),
+                    "estimated": est["median"],
+                }
+            )
     return rows
 
 
 def render(rows, args):
-    lines = [f"| workload | filesystem | syscall | largest change of a wait's share of the wall time, "
-             f"sampled (1 in {args.every}) vs full | within 2 points | the same for the causes no stack decides "
-             "(noise) | the full runs' own range | largest change of a wait's share of the blocked time | "
-             "off-CPU time estimated (the filesystem's) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"| workload | filesystem | syscall | largest change of a wait's share of the wall time, "
+        f"sampled (1 in {args.every}) vs full | within 2 points | the same for the causes no stack decides "
+        "(noise) | the full runs' own range | largest change of a wait's share of the blocked time | "
+        "off-CPU time estimated (the filesystem's) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['workload']} | {r['fs']} | {r['op']} | {r['diff_pp']:+.1f} pp ({r['cause']}) | "
-                     f"{'yes' if abs(r['diff_pp']) <= TARGET_PP else '**no**'} | "
-                     f"{r['other_diff_pp']:+.1f} pp ({r['other_cause']}) | {r['full_range_pp']:.1f} pp | "
-                     f"{r['blocked_diff_pp']:+.1f} pp ({r['blocked_cause']}) | {100 * r['estimated']:.0f}% |")
+        lines.append(
+            f"| {r['workload']} | {r['fs']} | {r['op']} | {r['diff_pp']:+.1f} pp ({r['cause']}) | "
+            f"{'yes' if abs(r['diff_pp']) <= TARGET_PP else '**no**'} | "
+            f"{r['other_diff_pp']:+.1f} pp ({r['other_cause']}) | {r['full_range_pp']:.1f} pp | "
+            f"{r['blocked_diff_pp']:+.1f} pp ({r['blocked_cause']}) | {100 * r['estimated']:.0f}% |"
+        )
     worst = max(rows, key=lambda r: abs(r["diff_pp"])) if rows else None
     if worst:
-        lines += ["", f"Largest change of a wait: {worst['diff_pp']:+.1f} points ({worst['workload']}, {worst['fs']}, "
-                  f"{worst['op']}: {worst['cause']}); {sum(abs(r['diff_pp']) <= TARGET_PP for r in rows)} of "
-                  f"{len(rows)} rows within {TARGET_PP:.0f} points. Medians of {args.rounds} run(s) of each, "
-                  "interleaved."]
+        lines += [
+            "",
+            f"Largest change of a wait: {worst['diff_pp']:+.1f} points ({worst['workload']}, {worst['fs']}, "
+            f"{worst['op']}: {worst['cause']}); {sum(abs(r['diff_pp']) <= TARGET_PP for r in rows)} of "
+            f"{len(rows)} rows within {TARGET_PP:.0f} points. Medians of {args.rounds} run(s) of each, "
+            "interleaved.",
+        ]
     return "\n".join(lines)
 
 
@@ -140,7 +172,8 @@ median over the rounds); a row shows the wait that moved most, and the cause amo
 decides (on-CPU causes, CPU contention) that moved most: its change is run-to-run noise alone,
 which moves the waits' shares too. The full runs' own range is the largest over the row's causes
 (0 with 1 round). A wait's share of the blocked time (the waits together) is what sampling
-estimates: it leaves out the time the run's load moves between waiting and running. Workloads: fsync-heavy rndwr with an fsync after each write (5 s), bonnie
+estimates: it leaves out the time the run's load moves between waiting and running. Workloads:
+fsync-heavy rndwr with an fsync after each write (5 s), bonnie
 (256 MiB), untar (the first 20,000 entries)."""
 
 
@@ -151,9 +184,15 @@ def main():
         for key in args.workloads.split(","):
             print(f"{key}:", flush=True)
             n = iter(range(1_000_000))
-            variants = [(name, lambda every=every, name=name: fsprof_run(Path(tmp), f"{key}-{name}-{next(n)}",
-                                                                        WORKLOADS[key], every))
-                        for name, every in (("full", 1), ("sampled", args.every))]
+            variants = [
+                (
+                    name,
+                    lambda every=every, name=name: fsprof_run(
+                        Path(tmp), f"{key}-{name}-{next(n)}", WORKLOADS[key], every
+                    ),
+                )
+                for name, every in (("full", 1), ("sampled", args.every))
+            ]
             runs[key] = interleaved(variants, args.rounds, log=lambda line: print(line, flush=True))
     rows = compare(runs)
     md = render(rows, args)

@@ -53,8 +53,7 @@ def scrape(port):
 
 
 def total(text, name):
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if re.match(rf"{name}(\{{| )", line))
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if re.match(rf"{name}(\{{| )", line))
 
 
 def by_reason(text, name):
@@ -78,10 +77,28 @@ def soak(changes, sfs, seconds, window):
     wl = Gated(changes, engine_argv(ROW["args"], seconds), workdir)
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="bench-soak-") as profiles:
-        rec = subprocess.Popen([PY, "-m", "profiler", "record", "--continuous", "--mount", sfs.mountpoint,
-                                "--window", window, "--listen", f"127.0.0.1:{port}", "--pprof-dir", profiles],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO,
-                               start_new_session=True)
+        rec = subprocess.Popen(
+            [
+                PY,
+                "-m",
+                "profiler",
+                "record",
+                "--continuous",
+                "--mount",
+                sfs.mountpoint,
+                "--window",
+                window,
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--pprof-dir",
+                profiles,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            start_new_session=True,
+        )
         record_process(changes, rec.pid)
         try:
             line = rec.stderr.readline()
@@ -93,8 +110,15 @@ def soak(changes, sfs, seconds, window):
             while wl.proc.poll() is None:
                 time.sleep(1)
                 rss, hwm = rss_kib(rec.pid)
-                samples.append({"t": time.monotonic() - t0, "cpu_s": cpu_seconds(rec.pid) - cpu0, "rss_kib": rss,
-                                "hwm_kib": hwm, "maps_bytes": map_memlock(rec.pid)})
+                samples.append(
+                    {
+                        "t": time.monotonic() - t0,
+                        "cpu_s": cpu_seconds(rec.pid) - cpu0,
+                        "rss_kib": rss,
+                        "hwm_kib": hwm,
+                        "maps_bytes": map_memlock(rec.pid),
+                    }
+                )
                 if first_text is None and samples[-1]["t"] > 2 * units.parse_duration(window):
                     first_text = scrape(port)
             status, text, _ = wl.wait()
@@ -108,16 +132,28 @@ def soak(changes, sfs, seconds, window):
     if status != 0:
         raise SystemExit(f"fsync-heavy engine failed ({status}): {text[-300:]}")
     first_text = first_text or last_text
-    fsyncs = sum(float(line.rsplit(" ", 1)[1]) for line in last_text.splitlines()
-                 if line.startswith("fsprof_syscall_latency_seconds_count{") and 'op="fsync"' in line)
+    fsyncs = sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in last_text.splitlines()
+        if line.startswith("fsprof_syscall_latency_seconds_count{") and 'op="fsync"' in line
+    )
     warm = next((s for s in samples if s["t"] > 2 * units.parse_duration(window)), samples[-1])
     return {
-        "what": ROW["what"], "seconds": seconds, "window": window, "samples": samples,
-        "rss_first_kib": samples[0]["rss_kib"], "rss_warm_kib": warm["rss_kib"], "rss_last_kib": samples[-1]["rss_kib"],
-        "hwm_kib": max(s["hwm_kib"] for s in samples), "cpu_s": samples[-1]["cpu_s"],
-        "cpu_pct": 100 * samples[-1]["cpu_s"] / samples[-1]["t"], "maps_mib": samples[-1]["maps_bytes"] / (1 << 20),
-        "series_first": series(first_text), "series_last": series(last_text),
-        "windows": total(last_text, "fsprof_windows_total"), "fsyncs": fsyncs,
+        "what": ROW["what"],
+        "seconds": seconds,
+        "window": window,
+        "samples": samples,
+        "rss_first_kib": samples[0]["rss_kib"],
+        "rss_warm_kib": warm["rss_kib"],
+        "rss_last_kib": samples[-1]["rss_kib"],
+        "hwm_kib": max(s["hwm_kib"] for s in samples),
+        "cpu_s": samples[-1]["cpu_s"],
+        "cpu_pct": 100 * samples[-1]["cpu_s"] / samples[-1]["t"],
+        "maps_mib": samples[-1]["maps_bytes"] / (1 << 20),
+        "series_first": series(first_text),
+        "series_last": series(last_text),
+        "windows": total(last_text, "fsprof_windows_total"),
+        "fsyncs": fsyncs,
         "lost": total(last_text, "fsprof_lost_events_total"),
         "lost_by_reason": by_reason(last_text, "fsprof_lost_events_total"),
         "approximated": by_reason(last_text, "fsprof_approximated_events_total"),
@@ -131,18 +167,27 @@ def _reasons(d):
 
 
 def render(r):
-    return "\n".join([
-        "| workload (ext4 barrier=0) | run | windows | fsyncs traced | fsprof RSS at start → two windows in → last (peak) | "
-        "fsprof CPU | /metrics series two windows in → last | lost events | BPF recursion misses | BPF maps |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-        f"| {r['what']} | {r['seconds']:.0f} s | {r['windows']:.0f} of {r['window']} | {r['fsyncs']:,.0f} | "
-        f"{r['rss_first_kib'] / 1024:.1f} → {r['rss_warm_kib'] / 1024:.1f} → {r['rss_last_kib'] / 1024:.1f} MiB "
-        f"({r['hwm_kib'] / 1024:.1f}) | "
-        f"{r['cpu_s']:.1f} s ({r['cpu_pct']:.2f}% of a core) | {r['series_first']:,} → {r['series_last']:,} | "
-        f"{r['lost']:,.0f}{_reasons(r['lost_by_reason'])} | {r['recursion_misses']:,.0f} | {r['maps_mib']:.0f} MiB |",
-        "", "Recorded less exactly (not lost): " + (", ".join(f"{k} {v:,}" for k, v in r["approximated"].items())
-                                                    or "none") + ".",
-        "", f"One run: {r['seconds']:.0f} s ({'BENCH_LONG=1' if LONG else '10 minutes with `make bench BENCH_LONG=1`'})."])
+    return "\n".join(
+        [
+            "| workload (ext4 barrier=0) | run | windows | fsyncs traced | fsprof RSS at start → two windows "
+            "in → last (peak) | "
+            "fsprof CPU | /metrics series two windows in → last | lost events | BPF recursion misses | BPF maps |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+            f"| {r['what']} | {r['seconds']:.0f} s | {r['windows']:.0f} of {r['window']} | {r['fsyncs']:,.0f} | "
+            f"{r['rss_first_kib'] / 1024:.1f} → {r['rss_warm_kib'] / 1024:.1f} → {r['rss_last_kib'] / 1024:.1f} MiB "
+            f"({r['hwm_kib'] / 1024:.1f}) | "
+            f"{r['cpu_s']:.1f} s ({r['cpu_pct']:.2f}% of a core) | {r['series_first']:,} → {r['series_last']:,} | "
+            f"{r['lost']:,.0f}{_reasons(r['lost_by_reason'])} | {r['recursion_misses']:,.0f} | "
+            f"{r['maps_mib']:.0f} MiB |",
+            "",
+            "Recorded less exactly (not lost): "
+            + (", ".join(f"{k} {v:,}" for k, v in r["approximated"].items()) or "none")
+            + ".",
+            "",
+            f"One run: {r['seconds']:.0f} s "
+            f"({'BENCH_LONG=1' if LONG else '10 minutes with `make bench BENCH_LONG=1`'}).",
+        ]
+    )
 
 
 HOW = """How: `make bench` (or `.venv/bin/python bench/bench_soak.py`). A fresh 1 GiB loop-backed ext4

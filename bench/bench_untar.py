@@ -59,9 +59,11 @@ def prepare_tarball(args):
     untar.check(wl)
     tar_path, meta, entries, _ = untar.prepare_tree(wl)
     if entries != meta["entries"]:
-        raise SystemExit(f"bench_untar: GNU tar extracts the whole of {tar_path}, which has more than "
-                         f"{entries:,} entries: --files works here only for a synthetic tree of exactly "
-                         f"N entries (when no full synthetic tree of that seed is cached)")
+        raise SystemExit(
+            f"bench_untar: GNU tar extracts the whole of {tar_path}, which has more than "
+            f"{entries:,} entries: --files works here only for a synthetic tree of exactly "
+            f"N entries (when no full synthetic tree of that seed is cached)"
+        )
     with open(tar_path, "rb") as f:  # into the page cache, for both sides alike
         while f.read(1 << 24):
             pass
@@ -70,7 +72,8 @@ def prepare_tarball(args):
 
 def workload_args(args):
     return ["--files", args.files, "--cache-dir", args.cache_dir, "--seed", str(args.seed)] + (
-        ["--synthetic"] if args.synthetic else [])
+        ["--synthetic"] if args.synthetic else []
+    )
 
 
 def syncfs_here():
@@ -152,8 +155,11 @@ def bench(args):
     tar_path, meta = prepare_tarball(args)
     with Changes() as changes:
         os.makedirs(args.scratch_dir, exist_ok=True)
-        sfs = provision(changes, FsConfig("ext4", size_bytes=args.image_size << 30, label="bench-untar", loop_io="buffered"),
-                        scratch_dir=args.scratch_dir)
+        sfs = provision(
+            changes,
+            FsConfig("ext4", size_bytes=args.image_size << 30, label="bench-untar", loop_io="buffered"),
+            scratch_dir=args.scratch_dir,
+        )
         ours, theirs = [], []
         for i in range(args.warmup + args.repeats):
             d = fresh_dir(sfs.mountpoint, "ours")
@@ -166,16 +172,24 @@ def bench(args):
             if counted:
                 ours.append(o)
                 theirs.append(t)
-            print(f"{'pair ' + str(i + 1 - args.warmup) if counted else 'warm-up':>8}: ours extract "
-                  f"{o.extract:.3f} s (CPU {o.cpu:.3f}) sync {o.sync:.3f} s | tar -xf {t.extract:.3f} s "
-                  f"(CPU {t.cpu:.3f}) sync {t.sync:.3f} s | ratio {o.extract / t.extract:.3f}", flush=True)
-        print(f"\n{os.path.basename(tar_path)}: {meta['entries']:,} entries, {meta['bytes'] / 1e6:,.0f} MB; "
-              f"ext4 on a {args.image_size} GiB loop image; {args.repeats} pairs (ours first in each)")
+            print(
+                f"{'pair ' + str(i + 1 - args.warmup) if counted else 'warm-up':>8}: ours extract "
+                f"{o.extract:.3f} s (CPU {o.cpu:.3f}) sync {o.sync:.3f} s | tar -xf {t.extract:.3f} s "
+                f"(CPU {t.cpu:.3f}) sync {t.sync:.3f} s | ratio {o.extract / t.extract:.3f}",
+                flush=True,
+            )
+        print(
+            f"\n{os.path.basename(tar_path)}: {meta['entries']:,} entries, {meta['bytes'] / 1e6:,.0f} MB; "
+            f"ext4 on a {args.image_size} GiB loop image; {args.repeats} pairs (ours first in each)"
+        )
         for label, field in (("extract", "extract"), ("CPU", "cpu"), ("sync", "sync")):
             print(f"{label:<8} ours  {spread([getattr(r, field) for r in ours])} s")
             print(f"{label:<8} tar   {spread([getattr(r, field) for r in theirs])} s")
-            print(f"{label:<8} ratio ours/tar  "
-                  f"{spread([getattr(o, field) / getattr(t, field) for o, t in zip(ours, theirs)])}")
+            print(
+                f"{label:<8} ratio ours/tar  "
+                f"{spread([getattr(o, field) / getattr(t, field) for o, t in zip(ours, theirs)])}"
+            )
+
 
 if __name__ == "__main__":
     main()

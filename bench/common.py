@@ -42,6 +42,7 @@ signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # ---- the machine ---------------------------------------------------------------------------------
 
+
 def machine():
     """Cores, RAM, CPU model, kernel, date and load: the table's header."""
     model = "unknown"
@@ -52,12 +53,18 @@ def machine():
                 break
     with open("/proc/meminfo") as f:
         mem_kib = int(next(line for line in f if line.startswith("MemTotal:")).split()[1])
-    return {"cores": os.cpu_count(), "ram_gib": round(mem_kib / (1 << 20), 1), "cpu": model,
-            "kernel": platform.release(), "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "loadavg": os.getloadavg()[0]}
+    return {
+        "cores": os.cpu_count(),
+        "ram_gib": round(mem_kib / (1 << 20), 1),
+        "cpu": model,
+        "kernel": platform.release(),
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "loadavg": os.getloadavg()[0],
+    }
 
 
 # ---- repeats, medians, spreads ---------------------------------------------------------------------
+
 
 def interleaved(variants, rounds, warmup=0, log=print):
     """Runs every variant once per round, the order rotated by one each round (A B C, B C A, ...),
@@ -88,8 +95,11 @@ def busy(result):
 
 def brief(value):
     if isinstance(value, dict):
-        return " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                        for k, v in value.items() if not isinstance(v, (dict, list)))
+        return " ".join(
+            f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+            for k, v in value.items()
+            if not isinstance(v, (dict, list))
+        )
     return str(value)
 
 
@@ -130,8 +140,7 @@ def fmt(s, digits=3, unit="", scale=1.0, pct=False):
 def save(name, data):
     """A bench's figures and its markdown section, for bench/write_doc.py."""
     RESULTS.mkdir(parents=True, exist_ok=True)
-    data = {"bench": name, "machine": machine(), "quick": QUICK, "load": [LOAD_AT_START, os.getloadavg()[0]],
-            **data}
+    data = {"bench": name, "machine": machine(), "quick": QUICK, "load": [LOAD_AT_START, os.getloadavg()[0]], **data}
     (RESULTS / f"{name}.json").write_text(json.dumps(data, indent=1))
     return data
 
@@ -154,8 +163,9 @@ class Gated:
     def __init__(self, changes, argv, cwd):
         gate_r, self._gate = os.pipe()
         self._out = tempfile.TemporaryFile(mode="w+")
-        self.proc = subprocess.Popen(["/bin/sh", "-c", GATE, "sh", *argv], cwd=cwd, stdout=self._out,
-                                     stdin=gate_r, start_new_session=True)
+        self.proc = subprocess.Popen(
+            ["/bin/sh", "-c", GATE, "sh", *argv], cwd=cwd, stdout=self._out, stdin=gate_r, start_new_session=True
+        )
         os.close(gate_r)
         undo.record_process(changes, self.proc.pid)
         self.pid = self.proc.pid
@@ -187,17 +197,25 @@ def provision(changes, fs, label, size_gib=1, mount_options=""):
     os.makedirs(SCRATCH_DIR, exist_ok=True)
     # Buffered loop devices (docs/test-bed.md): the most events per second for a given workload, the
     # hardest case for a tracer; the figures in docs/benchmarks.md were taken so.
-    config = scratch.FsConfig(fs, mkfs_options=filesystems.mkfs_defaults(fs), mount_options=mount_options, size_bytes=size_gib << 30,
-                              label=label, loop_io="buffered")
+    config = scratch.FsConfig(
+        fs,
+        mkfs_options=filesystems.mkfs_defaults(fs),
+        mount_options=mount_options,
+        size_bytes=size_gib << 30,
+        label=label,
+        loop_io="buffered",
+    )
     return scratch.provision(changes, config, scratch_dir=SCRATCH_DIR)
 
 
 def target_of(sfs):
     from profiler import behind
+
     return behind.Target(sfs.config.fs, sfs.dev, {kdev: name for name, kdev in sfs.block_devs}, str(sfs.mountpoint))
 
 
 # ---- tracers: fsprof and its peers -------------------------------------------------------------------
+
 
 class NoTracer:
     name = "untraced"
@@ -214,6 +232,7 @@ class Fsprof:
     off-CPU stacks with wakers, on-CPU sampling, ext4/XFS/btrfs/block/writeback probes), pointed
     at the workload's pid and the filesystem under test, in this process (it idles while the
     workload runs, as `fsprof record` does)."""
+
     name = "fsprof"
 
     def __init__(self, targets, stack_sample=1):
@@ -223,6 +242,7 @@ class Fsprof:
 
     def start(self, pid):
         from profiler.session.collect import Collector
+
         self.collector = Collector(stack_sample=self.stack_sample)
         try:
             self.collector.set_targets(self.targets)
@@ -239,19 +259,25 @@ class Fsprof:
         finally:
             self.collector.close()
         drops = maps.lost_events(raw["drops"])
-        return {"lost": sum(drops.values()) + sum(p["recursion_misses"] for p in stats), "drops": drops,
-                "traced_calls": sum(op["count"] for op in raw["ops"]), "progs": stats}
+        return {
+            "lost": sum(drops.values()) + sum(p["recursion_misses"] for p in stats),
+            "drops": drops,
+            "traced_calls": sum(op["count"] for op in raw["ops"]),
+            "progs": stats,
+        }
 
 
 class EmptyProgram:
     """One BPF program that does nothing, on sched_switch (bpf/probe.bpf.c's tp_btf_empty), loaded
     alone: under bpf_stats, its ns per run is what any program run costs on this machine before it
     does anything (the floor that bench_overhead multiplies by a tracer's runs)."""
+
     name = "empty program"
     program = "tp_btf_empty"
 
     def start(self, pid):
         from profiler.trace.bpf import BpfObject
+
         self.obj = BpfObject("probe", only={self.program})
         try:
             self.obj.attach(self.program)
@@ -273,14 +299,20 @@ PEER_BT = REPO / "bench" / "peer.bt"
 class Bpftrace:
     """bpftrace running bench/peer.bt: syscall latency and off-CPU stacks of the workload's
     threads. It is ready when BEGIN prints (bpftrace runs BEGIN after attaching every probe)."""
+
     name = "bpftrace"
 
     def __init__(self, script=PEER_BT):
         self.script = str(script)
 
     def start(self, pid):
-        self.proc = subprocess.Popen(["bpftrace", self.script, str(pid)], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, start_new_session=True)
+        self.proc = subprocess.Popen(
+            ["bpftrace", self.script, str(pid)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         for line in self.proc.stdout:
             if line.strip() == "ready":
                 return
@@ -290,8 +322,9 @@ class Bpftrace:
     def stop(self):
         stats = own_prog_stats(self.proc.pid)
         out, err = stop_process(self.proc)
-        lost = sum(int(w.split()[1]) for w in (out + err).splitlines() if w.startswith("Lost ") and
-                   w.split()[1].isdigit())
+        lost = sum(
+            int(w.split()[1]) for w in (out + err).splitlines() if w.startswith("Lost ") and w.split()[1].isdigit()
+        )
         return {"lost": lost, "progs": stats}
 
 
@@ -304,6 +337,7 @@ class LibbpfTools:
     """syscount -L, offcputime and biolatency of libbpf-tools at once, on the workload's pid (biolatency
     has no pid filter: every block device). A tool is ready when it holds as many BPF links as
     programs (it attaches after loading), read from /proc/PID/fd."""
+
     name = "libbpf-tools"
 
     def __init__(self, tools=LIBBPF_TOOLS):
@@ -313,8 +347,11 @@ class LibbpfTools:
         self.procs = []
         for tool, args in self.tools:
             argv = [tool] + [a.format(pid=pid) for a in args]
-            self.procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                               start_new_session=True))
+            self.procs.append(
+                subprocess.Popen(
+                    argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+                )
+            )
         for proc in self.procs:
             wait_attached(proc)
 
@@ -368,6 +405,7 @@ def stop_process(proc, tries=10, every=3):
 
 # ---- BPF run-time statistics -----------------------------------------------------------------------
 
+
 def own_prog_stats(pid):
     """Every BPF program process `pid` holds, from /proc/PID/fdinfo (the counters `bpftool prog
     show` prints): name, id, run_cnt, run_time_ns (counted while kernel.bpf_stats_enabled=1),
@@ -377,18 +415,27 @@ def own_prog_stats(pid):
         try:
             if os.readlink(f"/proc/{pid}/fd/{fd}") != "anon_inode:bpf-prog":
                 continue
-            info = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/fdinfo/{fd}").read_text().splitlines()
-                        if ":" in line)
+            info = dict(
+                line.split(":", 1) for line in Path(f"/proc/{pid}/fdinfo/{fd}").read_text().splitlines() if ":" in line
+            )
         except OSError:
             continue
         ids.add(int(info["prog_id"]))
     if not ids:
         return []
     shown = json.loads(sh("bpftool", "prog", "show", "-j").stdout)
-    return [{"id": p["id"], "name": p.get("name", "?"), "type": p.get("type"),
-             "run_cnt": p.get("run_cnt", 0), "run_time_ns": p.get("run_time_ns", 0),
-             "recursion_misses": p.get("recursion_misses", 0)}
-            for p in shown if p["id"] in ids]
+    return [
+        {
+            "id": p["id"],
+            "name": p.get("name", "?"),
+            "type": p.get("type"),
+            "run_cnt": p.get("run_cnt", 0),
+            "run_time_ns": p.get("run_time_ns", 0),
+            "recursion_misses": p.get("recursion_misses", 0),
+        }
+        for p in shown
+        if p["id"] in ids
+    ]
 
 
 class BpfStats:
@@ -415,11 +462,16 @@ def prog_rows(key, tracer, s):
     """The programs with the most run time, the rest summed, and the total."""
     progs = [p for p in s["progs"] if p["run_cnt"]]
     secs = s["elapsed"]
-    rows = [f"| {key} | {tracer} | {p['name']} | {p['run_cnt'] / secs:,.0f} | {p['run_time_ns'] / p['run_cnt']:,.0f} | "
-            f"{p['run_time_ns'] / secs / 1e7:.2f} |" for p in progs[:TOP_PROGRAMS]]
+    rows = [
+        f"| {key} | {tracer} | {p['name']} | {p['run_cnt'] / secs:,.0f} | {p['run_time_ns'] / p['run_cnt']:,.0f} | "
+        f"{p['run_time_ns'] / secs / 1e7:.2f} |"
+        for p in progs[:TOP_PROGRAMS]
+    ]
     rest = progs[TOP_PROGRAMS:]
     if rest:
-        rows.append(f"| {key} | {tracer} | {len(rest)} others | | | {sum(p['run_time_ns'] for p in rest) / secs / 1e7:.2f} |")
+        rows.append(
+            f"| {key} | {tracer} | {len(rest)} others | | | {sum(p['run_time_ns'] for p in rest) / secs / 1e7:.2f} |"
+        )
     total = sum(p["run_time_ns"] for p in progs)
     rows.append(f"| {key} | {tracer} | **all {len(progs)}** | | | **{total / secs / 1e7:.2f}** |")
     return rows

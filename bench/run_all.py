@@ -23,10 +23,15 @@ import write_doc  # noqa: E402
 # fsprof's own cost, then the workloads against their reference tools (shortened from their own
 # defaults so that the whole of `make bench` stays near 35 minutes; their docs/workload-*.md
 # give the longer runs).
-OWN = [("overhead", ["bench/bench_overhead.py"]), ("startup", ["bench/bench_startup.py"]),
-       ("pgbench", ["bench/bench_pgbench.py"]), ("sampling", ["bench/bench_sampling.py"]),
-       ("capacity", ["bench/bench_capacity.py"]),
-       ("report", ["bench/bench_report.py"]), ("soak", ["bench/bench_soak.py"])]
+OWN = [
+    ("overhead", ["bench/bench_overhead.py"]),
+    ("startup", ["bench/bench_startup.py"]),
+    ("pgbench", ["bench/bench_pgbench.py"]),
+    ("sampling", ["bench/bench_sampling.py"]),
+    ("capacity", ["bench/bench_capacity.py"]),
+    ("report", ["bench/bench_report.py"]),
+    ("soak", ["bench/bench_soak.py"]),
+]
 WORKLOADS_FULL = [
     ("fsync_heavy", ["bench/bench_fsync_heavy.py", "--repeats", "3"]),
     ("bonnie", ["bench/bench_bonnie.py", "--repeats", "3"]),
@@ -34,8 +39,10 @@ WORKLOADS_FULL = [
     ("flamegraph", ["bench/bench_flamegraph.py", "--repeats", "5"]),
 ]
 WORKLOADS_QUICK = [
-    ("fsync_heavy", ["bench/bench_fsync_heavy.py", "--repeats", "1", "--time", "1", "--mounts", "barrier=0",
-                     "--fsync-freqs", "1"]),
+    (
+        "fsync_heavy",
+        ["bench/bench_fsync_heavy.py", "--repeats", "1", "--time", "1", "--mounts", "barrier=0", "--fsync-freqs", "1"],
+    ),
     ("bonnie", ["bench/bench_bonnie.py", "--repeats", "1", "--size", "256", "--warmup", "0"]),
     ("untar", ["bench/bench_untar.py", "--repeats", "1", "--warmup", "0"]),
     ("flamegraph", ["bench/bench_flamegraph.py", "--repeats", "1", "--lines", "5000"]),
@@ -48,8 +55,10 @@ def run(name, argv):
     log = RESULTS / f"{name}.txt"
     print(f"==> {name}: {' '.join(argv)}", flush=True)
     start = time.monotonic()
-    with open(log, "w") as f, subprocess.Popen([PY, *argv], cwd=REPO, stdout=subprocess.PIPE,
-                                                stderr=subprocess.STDOUT, text=True) as proc:
+    with (
+        open(log, "w") as f,
+        subprocess.Popen([PY, *argv], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc,
+    ):
         for line in proc.stdout:
             sys.stdout.write(line)
             f.write(line)

@@ -17,10 +17,12 @@ OVERHEAD_TARGET = 0.05
 STARTUP_TARGET = 0.2
 RECORD_2S_TARGET = 2.3
 CLOSE_TARGET = 0.05
-WORKLOAD_BENCHES = (("fsync_heavy", "fsync-heavy against sysbench fileio", "docs/workload-fsync-heavy.md"),
-                    ("bonnie", "bonnie against bonnie++", "docs/workload-bonnie.md"),
-                    ("untar", "untar against GNU tar", "docs/workload-untar.md"),
-                    ("flamegraph", "flame graph rendering by inferno", "docs/flamegraphs.md"))
+WORKLOAD_BENCHES = (
+    ("fsync_heavy", "fsync-heavy against sysbench fileio", "docs/workload-fsync-heavy.md"),
+    ("bonnie", "bonnie against bonnie++", "docs/workload-bonnie.md"),
+    ("untar", "untar against GNU tar", "docs/workload-untar.md"),
+    ("flamegraph", "flame graph rendering by inferno", "docs/flamegraphs.md"),
+)
 
 INTRO = """# fsprof benchmarks: what profiling costs
 
@@ -31,7 +33,8 @@ are interleaved, the order rotated each round (A B C D, B C D A, ...), so that a
 slower or faster falls on every variant alike, and each ratio is taken within one round.
 
 Reproduce: `make bench` (about 35 minutes; needs root, loop devices, bpftrace, libbpf-tools, PostgreSQL, which
-the rule installs). `make bench BENCH_LONG=1` makes the capacity bench's long run and the continuous-mode soak 10 minutes each;
+the rule installs). `make bench BENCH_LONG=1` makes the capacity bench's long run and the
+continuous-mode soak 10 minutes each;
 `BENCH_QUICK=1` runs everything with few, short repeats (to check the scripts: not figures to
 quote); `BENCH_WORKLOADS=0` skips the bundled workloads' benches against their reference tools.
 Each section names its own script, which runs alone too.
@@ -39,8 +42,10 @@ Each section names its own script, which runs alone too.
 
 
 def machine_line(m, quick):
-    line = (f"**Machine**: {m['cores']} cores ({m['cpu']}), {m['ram_gib']} GiB RAM; kernel {m['kernel']}; "
-            f"{m['date']}; load average {m['loadavg']:.2f} when the first bench began.")
+    line = (
+        f"**Machine**: {m['cores']} cores ({m['cpu']}), {m['ram_gib']} GiB RAM; kernel {m['kernel']}; "
+        f"{m['date']}; load average {m['loadavg']:.2f} when the first bench began."
+    )
     if quick:
         line += "\n\n**BENCH_QUICK run: few, short repeats; these figures check the scripts and are not for quoting.**"
     return line
@@ -50,23 +55,40 @@ def section(title, data, script, missing):
     if data is None:
         return [f"## {title}", "", f"Not run, or it failed: see build/bench/{missing}.txt (`{script}`).", ""]
     load = data.get("load")
-    busy = (f"Load average (1 min) {load[0]:.2f} when this bench began, {load[1]:.2f} when it ended: the "
-            f"bench itself keeps one or two tasks runnable; more is other work sharing the machine, which "
-            f"widens the spreads." if load else "")
+    busy = (
+        f"Load average (1 min) {load[0]:.2f} when this bench began, {load[1]:.2f} when it ended: the "
+        f"bench itself keeps one or two tasks runnable; more is other work sharing the machine, which "
+        f"widens the spreads."
+        if load
+        else ""
+    )
     return [f"## {title}", "", data["markdown"], "", data["how"], "", busy, ""]
 
 
 def workload_section(done):
-    lines = ["## The bundled workloads against their reference tools", "",
-             "Shortened runs of the workloads' own benches (their pages give longer ones and discuss the "
-             "figures); the summary each printed:", ""]
+    lines = [
+        "## The bundled workloads against their reference tools",
+        "",
+        "Shortened runs of the workloads' own benches (their pages give longer ones and discuss the "
+        "figures); the summary each printed:",
+        "",
+    ]
     for name, title, page in WORKLOAD_BENCHES:
         log = RESULTS / f"{name}.txt"
         if name not in done or not log.exists():
             continue
         status = done[name]["status"]
-        lines += [f"### {title} ({page})", "", f"`.venv/bin/python {' '.join(done[name]['argv'])}`"
-                  + ("" if status == 0 else f" — **failed (exit {status})**"), "", "```", *tail(log), "```", ""]
+        lines += [
+            f"### {title} ({page})",
+            "",
+            f"`.venv/bin/python {' '.join(done[name]['argv'])}`"
+            + ("" if status == 0 else f" — **failed (exit {status})**"),
+            "",
+            "```",
+            *tail(log),
+            "```",
+            "",
+        ]
     return lines if len(lines) > 4 else []
 
 
@@ -74,7 +96,7 @@ def tail(log):
     """The summary a bench prints last: what follows its last blank line (at most 15 lines)."""
     text = log.read_text().rstrip().splitlines()
     blanks = [i for i, line in enumerate(text) if not line.strip()]
-    body = text[blanks[-1] + 1:] if blanks else text
+    body = text[blanks[-1] + 1 :] if blanks else text
     return body[-15:]
 
 
@@ -88,46 +110,79 @@ def closing_note(overhead, startup, pgbench, capacity):
         s = startup["summary"]["fsprof record"]["attached_s"]
         bt = [v["attached_s"] for k, v in startup["summary"].items() if k.startswith("bpftrace, fsprof")]
         verdict = "meets" if s["median"] <= STARTUP_TARGET else "misses"
-        out.append(f"- **Start-up**: `fsprof record` is attached after {s['median'] * 1000:.0f} ms (median; "
-                   f"{s['min'] * 1000:.0f} – {s['max'] * 1000:.0f} ms), which {verdict} the "
-                   f"{STARTUP_TARGET * 1000:.0f} ms target"
-                   + (f"; bpftrace attaching the same {startup['attach_points']} attach points takes "
-                      f"{bt[0]['median'] * 1000:.0f} ms." if bt else "."))
+        out.append(
+            f"- **Start-up**: `fsprof record` is attached after {s['median'] * 1000:.0f} ms (median; "
+            f"{s['min'] * 1000:.0f} – {s['max'] * 1000:.0f} ms), which {verdict} the "
+            f"{STARTUP_TARGET * 1000:.0f} ms target"
+            + (
+                f"; bpftrace attaching the same {startup['attach_points']} attach points takes "
+                f"{bt[0]['median'] * 1000:.0f} ms."
+                if bt
+                else "."
+            )
+        )
         whole = startup["summary"]["fsprof record"]["total_s"]
         close = spread([p["close_s"] for p in startup.get("phases", [])])
-        out.append(f"- **Stop**: `fsprof record --duration 2s` exits {whole['median']:.2f} s after it starts "
-                   f"({'within' if whole['median'] <= RECORD_2S_TARGET else 'over'} the {RECORD_2S_TARGET} s target)"
-                   + (f"; `Collector.close()` takes {close['median'] * 1000:.0f} ms "
-                      f"({'within' if close['median'] <= CLOSE_TARGET else 'over'} the "
-                      f"{CLOSE_TARGET * 1000:.0f} ms target)." if close else "."))
+        out.append(
+            f"- **Stop**: `fsprof record --duration 2s` exits {whole['median']:.2f} s after it starts "
+            f"({'within' if whole['median'] <= RECORD_2S_TARGET else 'over'} the {RECORD_2S_TARGET} s target)"
+            + (
+                f"; `Collector.close()` takes {close['median'] * 1000:.0f} ms "
+                f"({'within' if close['median'] <= CLOSE_TARGET else 'over'} the "
+                f"{CLOSE_TARGET * 1000:.0f} ms target)."
+                if close
+                else "."
+            )
+        )
     if pgbench:
         p = pgbench["summary"]
         over, dip = p["overhead"]["median"], p["attach_dip"]["median"] if p["attach_dip"] else None
         missed |= over > OVERHEAD_TARGET
-        out.append(f"- **PostgreSQL pgbench**: {p['fsprof']['median']:,.0f} tps under `fsprof record` against "
-                   f"{p['untraced']['median']:,.0f} untraced: {over * 100:+.1f}% "
-                   f"({'within' if over <= OVERHEAD_TARGET else 'over'} the {OVERHEAD_TARGET:.0%} target)"
-                   + (f"; while fsprof attaches ({p['attach_s']['median'] * 1000:.0f} ms) the server loses "
-                      f"{dip * 100:.1f}% of its tps ({'within' if dip <= OVERHEAD_TARGET else 'over'} the "
-                      f"{OVERHEAD_TARGET:.0%} target)" if dip is not None else "")
-                   + (f"; 300 ms of CPU at the lowest priority (SCHED_IDLE) in the same place costs it "
-                      f"{p['control_dip']['median'] * 100:.1f}%, so on this machine attaching costs "
-                      + ("no more than any use of a CPU does." if dip is not None and dip <= p["control_dip"]["median"]
-                         else "more than the CPU it uses.") if p.get("control_dip") else ".")
-                   + (f" fsprof's programs ran {pgbench['stats']['bpf_ns'] / pgbench['stats']['transactions'] / 1e3:.1f} µs "
-                      "per transaction (bpf_stats round)." if pgbench.get("stats") else ""))
+        out.append(
+            f"- **PostgreSQL pgbench**: {p['fsprof']['median']:,.0f} tps under `fsprof record` against "
+            f"{p['untraced']['median']:,.0f} untraced: {over * 100:+.1f}% "
+            f"({'within' if over <= OVERHEAD_TARGET else 'over'} the {OVERHEAD_TARGET:.0%} target)"
+            + (
+                f"; while fsprof attaches ({p['attach_s']['median'] * 1000:.0f} ms) the server loses "
+                f"{dip * 100:.1f}% of its tps ({'within' if dip <= OVERHEAD_TARGET else 'over'} the "
+                f"{OVERHEAD_TARGET:.0%} target)"
+                if dip is not None
+                else ""
+            )
+            + (
+                f"; 300 ms of CPU at the lowest priority (SCHED_IDLE) in the same place costs it "
+                f"{p['control_dip']['median'] * 100:.1f}%, so on this machine attaching costs "
+                + (
+                    "no more than any use of a CPU does."
+                    if dip is not None and dip <= p["control_dip"]["median"]
+                    else "more than the CPU it uses."
+                )
+                if p.get("control_dip")
+                else "."
+            )
+            + (
+                f" fsprof's programs ran {pgbench['stats']['bpf_ns'] / pgbench['stats']['transactions'] / 1e3:.1f} µs "
+                "per transaction (bpf_stats round)."
+                if pgbench.get("stats")
+                else ""
+            )
+        )
         if p.get("sampled_overhead"):
             so, st = p["sampled_overhead"]["median"], pgbench.get("sampled_stats")
             missed |= so > OVERHEAD_TARGET
-            out.append(f"  With `--stack-sample {p['stack_sample']}`: {p['sampled']['median']:,.0f} tps, {so * 100:+.1f}% "
-                       f"({'within' if so <= OVERHEAD_TARGET else 'over'} the {OVERHEAD_TARGET:.0%} target)"
-                       + (f"; {st['bpf_ns'] / st['transactions'] / 1e3:.1f} µs of BPF per transaction." if st else "."))
+            out.append(
+                f"  With `--stack-sample {p['stack_sample']}`: {p['sampled']['median']:,.0f} tps, {so * 100:+.1f}% "
+                f"({'within' if so <= OVERHEAD_TARGET else 'over'} the {OVERHEAD_TARGET:.0%} target)"
+                + (f"; {st['bpf_ns'] / st['transactions'] / 1e3:.1f} µs of BPF per transaction." if st else ".")
+            )
     if capacity:
         for r in capacity["rows"]:
-            out.append(f"- **Capacity** ({r['what']}, {r['seconds']:.0f} s): {r['syscalls_per_s']:,.0f} syscalls/s, "
-                       f"{r['ctxt_per_s']:,.0f} context switches/s, {r['blk_requests_per_s']:,.0f} block requests/s "
-                       f"with {r['lost']:,} lost events; fsprof's own CPU {r['cpu_pct']:.2f}% of a core, RSS "
-                       f"{r['rss_last_kib'] / 1024:.0f} MiB, BPF maps {r['maps_mib']:.0f} MiB (preallocated).")
+            out.append(
+                f"- **Capacity** ({r['what']}, {r['seconds']:.0f} s): {r['syscalls_per_s']:,.0f} syscalls/s, "
+                f"{r['ctxt_per_s']:,.0f} context switches/s, {r['blk_requests_per_s']:,.0f} block requests/s "
+                f"with {r['lost']:,} lost events; fsprof's own CPU {r['cpu_pct']:.2f}% of a core, RSS "
+                f"{r['rss_last_kib'] / 1024:.0f} MiB, BPF maps {r['maps_mib']:.0f} MiB (preallocated)."
+            )
     if missed or startup:
         out += ["", *WHY_NOTE]
     return out + [""]
@@ -141,56 +196,88 @@ def overhead_note(overhead):
         fs = s.get("fsprof", {}).get("overhead")
         if not fs:
             continue
-        peers = "; ".join(f"{name} {v['overhead']['median'] * 100:+.1f}%" for name, v in s.items()
-                          if name != "untraced" and not name.startswith("fsprof") and v.get("overhead"))
+        peers = "; ".join(
+            f"{name} {v['overhead']['median'] * 100:+.1f}%"
+            for name, v in s.items()
+            if name != "untraced" and not name.startswith("fsprof") and v.get("overhead")
+        )
         bt = s.get("bpftrace", {}).get("overhead")
         target = "within" if fs["median"] <= OVERHEAD_TARGET else "over"
         missed |= fs["median"] > OVERHEAD_TARGET
         against = ""
         if bt:
-            against = (", below the bpftrace script's" if fs["median"] < bt["median"]
-                       else ", above the bpftrace script's")
+            against = (
+                ", below the bpftrace script's" if fs["median"] < bt["median"] else ", above the bpftrace script's"
+            )
         lost = s["fsprof"]["lost"]
         cpu = s["fsprof"].get("cpu_overhead")
         cpu_text = f" The workload's own CPU per request changed by {cpu['median'] * 100:+.1f}%." if cpu else ""
-        out.append(f"- **{key}** ({res['title']}): fsprof's overhead is {fs['median'] * 100:+.1f}% of the "
-                   f"untraced throughput (median of same-round ratios; {fs['min'] * 100:+.1f}% – "
-                   f"{fs['max'] * 100:+.1f}%), {target} the "
-                   f"{OVERHEAD_TARGET:.0%} target{against}; peers: {peers or 'not run'}. Lost events: {lost:,}.{cpu_text}")
+        out.append(
+            f"- **{key}** ({res['title']}): fsprof's overhead is {fs['median'] * 100:+.1f}% of the "
+            f"untraced throughput (median of same-round ratios; {fs['min'] * 100:+.1f}% – "
+            f"{fs['max'] * 100:+.1f}%), {target} the "
+            f"{OVERHEAD_TARGET:.0%} target{against}; peers: {peers or 'not run'}. Lost events: {lost:,}.{cpu_text}"
+        )
         costs = res.get("stats", {}).get("fsprof")
         if costs and fs["median"] > OVERHEAD_TARGET:
             progs = [p for p in costs["progs"] if p["run_cnt"]]
             total = sum(p["run_time_ns"] for p in progs) / costs["elapsed"] / 1e7
-            top = ", ".join(f"{p['name']} {p['run_time_ns'] / costs['elapsed'] / 1e7:.2f}% "
-                            f"({p['run_cnt'] / costs['elapsed']:,.0f}/s × {p['run_time_ns'] / p['run_cnt']:,.0f} ns)"
-                            for p in progs[:4])
-            out.append(f"  What costs the time: fsprof's programs ran {total:.1f}% of a core during this workload; "
-                       f"the most: {top}.")
+            top = ", ".join(
+                f"{p['name']} {p['run_time_ns'] / costs['elapsed'] / 1e7:.2f}% "
+                f"({p['run_cnt'] / costs['elapsed']:,.0f}/s × {p['run_time_ns'] / p['run_cnt']:,.0f} ns)"
+                for p in progs[:4]
+            )
+            out.append(
+                f"  What costs the time: fsprof's programs ran {total:.1f}% of a core during this workload; "
+                f"the most: {top}."
+            )
         pr, bt_pr = per_request(res), per_request(res, "bpftrace")
         if pr:
             versus = ""
             if bt_pr:
-                versus = (f"; the bpftrace script's: {bt_pr[0]:.1f} µs "
-                          f"({'at or below' if pr[0] <= bt_pr[0] else f'{pr[0] / bt_pr[0]:.1f}x'} it"
-                          + rounds_text(res, "fsprof") + ")")
-            out.append(f"  BPF run time per request (all of fsprof's programs in the bpf_stats runs, divided by "
-                       f"its requests): {pr[0]:.1f} µs{versus}; an untraced request takes {pr[1]:.1f} µs.")
+                versus = (
+                    f"; the bpftrace script's: {bt_pr[0]:.1f} µs "
+                    f"({'at or below' if pr[0] <= bt_pr[0] else f'{pr[0] / bt_pr[0]:.1f}x'} it"
+                    + rounds_text(res, "fsprof")
+                    + ")"
+                )
+            out.append(
+                f"  BPF run time per request (all of fsprof's programs in the bpf_stats runs, divided by "
+                f"its requests): {pr[0]:.1f} µs{versus}; an untraced request takes {pr[1]:.1f} µs."
+            )
             fl, bt_fl = floor_of(res), floor_of(res, "bpftrace")
             if fl:
-                out.append(f"  The floor (program runs per request × what a program that does nothing costs a run "
-                           f"here, {res['floor']:,.0f} ns): fsprof's {fl[0]:.1f} runs, {fl[1]:.1f} µs, leaving "
-                           f"{pr[0] - fl[1]:.1f} µs for what its programs do"
-                           + (f"; the script's {bt_fl[0]:.1f} runs, {bt_fl[1]:.1f} µs, leaving "
-                              f"{bt_pr[0] - bt_fl[1]:.1f} µs" if bt_fl and bt_pr else "") + ".")
+                out.append(
+                    f"  The floor (program runs per request × what a program that does nothing costs a run "
+                    f"here, {res['floor']:,.0f} ns): fsprof's {fl[0]:.1f} runs, {fl[1]:.1f} µs, leaving "
+                    f"{pr[0] - fl[1]:.1f} µs for what its programs do"
+                    + (
+                        f"; the script's {bt_fl[0]:.1f} runs, {bt_fl[1]:.1f} µs, leaving {bt_pr[0] - bt_fl[1]:.1f} µs"
+                        if bt_fl and bt_pr
+                        else ""
+                    )
+                    + "."
+                )
         sampled = next((name for name in s if name.startswith("fsprof --stack-sample")), None)
         if sampled and s[sampled].get("overhead"):
             spr = per_request(res, sampled)
             over = s[sampled]["overhead"]["median"]
-            out.append(f"  With `{sampled}` (stacks walked in 1 of N calls, the rest estimated): overhead "
-                       f"{over * 100:+.1f}% ({'within' if over <= OVERHEAD_TARGET else 'over'} the target)"
-                       + (f", {spr[0]:.1f} µs of BPF per request"
-                          + (f" ({'at or below' if spr[0] <= bt_pr[0] else f'{spr[0] / bt_pr[0]:.1f}x'} the "
-                             f"script's{rounds_text(res, sampled)})" if bt_pr else "") if spr else "") + ".")
+            out.append(
+                f"  With `{sampled}` (stacks walked in 1 of N calls, the rest estimated): overhead "
+                f"{over * 100:+.1f}% ({'within' if over <= OVERHEAD_TARGET else 'over'} the target)"
+                + (
+                    f", {spr[0]:.1f} µs of BPF per request"
+                    + (
+                        f" ({'at or below' if spr[0] <= bt_pr[0] else f'{spr[0] / bt_pr[0]:.1f}x'} the "
+                        f"script's{rounds_text(res, sampled)})"
+                        if bt_pr
+                        else ""
+                    )
+                    if spr
+                    else ""
+                )
+                + "."
+            )
     return out, missed
 
 
@@ -281,7 +368,8 @@ WHY_NOTE = [
     "3.9 (9.5 switches per request on the machine, about 130 ns each for the untraced ones, 65 more "
     "while a commit window is open, plus the traced thread's intervals), the block request "
     "programs 5.5 (not half of them for the loop device's backing disk, as this note said until "
-    "2026-11-27: see the last paragraph), sys_enter 1.6 (700 ns: the fd's filesystem, the filter, the clock), on_waking 1.4, the "
+    "2026-11-27: see the last paragraph), sys_enter 1.6 (700 ns: the fd's filesystem, the filter, the clock), "
+    "on_waking 1.4, the "
     "jbd2 probes 1.4, ext4's delayed-allocation probes 1.0, and 1.2 for the two other "
     "sched_switch programs (ext4's commit-block wait and writeback's pause end), which each cost "
     "the 60-ns floor of a program run at every switch even when they have nothing to do: folding "
@@ -331,11 +419,11 @@ WHY_NOTE = [
     "126,572 types of the kernel's BTF, on every path the verifier walks. ext4's "
     "`on_jbd2_commit_locking`, 32 instructions with one such load (`journal->j_fs_dev`), takes "
     "1.4 ms to verify; a program that does nothing 0.2 ms. The plain loads that made the hot "
-    "programs cheaper per event (\"One sched_switch program and plain loads\" above) are what "
+    'programs cheaper per event ("One sched_switch program and plain loads" above) are what '
     "costs here; probe reads (`BPF_CORE_READ`) would cost next to nothing to verify and 25 ns a "
     "step at every event. `bpf_core_cast()`, which makes a pointer untrusted at no cost per event, "
     "is no way out: Debian 12's 6.1 has no such kfunc (it came in 6.2), and the type ID it takes "
-    "would resolve against the minimised BTF the objects load with (\"Start, continued\" above), "
+    'would resolve against the minimised BTF the objects load with ("Start, continued" above), '
     "not the kernel's. Python's part of record's start is about 95 ms (30 to start the "
     "interpreter, 65 of imports spread over many modules, none above 10 ms).",
 ]
@@ -371,16 +459,22 @@ def per_request(res, tracer="fsprof"):
 
 def write(done=None):
     done = done or {}
-    overhead, startup, pgbench, capacity, report = (load(n) for n in ("overhead", "startup", "pgbench", "capacity",
-                                                                      "report"))
+    overhead, startup, pgbench, capacity, report = (
+        load(n) for n in ("overhead", "startup", "pgbench", "capacity", "report")
+    )
     first = next((d for d in (overhead, startup, pgbench, capacity, report) if d), None)
     m = first["machine"] if first else machine()
     quick = any(d and d.get("quick") for d in (overhead, startup, pgbench, capacity, report))
     lines = [INTRO, machine_line(m, quick), ""]
     if any(d["seconds"] for d in done.values()):
-        lines += ["Benches run: " + ", ".join(f"{n} {d['seconds'] / 60:.1f} min" + ("" if d["status"] == 0 else
-                                                                                   " (FAILED)")
-                                              for n, d in done.items()) + ".", ""]
+        lines += [
+            "Benches run: "
+            + ", ".join(
+                f"{n} {d['seconds'] / 60:.1f} min" + ("" if d["status"] == 0 else " (FAILED)") for n, d in done.items()
+            )
+            + ".",
+            "",
+        ]
     lines += section("Tracing overhead", overhead, "bench/bench_overhead.py", "overhead")
     lines += section("Start-up", startup, "bench/bench_startup.py", "startup")
     lines += section("A real database: PostgreSQL pgbench", pgbench, "bench/bench_pgbench.py", "pgbench")

@@ -62,6 +62,7 @@ class CheckFailed(Exception):
 
 class Ctx:
     """What a check needs: its work dir (writable, removed after), its log, its deadline."""
+
     def __init__(self, work, log, deadline):
         self.work, self.log, self.deadline = work, log, deadline
         self.extra = {}  # kept with the check's result: what the kernel could not give, lost events
@@ -79,8 +80,14 @@ class Ctx:
         if left <= 0:
             raise CheckFailed("time limit reached")
         begin = self.log.tell()
-        proc = subprocess.Popen(argv, cwd=cwd or self.work, stdout=self.log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd or self.work,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         try:
             proc.wait(timeout=left)
         except subprocess.TimeoutExpired:
@@ -92,8 +99,9 @@ class Ctx:
         out = self.log.read()
         self.say(f"[exit status {proc.returncode}]")
         if expect is not None and proc.returncode not in expect:
-            raise CheckFailed(f"{' '.join(argv[1:5] if argv[0] == PY else argv[:4])} ... exited {proc.returncode}: "
-                              f"{last_line(out)}")
+            raise CheckFailed(
+                f"{' '.join(argv[1:5] if argv[0] == PY else argv[:4])} ... exited {proc.returncode}: {last_line(out)}"
+            )
         return proc.returncode, out
 
 
@@ -112,6 +120,7 @@ def last_line(text):
 
 class ScratchExt4:
     """A loop-backed ext4 of the check's own in its work dir: mounted with `options`, undone after."""
+
     def __init__(self, ctx, name, options=None):
         self.ctx, self.image, self.mnt, self.options = ctx, ctx.work / f"{name}.img", ctx.work / f"{name}-mnt", options
         self.dev = None
@@ -135,23 +144,47 @@ def fsprof_run(workload, *args, stack_sample=1):
     """A short three-filesystem run of a bundled workload; PASS when it exits 0 with a result of
     all three filesystems. With stack_sample N > 1 (--stack-sample), each filesystem's result must
     also say that part of its off-CPU time was estimated: the sampler passed calls over."""
+
     def check(ctx):
         out = ctx.work / "run"
         sampling = ["--stack-sample", str(stack_sample)] if stack_sample > 1 else []
-        ctx.run([*FSPROF, "run", "--fs", "ext4,xfs,btrfs", "--scratch-dir", str(ctx.work / "scratch"),
-                 "-o", str(out), "--workload", workload, *sampling, *args])
+        ctx.run(
+            [
+                *FSPROF,
+                "run",
+                "--fs",
+                "ext4,xfs,btrfs",
+                "--scratch-dir",
+                str(ctx.work / "scratch"),
+                "-o",
+                str(out),
+                "--workload",
+                workload,
+                *sampling,
+                *args,
+            ]
+        )
         result = json.loads((out / "result.json").read_text())
         have = sorted(fs["fs"] for fs in result["filesystems"])
         if have != ["btrfs", "ext4", "xfs"]:
             raise CheckFailed(f"result.json has filesystems {have}, not ext4, xfs and btrfs")
         if sampling:
-            estimated = {fs["fs"]: fs.get("stack_sampling", {}).get("estimated_share", 0)
-                         for fs in result["filesystems"]}
+            estimated = {
+                fs["fs"]: fs.get("stack_sampling", {}).get("estimated_share", 0) for fs in result["filesystems"]
+            }
             if not all(estimated.values()):
                 raise CheckFailed(f"--stack-sample {stack_sample}: estimated shares {estimated}")
-            return "; ".join(filter(None, ["stacks sampled: estimated " + ", ".join(
-                f"{k} {v:.0%}" for k, v in sorted(estimated.items())), noted(ctx, result)]))
+            return "; ".join(
+                filter(
+                    None,
+                    [
+                        "stacks sampled: estimated " + ", ".join(f"{k} {v:.0%}" for k, v in sorted(estimated.items())),
+                        noted(ctx, result),
+                    ],
+                )
+            )
         return noted(ctx, result)
+
     return check
 
 
@@ -202,8 +235,19 @@ def check_continuous(ctx):
             port = s.getsockname()[1]
         profiles = ctx.work / "profiles"
         proc = subprocess.Popen([PY, "-c", FSYNCER], cwd=fs.mnt, start_new_session=True)
-        argv = [*FSPROF, "record", "--continuous", "--mount", str(fs.mnt), "--window", "3s",
-                "--listen", f"127.0.0.1:{port}", "--pprof-dir", str(profiles)]
+        argv = [
+            *FSPROF,
+            "record",
+            "--continuous",
+            "--mount",
+            str(fs.mnt),
+            "--window",
+            "3s",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--pprof-dir",
+            str(profiles),
+        ]
         ctx.say("$ " + " ".join(argv))
         ctx.log.flush()
         rec = subprocess.Popen(argv, stdout=ctx.log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -218,9 +262,14 @@ def check_continuous(ctx):
                     continue
                 if "fsprof_windows_total 3.0" in text or re.search(r"fsprof_windows_total [4-9]", text):
                     break
+
             def total(name, extra=""):
-                return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                           if line.startswith(name + "{") and extra in line)
+                return sum(
+                    float(line.rsplit(" ", 1)[1])
+                    for line in text.splitlines()
+                    if line.startswith(name + "{") and extra in line
+                )
+
             fsyncs = total("fsprof_syscall_latency_seconds_count", 'op="fsync"')
             commits = total("fsprof_jbd2_commits_total")
         finally:
@@ -253,8 +302,24 @@ def check_oracles(ctx):
     # The tests' own waits (an oracle's stop, a CLI run) stretch by this; no bound on a figure does.
     if IN_VM:
         os.environ["FSPROF_TEST_TIME_SCALE"] = "10"
-    rc, out = ctx.run([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--basetemp", str(ctx.work / "pytest"),
-                       "--show-capture=no", "-rfE", *timeout, *ORACLE_TESTS], cwd=REPO, expect=None)
+    rc, out = ctx.run(
+        [
+            PY,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--basetemp",
+            str(ctx.work / "pytest"),
+            "--show-capture=no",
+            "-rfE",
+            *timeout,
+            *ORACLE_TESTS,
+        ],
+        cwd=REPO,
+        expect=None,
+    )
     if rc != 0:
         failed = [line for line in out.splitlines() if line.startswith(("FAILED", "ERROR"))]
         raise CheckFailed((failed[0] if failed else last_line(out))[:300])
@@ -264,8 +329,9 @@ def check_oracles(ctx):
 def lost_of(check_result):
     """A check's lost events ({fs:reason: n}), less those recorded approximately (logs written
     before noted() left them out still hold them)."""
-    return {k: v for k, v in check_result.get("drops", {}).items()
-            if k.rsplit(":", 1)[-1] not in maps.KEPT_APPROXIMATELY}
+    return {
+        k: v for k, v in check_result.get("drops", {}).items() if k.rsplit(":", 1)[-1] not in maps.KEPT_APPROXIMATELY
+    }
 
 
 def verifier_refusals(log):
@@ -283,8 +349,11 @@ CHECKS = [
     ("fsync-loop", 1200, fsprof_run("fsync-loop", "--count", "200")),
     # Stack sampling on: the sampled paths of on_sys_enter, on_switch, on_waking and the worker
     # windows run on each kernel (the verifier checks both paths whatever the run chooses).
-    ("fsync-heavy", 1200, fsprof_run("fsync-heavy", "--file-num", "4", "--file-total-size", "16M", "--time", "3",
-                                     stack_sample=4)),
+    (
+        "fsync-heavy",
+        1200,
+        fsprof_run("fsync-heavy", "--file-num", "4", "--file-total-size", "16M", "--time", "3", stack_sample=4),
+    ),
     ("bonnie", 1200, fsprof_run("bonnie", "-s", "16", "-n", "1", "-f")),
     ("untar", 1200, fsprof_run("untar", "--files", "2000", "--synthetic", "--image-size", "1G")),
     ("record-pid", 600, check_record),
@@ -296,6 +365,7 @@ CHECK_NAMES = [name for name, _, _ in CHECKS]
 
 
 # ---- one row, on this machine (the host, or inside a guest) ----
+
 
 def run_checks(outdir, names):
     """Runs the named checks here; a log per check and one JSON line per check in outdir."""
@@ -323,7 +393,9 @@ def run_checks(outdir, names):
             log.write(f"\n{'PASS' if ok else 'FAIL'} in {seconds:.0f} s: {note}\n")
         shutil.rmtree(work, ignore_errors=True)
         with open(outdir / "results.jsonl", "a") as f:
-            f.write(json.dumps({"check": name, "ok": ok, "seconds": round(seconds, 1), "note": note, **ctx.extra}) + "\n")
+            f.write(
+                json.dumps({"check": name, "ok": ok, "seconds": round(seconds, 1), "note": note, **ctx.extra}) + "\n"
+            )
             f.flush()
             os.fsync(f.fileno())
 
@@ -345,7 +417,7 @@ def doctor_left_out(log):
     items = []
     for line in text.splitlines():
         if line.strip().startswith("left out"):
-            items.append(line.strip()[len("left out"):].strip())
+            items.append(line.strip()[len("left out") :].strip())
         m = re.match(r"^(\S+)\s+(\S.*?)\s{2,}(.*)$", line)  # a check's row: status, name, detail
         if m and m.group(1) not in ("ok", "$", "PASS", "FAIL"):
             items.append(f"{m.group(2).strip()}: {m.group(3).strip()} ({m.group(1)})")
@@ -366,6 +438,7 @@ def one_per_program(items):
 
 
 # ---- the matrix ----
+
 
 class Row:
     def __init__(self, label, kernel):
@@ -397,10 +470,18 @@ def run_vm_row(row, names, logdir, accel, say):
     progress = Progress(shared, names, say)
     try:
         with open(logdir / "console.log", "wb") as console:
-            out = vm.boot_and_run(row.kernel, [PY, "-m", "kernels.matrix", "--inside", str(shared),
-                                               "--checks", ",".join(names)],
-                                  accel=how, cwd=REPO, timeout=limit, boot_timeout=900, rwdirs=[shared],
-                                  output=console, verbose=True, watch=progress)
+            out = vm.boot_and_run(
+                row.kernel,
+                [PY, "-m", "kernels.matrix", "--inside", str(shared), "--checks", ",".join(names)],
+                accel=how,
+                cwd=REPO,
+                timeout=limit,
+                boot_timeout=900,
+                rwdirs=[shared],
+                output=console,
+                verbose=True,
+                watch=progress,
+            )
         row.results = read_results(shared)
     except vm.VMError as e:
         row.skipped = str(e)
@@ -429,6 +510,7 @@ class Progress:
     """Watches a VM row from the host: says each check's result as the guest writes it, and stops
     the VM when the running check is past its time limit by a minute (the guest's own limit could
     not end it: a stuck kernel)."""
+
     GRACE_S = 60
 
     def __init__(self, shared, names, say):
@@ -454,8 +536,9 @@ class Progress:
 
 
 def result_line(res):
-    return (f"   {'PASS' if res['ok'] else 'FAIL'} {res['check']} ({res['seconds']:.0f} s)"
-            + (f": {res['note']}" if res["note"] else ""))
+    return f"   {'PASS' if res['ok'] else 'FAIL'} {res['check']} ({res['seconds']:.0f} s)" + (
+        f": {res['note']}" if res["note"] else ""
+    )
 
 
 def kernel_log_tail(console, lines=25):
@@ -479,8 +562,15 @@ def cell(row, name):
 
 def render(rows, names, total_s):
     head = ["kernel", "boot", *names, "row time"]
-    table = [head] + [[r.release, f"{r.boot_s:.0f}s" if r.boot_s is not None else "-",
-                       *[cell(r, n) for n in names], f"{r.seconds / 60:.1f} min"] for r in rows]
+    table = [head] + [
+        [
+            r.release,
+            f"{r.boot_s:.0f}s" if r.boot_s is not None else "-",
+            *[cell(r, n) for n in names],
+            f"{r.seconds / 60:.1f} min",
+        ]
+        for r in rows
+    ]
     widths = [max(len(line[i]) for line in table) for i in range(len(head))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths)) for line in table]
     return "\n".join(lines + [f"total wall time {total_s / 60:.1f} min"])
@@ -490,18 +580,35 @@ def write_doc(rows, names, total_s, logroot, note=""):
     """Replaces the generated section of docs/kernels.md (between its markers) with this run's."""
     begin, end = "<!-- matrix: generated by make test-kernels -->", "<!-- matrix: end -->"
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    out = [begin, "", note or f"Last run: {when}, total wall time {total_s / 60:.1f} min.", "",
-           "| kernel | how | " + " | ".join(names) + " | row time |",
-           "|---|---|" + "---|" * len(names) + "---|"]
+    out = [
+        begin,
+        "",
+        note or f"Last run: {when}, total wall time {total_s / 60:.1f} min.",
+        "",
+        "| kernel | how | " + " | ".join(names) + " | row time |",
+        "|---|---|" + "---|" * len(names) + "---|",
+    ]
     for r in rows:
-        out.append(f"| {r.release} | {r.skipped or r.how} | " + " | ".join(cell(r, n) for n in names)
-                   + f" | {r.seconds / 60:.1f} min |")
-    out += ["", "| kernel | left out or missing (`fsprof doctor`; result.json's `unavailable`) | failures (first line of why); events lost in checks that passed |", "|---|---|---|"]
+        out.append(
+            f"| {r.release} | {r.skipped or r.how} | "
+            + " | ".join(cell(r, n) for n in names)
+            + f" | {r.seconds / 60:.1f} min |"
+        )
+    out += [
+        "",
+        "| kernel | left out or missing (`fsprof doctor`; result.json's `unavailable`) | failures (first line "
+        "of why); events lost in checks that passed |",
+        "|---|---|---|",
+    ]
     for r in rows:
-        fails = "; ".join([f"FAIL {n}: {r.results[n]['note']}" for n in names
-                           if n in r.results and not r.results[n]["ok"]] +
-                          [f"{n}: lost events " + ", ".join(f"{k} {v}" for k, v in lost.items())
-                           for n in names if r.results.get(n, {}).get("ok") and (lost := lost_of(r.results[n]))])
+        fails = "; ".join(
+            [f"FAIL {n}: {r.results[n]['note']}" for n in names if n in r.results and not r.results[n]["ok"]]
+            + [
+                f"{n}: lost events " + ", ".join(f"{k} {v}" for k, v in lost.items())
+                for n in names
+                if r.results.get(n, {}).get("ok") and (lost := lost_of(r.results[n]))
+            ]
+        )
         left = doctor_left_out(logroot / r.label / "doctor.log")
         left += sorted({u for res in r.results.values() for u in res.get("unavailable", [])})
         left = "; ".join(one_per_program(left))
@@ -509,7 +616,7 @@ def write_doc(rows, names, total_s, logroot, note=""):
     out += ["", end]
     text = DOC.read_text() if DOC.exists() else "# Supported kernels\n\n" + begin + "\n" + end + "\n"
     if begin in text and end in text:
-        text = text[:text.index(begin)] + "\n".join(out) + text[text.index(end) + len(end):]
+        text = text[: text.index(begin)] + "\n".join(out) + text[text.index(end) + len(end) :]
     else:
         text = text.rstrip("\n") + "\n\n" + "\n".join(out) + "\n"
     DOC.write_text(text)
@@ -537,9 +644,14 @@ def doc_from(rowdirs, names, say):
     for r, d in zip(rows, rowdirs):
         r.label = str(d.resolve())
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    write_doc(rows, names, sum(r.seconds for r in rows), Path("/"),
-              note=f"Rebuilt {when} from the logs of {', '.join(str(d) for d in rowdirs)}; "
-                   "a row's time is the sum of its checks' (its boot not included).")
+    write_doc(
+        rows,
+        names,
+        sum(r.seconds for r in rows),
+        Path("/"),
+        note=f"Rebuilt {when} from the logs of {', '.join(str(d) for d in rowdirs)}; "
+        "a row's time is the sum of its checks' (its boot not included).",
+    )
     say(render(rows, names, sum(r.seconds for r in rows)))
     say(f"written: {DOC} (from {', '.join(map(str, rowdirs))}; row times are the sums of their checks)")
     return 0
@@ -547,18 +659,28 @@ def doc_from(rowdirs, names, say):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m kernels.matrix", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--kernels", default="6.1,6.12,host",
-                        help="rows: versions installed in /boot and/or 'host' (default 6.1,6.12,host)")
+    parser.add_argument(
+        "--kernels",
+        default="6.1,6.12,host",
+        help="rows: versions installed in /boot and/or 'host' (default 6.1,6.12,host)",
+    )
     parser.add_argument("--kernel", action="append", default=[], metavar="PATH", help="also a row for this image")
     parser.add_argument("--checks", default=",".join(CHECK_NAMES), help=f"default all: {','.join(CHECK_NAMES)}")
     parser.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto")
     parser.add_argument("--logs", help="where to keep the logs (default /var/tmp/fsprof-kernels/<time>)")
     parser.add_argument("--no-doc", action="store_true", help="do not write the table into docs/kernels.md")
-    parser.add_argument("--doc-from", metavar="LOGS", nargs="+",
-                        help="write docs/kernels.md's table from the logs of earlier runs' rows (LOGS/<row> dirs)")
+    parser.add_argument(
+        "--doc-from",
+        metavar="LOGS",
+        nargs="+",
+        help="write docs/kernels.md's table from the logs of earlier runs' rows (LOGS/<row> dirs)",
+    )
     parser.add_argument("--inside", metavar="DIR", help=argparse.SUPPRESS)  # the guest's side of a VM row
     args = parser.parse_args(argv)
-    say = lambda text: print(text, flush=True)
+
+    def say(text):
+        print(text, flush=True)
+
     names = [n.strip() for n in args.checks.split(",") if n.strip()]
     unknown = [n for n in names if n not in CHECK_NAMES]
     if unknown or not names:

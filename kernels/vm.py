@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 # virtme-ng: the project's own venv first (make test-kernels installs it there), then others.
 VNG_CANDIDATES = [REPO / ".venv-vm" / "bin" / "vng", Path("/opt/vng/bin/vng")]
 QEMU = "qemu-system-x86_64"
-LOG_ROOT = Path("/var/tmp/fsprof-kernels")   # logs and the KVM probe's verdicts (host side)
+LOG_ROOT = Path("/var/tmp/fsprof-kernels")  # logs and the KVM probe's verdicts (host side)
 
 # Exit statuses of our own (anything else is the guest command's).
 USAGE, CANNOT_RUN, TIMED_OUT, NO_BOOT = 2, 77, 124, 125
@@ -41,16 +41,28 @@ USAGE, CANNOT_RUN, TIMED_OUT, NO_BOOT = 2, 77, 124, 125
 # Emulated devices (issue 16 item 6): qemu -drive options per model, the serial the guest sees
 # (/dev/disk/by-id/virtio-<serial>; virtio-blk keeps at most 20 characters), and what it is.
 DISK_MODELS = {
-    "hdd": ("cache=none,aio=threads,throttling.iops-total=150,throttling.bps-total=157286400",
-            "fsprof-hdd", "150 IOPS and 150 MiB/s in total (qemu throttling), write-back cache honouring flushes"),
-    "volatile-cache": ("cache=writeback", "fsprof-volcache",
-                       "write-back cache: writes land in the host page cache, a flush fsyncs the host file"),
-    "write-through": ("cache=writethrough", "fsprof-wthrough",
-                      "no volatile cache: each write is flushed to the host file before it completes"),
+    "hdd": (
+        "cache=none,aio=threads,throttling.iops-total=150,throttling.bps-total=157286400",
+        "fsprof-hdd",
+        "150 IOPS and 150 MiB/s in total (qemu throttling), write-back cache honouring flushes",
+    ),
+    "volatile-cache": (
+        "cache=writeback",
+        "fsprof-volcache",
+        "write-back cache: writes land in the host page cache, a flush fsyncs the host file",
+    ),
+    "write-through": (
+        "cache=writethrough",
+        "fsprof-wthrough",
+        "no volatile cache: each write is flushed to the host file before it completes",
+    ),
     "fast": ("cache=unsafe", "fsprof-fast", "host page cache, flushes ignored (like fsprof's loop images)"),
     # The guest puts dm-delay over this disk: /dev/mapper/fsprof-delay (--delay-ms per I/O).
-    "delay": ("cache=writeback", "fsprof-delay",
-              "/dev/mapper/fsprof-delay: dm-delay adds --delay-ms to each read, write and flush of a volatile-cache disk"),
+    "delay": (
+        "cache=writeback",
+        "fsprof-delay",
+        "/dev/mapper/fsprof-delay: dm-delay adds --delay-ms to each read, write and flush of a volatile-cache disk",
+    ),
 }
 STATE_SERIAL = "fsprof-state"
 # Directories virtme's init mounts a fresh tmpfs over in the guest: the host's files there are unseen.
@@ -59,6 +71,7 @@ GUEST_TMPFS = (Path("/tmp"), Path("/var/tmp"))
 
 class VMError(Exception):
     """One sentence for the user, and the exit status it means."""
+
     def __init__(self, message, code):
         super().__init__(message)
         self.code = code
@@ -66,18 +79,19 @@ class VMError(Exception):
 
 @dataclass
 class Outcome:
-    status: str        # "done", "timeout", "no-boot", "stopped"
-    rc: int            # the command's exit status, or one of ours
-    boot_s: float      # seconds until the guest ran our script (0 if it never did)
-    seconds: float     # whole wall time
+    status: str  # "done", "timeout", "no-boot", "stopped"
+    rc: int  # the command's exit status, or one of ours
+    boot_s: float  # seconds until the guest ran our script (0 if it never did)
+    seconds: float  # whole wall time
     message: str = ""
 
 
 # ---- what to boot, and how ----
 
+
 def installed_kernels():
     """{release: /boot/vmlinuz-release} of the images installed in /boot."""
-    return {p.name[len("vmlinuz-"):]: p for p in Path("/boot").glob("vmlinuz-*") if p.is_file()}
+    return {p.name[len("vmlinuz-") :]: p for p in Path("/boot").glob("vmlinuz-*") if p.is_file()}
 
 
 def release_key(release):
@@ -102,8 +116,10 @@ def resolve_kernel(spec):
     found = {r: p for r, p in installed_kernels().items() if re.match(re.escape(spec) + r"([.-]|$)", r)}
     if not found:
         have = ", ".join(sorted(installed_kernels(), key=release_key)) or "none"
-        raise VMError(f"no kernel {spec} is installed in /boot (installed: {have}); "
-                      f"give an image path or install its package", USAGE)
+        raise VMError(
+            f"no kernel {spec} is installed in /boot (installed: {have}); give an image path or install its package",
+            USAGE,
+        )
     return found[max(found, key=release_key)]
 
 
@@ -171,20 +187,35 @@ def choose_accel(kernel, accel, kvm_dev, say):
     key = f"{boot_id()} {kernel}"
     if key not in verdicts:
         say(f"vm: probing whether KVM boots {kernel.name} (at most {KVM_PROBE_S} s, once per host boot)")
-        probe = boot_and_run(kernel, ["true"], accel="kvm", boot_timeout=KVM_PROBE_S, timeout=KVM_PROBE_S,
-                             output=subprocess.DEVNULL, state_disk=False)
+        probe = boot_and_run(
+            kernel,
+            ["true"],
+            accel="kvm",
+            boot_timeout=KVM_PROBE_S,
+            timeout=KVM_PROBE_S,
+            output=subprocess.DEVNULL,
+            state_disk=False,
+        )
         verdicts = {k: v for k, v in verdicts.items() if k.startswith(boot_id())}
-        verdicts[key] = "kvm" if probe.status == "done" else (
-            f"hung before its init ({KVM_PROBE_S} s)" if probe.seconds >= KVM_PROBE_S
-            else f"qemu stopped after {probe.seconds:.0f} s, before its init")
+        verdicts[key] = (
+            "kvm"
+            if probe.status == "done"
+            else (
+                f"hung before its init ({KVM_PROBE_S} s)"
+                if probe.seconds >= KVM_PROBE_S
+                else f"qemu stopped after {probe.seconds:.0f} s, before its init"
+            )
+        )
         LOG_ROOT.mkdir(parents=True, exist_ok=True)
         tmp = cache.with_suffix(".tmp")
         tmp.write_text(json.dumps(verdicts))
         tmp.replace(cache)
     if verdicts[key] == "kvm":
         return "kvm", "running under KVM (a probe boot with KVM succeeded)"
-    return "tcg", (f"running under TCG: /dev/kvm opens, but a probe boot of this kernel with KVM failed: "
-                   f"{verdicts[key]} (as nested KVM does with stock kernels)")
+    return "tcg", (
+        f"running under TCG: /dev/kvm opens, but a probe boot of this kernel with KVM failed: "
+        f"{verdicts[key]} (as nested KVM does with stock kernels)"
+    )
 
 
 # ---- the guest side ----
@@ -203,7 +234,8 @@ for d in /sys/block/vd*; do  # udev may not be running: name the disks by serial
 done
 if [ -e /dev/disk/by-id/virtio-fsprof-delay ]; then  # --disk-model delay
   d=$(readlink -f /dev/disk/by-id/virtio-fsprof-delay); n=$(blockdev --getsz "$d"); ms={delay_ms}
-  modprobe dm-delay && {{ dmsetup create --noudevsync fsprof-delay --table "0 $n delay $d 0 $ms $d 0 $ms $d 0 $ms" 2>/dev/null || \
+  modprobe dm-delay && {{ dmsetup create --noudevsync fsprof-delay \
+    --table "0 $n delay $d 0 $ms $d 0 $ms $d 0 $ms" 2>/dev/null || \
     dmsetup create --noudevsync fsprof-delay --table "0 $n delay $d 0 $ms"; }} && dmsetup mknodes fsprof-delay || \
     echo "vm: could not set up dm-delay on $d" >&2
 fi
@@ -226,8 +258,12 @@ exit $rc
 
 
 def drive_opts(index, image, cache_opts, serial):
-    return ["-drive", f"if=none,id=fsprofd{index},file={image},format=raw,{cache_opts}",
-            "-device", f"virtio-blk-pci,drive=fsprofd{index},serial={serial}"]
+    return [
+        "-drive",
+        f"if=none,id=fsprofd{index},file={image},format=raw,{cache_opts}",
+        "-device",
+        f"virtio-blk-pci,drive=fsprofd{index},serial={serial}",
+    ]
 
 
 def copy_output(pipe, output):
@@ -264,13 +300,33 @@ def check_visible(path):
     path = Path(path).resolve()
     hidden = next((d for d in GUEST_TMPFS if path == d or d in path.parents), None)
     if hidden:
-        raise VMError(f"{path} is under {hidden}, which the guest mounts a tmpfs over (virtme's init): "
-                      f"use a tree outside {' and '.join(map(str, GUEST_TMPFS))}", USAGE)
+        raise VMError(
+            f"{path} is under {hidden}, which the guest mounts a tmpfs over (virtme's init): "
+            f"use a tree outside {' and '.join(map(str, GUEST_TMPFS))}",
+            USAGE,
+        )
 
 
-def boot_and_run(kernel, argv, *, accel="tcg", cwd=None, timeout=3600, boot_timeout=600, memory="4G",
-                 cpus=2, disks=(), disk_size="4G", delay_ms=8, state_disk=True, state_size="16G", rwdirs=(),
-                 output=None, verbose=False, watch=None):
+def boot_and_run(
+    kernel,
+    argv,
+    *,
+    accel="tcg",
+    cwd=None,
+    timeout=3600,
+    boot_timeout=600,
+    memory="4G",
+    cpus=2,
+    disks=(),
+    disk_size="4G",
+    delay_ms=8,
+    state_disk=True,
+    state_size="16G",
+    rwdirs=(),
+    output=None,
+    verbose=False,
+    watch=None,
+):
     """Boot `kernel` (a resolved path), run argv in it. `timeout` counts from the guest's start of
     our script; `boot_timeout` until then. output: a file (or DEVNULL) for the guest's stdout and
     stderr and vng's own, None for ours. watch: called about twice a second once the guest runs
@@ -285,19 +341,38 @@ def boot_and_run(kernel, argv, *, accel="tcg", cwd=None, timeout=3600, boot_time
     start = time.monotonic()
     try:
         qemu_opts = []
-        drives = ([(STATE_SERIAL, "cache=unsafe", state_size)] if state_disk else []) + \
-                 [(DISK_MODELS[m][1], DISK_MODELS[m][0], disk_size) for m in disks]
+        drives = ([(STATE_SERIAL, "cache=unsafe", state_size)] if state_disk else []) + [
+            (DISK_MODELS[m][1], DISK_MODELS[m][0], disk_size) for m in disks
+        ]
         for i, (serial, cache_opts, size) in enumerate(drives):
             image = tmp / f"{serial}.img"
             subprocess.run(["truncate", "-s", size, str(image)], check=True)  # sparse
             qemu_opts += drive_opts(i, image, cache_opts, serial)
-        (tmp / "guest.sh").write_text(GUEST_SCRIPT.format(
-            rw=shlex.quote(str(tmp)), state=STATE_SERIAL if state_disk else "",
-            cwd=shlex.quote(str(cwd)), command=shlex.join(argv), delay_ms=int(delay_ms)))
-        cmd = [str(vng), "--run", str(kernel), "--memory", memory, "--cpus", str(cpus), "--name", "fsprof-vm",
-               "--rwdir", str(tmp), *[f"--rwdir={d}" for d in rwdirs]]
+        (tmp / "guest.sh").write_text(
+            GUEST_SCRIPT.format(
+                rw=shlex.quote(str(tmp)),
+                state=STATE_SERIAL if state_disk else "",
+                cwd=shlex.quote(str(cwd)),
+                command=shlex.join(argv),
+                delay_ms=int(delay_ms),
+            )
+        )
+        cmd = [
+            str(vng),
+            "--run",
+            str(kernel),
+            "--memory",
+            memory,
+            "--cpus",
+            str(cpus),
+            "--name",
+            "fsprof-vm",
+            "--rwdir",
+            str(tmp),
+            *[f"--rwdir={d}" for d in rwdirs],
+        ]
         if str(cwd) != "/" and not any(str(cwd).startswith(str(d)) for d in rwdirs):
-            cmd.append(f"--overlay-rwdir={cwd}")   # the command may write in its cwd; it stays in the guest
+            cmd.append(f"--overlay-rwdir={cwd}")  # the command may write in its cwd; it stays in the guest
         if accel == "tcg":
             cmd.append("--disable-kvm")
             # One host thread for all vCPUs. Multi-threaded TCG (qemu 7.2) mishandles the kernel's
@@ -317,8 +392,15 @@ def boot_and_run(kernel, argv, *, accel="tcg", cwd=None, timeout=3600, boot_time
         env = {**os.environ, "PATH": f"{vng.parent}:{os.environ.get('PATH', '/usr/bin:/bin')}", "TMPDIR": str(tmp)}
         # Through a pipe, never a file: qemu opens /proc/self/fd/1 anew, which would truncate a
         # file and write over it from offset 0.
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                env=env, cwd=str(tmp), start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=str(tmp),
+            start_new_session=True,
+        )
         copier = threading.Thread(target=copy_output, args=(proc.stdout, output), daemon=True)
         copier.start()
         booted_at = None
@@ -332,11 +414,21 @@ def boot_and_run(kernel, argv, *, accel="tcg", cwd=None, timeout=3600, boot_time
             if booted_at is None and (tmp / "booted").exists():
                 booted_at = now
             if booted_at is None and now - start > boot_timeout:
-                return Outcome("no-boot", NO_BOOT, 0, now - start,
-                               f"the VM did not boot within {boot_timeout:g} s (kernel {kernel.name})")
+                return Outcome(
+                    "no-boot",
+                    NO_BOOT,
+                    0,
+                    now - start,
+                    f"the VM did not boot within {boot_timeout:g} s (kernel {kernel.name})",
+                )
             if booted_at is not None and now - booted_at > timeout:
-                return Outcome("timeout", TIMED_OUT, booted_at - start, now - start,
-                               f"the command did not end within {timeout:g} s: the VM was stopped")
+                return Outcome(
+                    "timeout",
+                    TIMED_OUT,
+                    booted_at - start,
+                    now - start,
+                    f"the command did not end within {timeout:g} s: the VM was stopped",
+                )
             stop = watch() if watch is not None and booted_at is not None else None
             if stop:
                 return Outcome("timeout", TIMED_OUT, booted_at - start, now - start, stop)
@@ -348,11 +440,21 @@ def boot_and_run(kernel, argv, *, accel="tcg", cwd=None, timeout=3600, boot_time
         if rc_file.exists() and rc_file.read_text().strip().isdigit():
             return Outcome("done", int(rc_file.read_text()), (booted_at or now) - start, now - start)
         if booted_at is None:
-            return Outcome("no-boot", NO_BOOT, 0, now - start,
-                           f"the VM exited (vng status {proc.returncode}) before its kernel started the command"
-                           f" (kernel {kernel.name}; --verbose shows its console)")
-        return Outcome("stopped", NO_BOOT, booted_at - start, now - start,
-                       "the VM stopped before the command ended (a kernel panic or crash; --verbose shows the console)")
+            return Outcome(
+                "no-boot",
+                NO_BOOT,
+                0,
+                now - start,
+                f"the VM exited (vng status {proc.returncode}) before its kernel started the command"
+                f" (kernel {kernel.name}; --verbose shows its console)",
+            )
+        return Outcome(
+            "stopped",
+            NO_BOOT,
+            booted_at - start,
+            now - start,
+            "the VM stopped before the command ended (a kernel panic or crash; --verbose shows the console)",
+        )
     finally:
         kill_group(proc)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -360,25 +462,41 @@ def boot_and_run(kernel, argv, *, accel="tcg", cwd=None, timeout=3600, boot_time
 
 def raise_on_signals():
     """SIGTERM and SIGHUP unwind like Ctrl-C does, so the VM is stopped and its images removed."""
+
     def handler(signum, frame):
         raise KeyboardInterrupt
+
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, handler)
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m kernels.vm", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="disk models: " + "; ".join(
-                                         f"{n} (/dev/disk/by-id/virtio-{s}): {d}" for n, (_, s, d) in DISK_MODELS.items()))
+    parser = argparse.ArgumentParser(
+        prog="python -m kernels.vm",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="disk models: "
+        + "; ".join(f"{n} (/dev/disk/by-id/virtio-{s}): {d}" for n, (_, s, d) in DISK_MODELS.items()),
+    )
     parser.add_argument("--kernel", required=True, help="a version installed in /boot (6.1, 6.12) or an image path")
-    parser.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto",
-                        help="auto: KVM if a probe boot with it works, else TCG (default)")
-    parser.add_argument("--disk-model", action="append", default=[], choices=sorted(DISK_MODELS),
-                        help="add an emulated disk of this model (repeatable)")
+    parser.add_argument(
+        "--accel",
+        choices=("auto", "kvm", "tcg"),
+        default="auto",
+        help="auto: KVM if a probe boot with it works, else TCG (default)",
+    )
+    parser.add_argument(
+        "--disk-model",
+        action="append",
+        default=[],
+        choices=sorted(DISK_MODELS),
+        help="add an emulated disk of this model (repeatable)",
+    )
     parser.add_argument("--disk-size", default="4G", help="size of each --disk-model disk (sparse; default 4G)")
     parser.add_argument("--delay-ms", type=int, default=8, help="the delay model's latency per I/O (default 8 ms)")
-    parser.add_argument("--rwdir", action="append", default=[], help="a host directory the guest may write (repeatable)")
+    parser.add_argument(
+        "--rwdir", action="append", default=[], help="a host directory the guest may write (repeatable)"
+    )
     parser.add_argument("--memory", default="4G")
     parser.add_argument("--cpus", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=3600, help="seconds the command may take (default 3600)")
@@ -388,7 +506,10 @@ def main(argv=None):
     parser.add_argument("command", nargs="+", help="the command to run in the guest (after --)")
     args = parser.parse_args(argv)
     raise_on_signals()
-    say = lambda msg: print(msg, file=sys.stderr, flush=True)
+
+    def say(msg):
+        print(msg, file=sys.stderr, flush=True)
+
     try:
         for d in args.rwdir:
             if not Path(d).is_dir():
@@ -402,10 +523,20 @@ def main(argv=None):
         find_vng()
         accel, why = choose_accel(kernel, args.accel, args.kvm_dev, say)
         say(f"vm: booting {kernel} ({why})")
-        out = boot_and_run(kernel, args.command, accel=accel, timeout=args.timeout,
-                           boot_timeout=args.boot_timeout, memory=args.memory, cpus=args.cpus,
-                           disks=args.disk_model, disk_size=args.disk_size, delay_ms=args.delay_ms,
-                           rwdirs=args.rwdir, verbose=args.verbose)
+        out = boot_and_run(
+            kernel,
+            args.command,
+            accel=accel,
+            timeout=args.timeout,
+            boot_timeout=args.boot_timeout,
+            memory=args.memory,
+            cpus=args.cpus,
+            disks=args.disk_model,
+            disk_size=args.disk_size,
+            delay_ms=args.delay_ms,
+            rwdirs=args.rwdir,
+            verbose=args.verbose,
+        )
     except VMError as e:
         say(f"vm: {e}")
         return e.code

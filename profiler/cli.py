@@ -54,8 +54,13 @@ def parser(argv):
         mod = command_module(name)
         takes_unknown = getattr(mod, "TAKES_UNKNOWN_OPTIONS", False)
         # A command that hands unknown options on must not take an abbreviation of one as its own.
-        p = sub.add_parser(name, help=COMMANDS[name], usage=getattr(mod, "USAGE", None),
-                           epilog=getattr(mod, "EPILOG", None), allow_abbrev=not takes_unknown)
+        p = sub.add_parser(
+            name,
+            help=COMMANDS[name],
+            usage=getattr(mod, "USAGE", None),
+            epilog=getattr(mod, "EPILOG", None),
+            allow_abbrev=not takes_unknown,
+        )
         mod.add_arguments(p)
     return ap
 
@@ -65,8 +70,8 @@ def parse(argv):
     user's command; every other command is parsed strictly."""
     argv = list(sys.argv[1:] if argv is None else argv)
     has_command = "--" in argv
-    command = argv[argv.index("--") + 1:] if has_command else []
-    before = argv[:argv.index("--")] if has_command else argv
+    command = argv[argv.index("--") + 1 :] if has_command else []
+    before = argv[: argv.index("--")] if has_command else argv
     ap = parser(before)
     args, rest = ap.parse_known_args(before)
     if rest and args.command in before and before.index(args.command) > before.index(rest[0]):

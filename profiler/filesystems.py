@@ -20,31 +20,50 @@ from .errors import FsprofError
 @dataclass(frozen=True)
 class Filesystem:
     name: str
-    module: str          # `modprobe` name, and the driver its kernel messages name; ext4 also mounts ext2 and ext3
-    behind: str          # behind/<behind>.py and bpf/<behind>.bpf.c: its journal or log
-    rules: str           # analysis/rules/<rules>.toml: its cause rules, beside common.toml
-    tracepoints: tuple   # tracefs event groups its behind object uses (`fsprof doctor` lists them)
-    package: str         # the Debian package with mkfs.<name>
-    mkfs_force: str      # mkfs's flag to write over an existing signature
-    mkfs_defaults: tuple = ()    # mkfs arguments fsprof adds before the user's
-    multi_device: bool = False   # one filesystem over several devices (`--devices N`)
-    kthreads: tuple = ()         # its own kernel threads' names ({dev}: a block device's name; machine/kthreads.py)
+    module: str  # `modprobe` name, and the driver its kernel messages name; ext4 also mounts ext2 and ext3
+    behind: str  # behind/<behind>.py and bpf/<behind>.bpf.c: its journal or log
+    rules: str  # analysis/rules/<rules>.toml: its cause rules, beside common.toml
+    tracepoints: tuple  # tracefs event groups its behind object uses (`fsprof doctor` lists them)
+    package: str  # the Debian package with mkfs.<name>
+    mkfs_force: str  # mkfs's flag to write over an existing signature
+    mkfs_defaults: tuple = ()  # mkfs arguments fsprof adds before the user's
+    multi_device: bool = False  # one filesystem over several devices (`--devices N`)
+    kthreads: tuple = ()  # its own kernel threads' names ({dev}: a block device's name; machine/kthreads.py)
 
 
 # Scratch ext3/ext4 are made with inode tables and journal initialised up front: otherwise the
 # ext4lazyinit thread zeroes them after mount, with cache flushes of its own, during the workload.
 _EAGER_INIT = ("-E", "lazy_itable_init=0,lazy_journal_init=0")
 
-_EXT = dict(module="ext4", behind="ext4", rules="ext4", tracepoints=("ext4", "jbd2"), package="e2fsprogs",
-            mkfs_force="-F", kthreads=("jbd2/{dev}-*",))
-TABLE = {fs.name: fs for fs in (
-    Filesystem("ext2", **_EXT),
-    Filesystem("ext3", **_EXT, mkfs_defaults=_EAGER_INIT),
-    Filesystem("ext4", **_EXT, mkfs_defaults=_EAGER_INIT),
-    Filesystem("xfs", "xfs", "xfs", "xfs", ("xfs",), "xfsprogs", "-f", kthreads=("xfsaild/{dev}",)),
-    Filesystem("btrfs", "btrfs", "btrfs", "btrfs", ("btrfs",), "btrfs-progs", "-f", multi_device=True,
-               kthreads=("btrfs-transaction", "btrfs-cleaner")),
-)}
+_EXT = dict(
+    module="ext4",
+    behind="ext4",
+    rules="ext4",
+    tracepoints=("ext4", "jbd2"),
+    package="e2fsprogs",
+    mkfs_force="-F",
+    kthreads=("jbd2/{dev}-*",),
+)
+TABLE = {
+    fs.name: fs
+    for fs in (
+        Filesystem("ext2", **_EXT),
+        Filesystem("ext3", **_EXT, mkfs_defaults=_EAGER_INIT),
+        Filesystem("ext4", **_EXT, mkfs_defaults=_EAGER_INIT),
+        Filesystem("xfs", "xfs", "xfs", "xfs", ("xfs",), "xfsprogs", "-f", kthreads=("xfsaild/{dev}",)),
+        Filesystem(
+            "btrfs",
+            "btrfs",
+            "btrfs",
+            "btrfs",
+            ("btrfs",),
+            "btrfs-progs",
+            "-f",
+            multi_device=True,
+            kthreads=("btrfs-transaction", "btrfs-cleaner"),
+        ),
+    )
+}
 NAMES = tuple(TABLE)
 # The filesystems whose own driver they are (ext2 and ext3 are served by ext4's): one mkfs tool each.
 DRIVERS = tuple(fs.name for fs in TABLE.values() if fs.name == fs.module)
@@ -66,6 +85,7 @@ def served_by(behind):
 def mkfs_defaults(name):
     """fsprof's own mkfs arguments for filesystem `name` (a list, for the user's to follow)."""
     return list(TABLE[name].mkfs_defaults) if name in TABLE else []
+
 
 # Scratch filesystems sit on loop devices; /dev/loop-control exists only once loop is loaded.
 LOOP_MODULE = "loop"

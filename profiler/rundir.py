@@ -9,7 +9,7 @@ from pathlib import Path
 from .errors import FsprofError
 
 RESULT_FILE = "result.json"
-SCHEMA = "fsprof.run/2"            # profiler/schema/result.schema.json, docs/result-schema.md
+SCHEMA = "fsprof.run/2"  # profiler/schema/result.schema.json, docs/result-schema.md
 INDEX_FILE = "index.json"
 INDEX_SCHEMA = "fsprof.index/1"
 FLAMEGRAPH_DIR = "flamegraphs"

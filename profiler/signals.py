@@ -12,6 +12,7 @@ def install_handlers():
     A signal fsprof was started with ignored stays ignored, as Python leaves SIGINT: `nohup`
     ignores SIGHUP so that a recording outlives its terminal, and a shell starts background jobs
     with SIGINT ignored so that Ctrl-C does not reach them."""
+
     def _exit(signo, _frame):
         raise SystemExit(128 + signo)
 

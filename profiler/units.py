@@ -27,7 +27,7 @@ def parse_duration(text):
     t = str(text).strip().lower()
     unit = next((u for u in ("ms", "s", "m", "h") if t.endswith(u)), "s")
     try:
-        value = float(t[:-len(unit)] if t.endswith(unit) else t) * DURATION_UNITS[unit]
+        value = float(t[: -len(unit)] if t.endswith(unit) else t) * DURATION_UNITS[unit]
     except ValueError:
         value = -1
     if not math.isfinite(value) or value <= 0:
@@ -45,14 +45,15 @@ def fmt_ns(ns, typeset=False):
     return f"{ns:.0f}{sep}ns"
 
 
-US, MS, S = 1e3, 1e6, 1e9          # in ns
+US, MS, S = 1e3, 1e6, 1e9  # in ns
 _NS_PER = {"ns": 1, "us": 1000, "s": 1_000_000_000}
 
 
 # Not fmt_ns: the behind sections and compare print fixed decimals per unit, each switching unit
 # where its text always has (tests compare that text byte for byte).
-def fmt_time(t, *, ms_from, unit="ns", us_digits=0, ms_digits=1, s_from=None, fine_below=None,
-             missing=None, signed=False):
+def fmt_time(
+    t, *, ms_from, unit="ns", us_digits=0, ms_digits=1, s_from=None, fine_below=None, missing=None, signed=False
+):
     """A duration t (in `unit`: ns, us or s) in us, or in ms from `ms_from` ns (None: never), or
     with 2 decimals in s from `s_from` ns: '812 us', '12.3 ms'. fine_below: under it (ns), one more
     decimal in us; missing: the text for None; signed: '+' or '-' before the size.
@@ -60,8 +61,15 @@ def fmt_time(t, *, ms_from, unit="ns", us_digits=0, ms_digits=1, s_from=None, fi
     if t is None and missing is not None:
         return missing
     if signed:
-        return ("+" if t >= 0 else "-") + fmt_time(abs(t), ms_from=ms_from, unit=unit, us_digits=us_digits,
-                                                   ms_digits=ms_digits, s_from=s_from, fine_below=fine_below)
+        return ("+" if t >= 0 else "-") + fmt_time(
+            abs(t),
+            ms_from=ms_from,
+            unit=unit,
+            us_digits=us_digits,
+            ms_digits=ms_digits,
+            s_from=s_from,
+            fine_below=fine_below,
+        )
     per, size = _NS_PER[unit], abs(t)
 
     def shown(scale, digits, name):

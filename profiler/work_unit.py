@@ -10,6 +10,7 @@ from .errors import FsprofError
 @dataclass(frozen=True)
 class Unit:
     """A unit of work: its name and, per side, how many the workload did (None: not known)."""
+
     name: str
     count: float | None = None
 

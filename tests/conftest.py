@@ -42,7 +42,7 @@ def run_fsprof(*args, cwd=REPO, timeout=600 * TIME_SCALE):
     """Runs the CLI; every result it writes is checked against the attribution invariants."""
     env = {**os.environ, "PYTHONPATH": REPO}  # the package, whatever the cwd
     proc = subprocess.run([*FSPROF, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout)
-    if proc.returncode == 0 and "-o" in args and "--" not in args[:args.index("-o")]:
+    if proc.returncode == 0 and "-o" in args and "--" not in args[: args.index("-o")]:
         out = Path(cwd, args[args.index("-o") + 1])
         results = sorted(out.rglob("result.json")) if out.is_dir() else []  # a spec: one per run
         if args[0] in ("run", "record"):
@@ -52,8 +52,9 @@ def run_fsprof(*args, cwd=REPO, timeout=600 * TIME_SCALE):
     if proc.returncode == 0 and args[0] == "compare":
         assert_sound_comparison(proc.stdout, "--json" in args)
         if "--json" not in args:  # the text's figures are the JSON's: check those add up too
-            as_json = subprocess.run([*FSPROF, *args, "--json"], capture_output=True, text=True, cwd=cwd, env=env,
-                                     timeout=timeout)
+            as_json = subprocess.run(
+                [*FSPROF, *args, "--json"], capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout
+            )
             assert_sound_comparison(as_json.stdout, True)
     return proc
 
@@ -75,8 +76,9 @@ def assert_sound_comparison(out, as_json):
     for block in out.split("\n\n") if "\n\n" in out else [out]:
         for part in re.split(r"^(?=\S)", block, flags=re.M):  # one comparison per unindented line
             listed = _LISTED.findall(part)
-            rest = [_SHIFT.match(c).group(1) for m in _NOT_DIFFERENT.findall(part) for c in m.split(", ")
-                    if _SHIFT.match(c)]
+            rest = [
+                _SHIFT.match(c).group(1) for m in _NOT_DIFFERENT.findall(part) for c in m.split(", ") if _SHIFT.match(c)
+            ]
             assert len(listed) == len(set(listed)) and not set(listed) & set(rest), part
 
 
@@ -145,8 +147,9 @@ def loopdev(tmp_path):
     image = tmp_path / "user-disk.img"
     with open(image, "wb") as f:
         f.truncate(512 << 20)  # xfs needs at least 300 MiB
-    device = subprocess.run(["losetup", "--find", "--show", str(image)], check=True,
-                            capture_output=True, text=True).stdout.strip()
+    device = subprocess.run(
+        ["losetup", "--find", "--show", str(image)], check=True, capture_output=True, text=True
+    ).stdout.strip()
     yield device
     subprocess.run(["losetup", "-d", device], check=False)
 
@@ -180,8 +183,9 @@ def finish(proc, timeout):
 
 def kernel_programs():
     """Every BPF program the kernel holds, as `bpftool prog show -j` lists them (id, name, ...)."""
-    return json.loads(subprocess.run(["bpftool", "prog", "show", "-j"], capture_output=True, text=True,
-                                     check=True).stdout)
+    return json.loads(
+        subprocess.run(["bpftool", "prog", "show", "-j"], capture_output=True, text=True, check=True).stdout
+    )
 
 
 def kernel_stack(pid):
@@ -206,17 +210,22 @@ _vmlinux_typedefs = None
 def bpftrace_prelude():
     global _vmlinux_typedefs
     if _vmlinux_typedefs is None:
-        dump = subprocess.run(["bpftool", "btf", "dump", "file", "/sys/kernel/btf/vmlinux"],
-                              capture_output=True, text=True).stdout
+        dump = subprocess.run(
+            ["bpftool", "btf", "dump", "file", "/sys/kernel/btf/vmlinux"], capture_output=True, text=True
+        ).stdout
         _vmlinux_typedefs = {name for name in MODULE_TYPEDEFS if f"TYPEDEF '{name}'" in dump}
-    return "".join(f"#define {name} {ctype}\n" for name, ctype in MODULE_TYPEDEFS.items()
-                   if name not in _vmlinux_typedefs)
+    return "".join(
+        f"#define {name} {ctype}\n" for name, ctype in MODULE_TYPEDEFS.items() if name not in _vmlinux_typedefs
+    )
 
 
 def bpftrace_start(script):
     """Start a bpftrace oracle whose BEGIN prints "ready"; returns once every probe is attached."""
     import pytest
-    proc = subprocess.Popen(["bpftrace", "-e", bpftrace_prelude() + script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    proc = subprocess.Popen(
+        ["bpftrace", "-e", bpftrace_prelude() + script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     for line in proc.stdout:  # "Attaching N probes...", then BEGIN's line once every probe is attached
         if line.strip() == "ready":
             return proc

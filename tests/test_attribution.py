@@ -72,17 +72,35 @@ def test_fsync_waits_for_each_filesystems_own_commit(tmp_path):
     jbd2_thread = f"jbd2/{ext4['device']['name']}-8"
     assert by.get(jbd2_thread, 0) >= 0.95 * sum(by.values()), by
     stacks, rules = ext4["trace"]["stacks"], rules_for("ext4")
-    commit_waits = [r for r in ext4["trace"]["offcpu"] if r["op"] == "fsync" and not r["runnable"] and
-                    rules.classify_off(stacks.get(str(r["stack"]), []), False)[0] == "journal commit wait"]
-    woken_in_commit = sum(r["total_ns"] for r in commit_waits
-                          if "jbd2_journal_commit_transaction" in stacks.get(str(r["waker_stack"]), []))
+    commit_waits = [
+        r
+        for r in ext4["trace"]["offcpu"]
+        if r["op"] == "fsync"
+        and not r["runnable"]
+        and rules.classify_off(stacks.get(str(r["stack"]), []), False)[0] == "journal commit wait"
+    ]
+    woken_in_commit = sum(
+        r["total_ns"]
+        for r in commit_waits
+        if "jbd2_journal_commit_transaction" in stacks.get(str(r["waker_stack"]), [])
+    )
     assert woken_in_commit >= 0.95 * sum(r["total_ns"] for r in commit_waits)
 
 
 def test_barriers_off_remove_the_flush_causes(tmp_path):
     on = fsprof_result(tmp_path, "--fs", "ext4,btrfs", "--count", str(COUNT), name="on")
-    off = fsprof_result(tmp_path, "--fs", "ext4,btrfs", "--count", str(COUNT), "--mount-options",
-                        "ext4=barrier=0", "--mount-options", "btrfs=nobarrier", name="off")
+    off = fsprof_result(
+        tmp_path,
+        "--fs",
+        "ext4,btrfs",
+        "--count",
+        str(COUNT),
+        "--mount-options",
+        "ext4=barrier=0",
+        "--mount-options",
+        "btrfs=nobarrier",
+        name="off",
+    )
     for f_on, f_off in zip(on["filesystems"], off["filesystems"]):
         assert sum(d["flush_ios"] for d in f_off["kernel_counters"].values()) == 0
         assert sum(d["flush_ios"] for d in f_on["kernel_counters"].values()) >= COUNT
@@ -107,8 +125,18 @@ DD = ["dd", "if=/dev/zero", "of=big.dat", "bs=64k", "count=1024", "status=none"]
 
 
 def test_tiny_dirty_limit_makes_writes_wait_on_dirty_throttling(tmp_path):
-    tight = fsprof_result(tmp_path, "--fs", "ext4", "--sysctl", "vm.dirty_bytes=1048576",
-                          "--sysctl", "vm.dirty_background_bytes=524288", "--", *DD, name="tight")
+    tight = fsprof_result(
+        tmp_path,
+        "--fs",
+        "ext4",
+        "--sysctl",
+        "vm.dirty_bytes=1048576",
+        "--sysctl",
+        "vm.dirty_background_bytes=524288",
+        "--",
+        *DD,
+        name="tight",
+    )
     default = fsprof_result(tmp_path, "--fs", "ext4", "--", *DD, name="default")
     b_tight, b_default = (breakdown(r["filesystems"][0], "write") for r in (tight, default))
     assert b_tight["count"] == b_default["count"] >= 1024
@@ -166,9 +194,22 @@ def test_read_io_wait_only_when_the_cache_is_cold(tmp_path):
 @pytest.mark.skipif(shutil.which("fio") is None, reason="fio is not installed")
 def test_fsync_percentiles_agree_with_fios_own(tmp_path):
     out = tmp_path / "fio.json"
-    result = fsprof_result(tmp_path, "--fs", "ext4", "--", *fio(
-        "--name=f", "--rw=randwrite", "--bs=4k", "--size=16M", "--fsync=1", "--number_ios=600",
-        "--output-format=json", output=out))
+    result = fsprof_result(
+        tmp_path,
+        "--fs",
+        "ext4",
+        "--",
+        *fio(
+            "--name=f",
+            "--rw=randwrite",
+            "--bs=4k",
+            "--size=16M",
+            "--fsync=1",
+            "--number_ios=600",
+            "--output-format=json",
+            output=out,
+        ),
+    )
     theirs = json.loads(out.read_text())["jobs"][0]["sync"]["lat_ns"]
     ours = result["filesystems"][0]["syscalls"]["fsync"]
     assert ours["count"] == theirs["N"]
@@ -204,6 +245,7 @@ def majflt(pid):
 
 def taskstats_blkio_ns(pid):
     from pyroute2 import TaskStats
+
     ts = TaskStats()
     ts.bind()
     try:
@@ -219,10 +261,19 @@ def io_wait_attempt(tmp_path):
     with undo.Changes() as changes:
         sfs = scratch.provision(changes, scratch.FsConfig("ext4"), tmp_path / "scratch")
         settings.set_sysctl(changes, "kernel.task_delayacct", "1")
-        victim = subprocess.Popen([sys.executable, "-c", FSYNCER.format(count=COUNT)], cwd=sfs.mountpoint,
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        rec = subprocess.Popen([sys.executable, "-m", "profiler", "record", "--pid", str(victim.pid),
-                                "-o", str(tmp_path / "rec")], cwd=REPO, stderr=subprocess.PIPE, text=True)
+        victim = subprocess.Popen(
+            [sys.executable, "-c", FSYNCER.format(count=COUNT)],
+            cwd=sfs.mountpoint,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        rec = subprocess.Popen(
+            [sys.executable, "-m", "profiler", "record", "--pid", str(victim.pid), "-o", str(tmp_path / "rec")],
+            cwd=REPO,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             assert victim.stdout.readline().strip() == "ready"
             assert "recording" in rec.stderr.readline()
@@ -245,12 +296,18 @@ def io_wait_attempt(tmp_path):
     (fs,) = [f for f in result["filesystems"] if f["label"] == sfs.mountpoint]
     assert fs["syscalls"]["fsync"]["count"] == COUNT
     trace = fs["trace"]
-    io_stack = [r for r in trace["offcpu"]
-                if any(f.startswith("io_schedule") for f in trace["stacks"].get(str(r["stack"]), []))]
+    io_stack = [
+        r for r in trace["offcpu"] if any(f.startswith("io_schedule") for f in trace["stacks"].get(str(r["stack"]), []))
+    ]
     blocked = [r for r in io_stack if not r["runnable"]]
-    return dict(blocked=sum(r["total_ns"] for r in blocked), waits=sum(r["count"] for r in blocked),
-                after_wake=sum(r["total_ns"] for r in io_stack if r["runnable"]),
-                theirs=theirs, span=span, major_faults=faults)
+    return dict(
+        blocked=sum(r["total_ns"] for r in blocked),
+        waits=sum(r["count"] for r in blocked),
+        after_wake=sum(r["total_ns"] for r in io_stack if r["runnable"]),
+        theirs=theirs,
+        span=span,
+        major_faults=faults,
+    )
 
 
 def test_record_pid_io_wait_agrees_with_taskstats(tmp_path):
@@ -287,8 +344,10 @@ def test_fsync_allocates_the_delayed_blocks_only_under_delalloc(tmp_path):
     """20,000 scattered 4 KiB writes, then fsync. With ext4's delayed allocation the blocks are
     allocated when the fsync writes them back, on the fsync's CPU time; with nodelalloc each
     write allocates its own and the fsync has none to do."""
-    runs = {name: fsprof_result(tmp_path, "--fs", "ext4", *opts, "--", sys.executable, "-c", SCATTER, name=name)
-            for name, opts in (("delalloc", ()), ("nodelalloc", ("--mount-options", "nodelalloc")))}
+    runs = {
+        name: fsprof_result(tmp_path, "--fs", "ext4", *opts, "--", sys.executable, "-c", SCATTER, name=name)
+        for name, opts in (("delalloc", ()), ("nodelalloc", ("--mount-options", "nodelalloc")))
+    }
     da, nd = (breakdown(runs[name]["filesystems"][0], "fsync") for name in ("delalloc", "nodelalloc"))
     print({name: breakdown(r["filesystems"][0], "fsync")["causes"] for name, r in runs.items()})
     assert da["count"] == nd["count"] == 1

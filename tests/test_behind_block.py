@@ -52,7 +52,7 @@ def io_done():
 
 
 def under_test(fs):
-    (name, dev), = fs["behind"]["block"]["devices"].items()
+    ((name, dev),) = fs["behind"]["block"]["devices"].items()
     assert name == fs["device"]["name"]
     return name, dev
 
@@ -115,7 +115,7 @@ def test_requests_and_their_times_match_sys_block_stat(three_fs, fs_name):
     assert_same_ios(total(dev, "read", "completed") + total(dev, "read", "lost"), stat["read_ios"])
     life = sum(total(dev, c, "life_ns") for c in BLK_WRITE_CLASSES) + flush["unissued_life_ns"]
     if not io_done():
-        assert dev["as_sys_block_stat"]["write_ticks_ms"] is None   # unknown, never a wrong 0
+        assert dev["as_sys_block_stat"]["write_ticks_ms"] is None  # unknown, never a wrong 0
     elif fs_name == "btrfs":
         # btrfs submits its btree writes under a plug: the kernel stamps their start with the plug's
         # cached clock, earlier than the request's real start (block_io_start), so its ticks run longer.
@@ -126,7 +126,7 @@ def test_requests_and_their_times_match_sys_block_stat(three_fs, fs_name):
     ours = dev["as_sys_block_stat"]
     for kind in ("flush_ios", "write_ios", "read_ios"):
         if ours[kind] is None:
-            assert kind == "write_ios" and not io_done()   # unknown there, never a wrong count
+            assert kind == "write_ios" and not io_done()  # unknown there, never a wrong count
             continue
         assert_same_ios(ours[kind], stat[kind])
     # The counts the rest of fsprof reads (fs["block"]) are the same requests.
@@ -146,7 +146,7 @@ def test_counts_that_explain_the_times(three_fs):
             # Every flush was asked for by some request (PREFLUSH, emulated FUA or an empty flush).
             assert e["flushes_asked"] >= e["flushes"]
         else:
-            assert e["fua_writes_per_fsync"] is None and e["flushes_asked"] is None, e   # unknown, not 0
+            assert e["fua_writes_per_fsync"] is None and e["flushes_asked"] is None, e  # unknown, not 0
         assert e["flushes_per_fsync"] * e["fsyncs_per_flush"] == pytest.approx(1)
         flush_device_ns = dev["classes"]["flush"]["device"]["total_ns"]
         assert e["flush_device_ns_per_fsync"] * e["fsyncs"] == pytest.approx(flush_device_ns)
@@ -228,9 +228,25 @@ def test_concurrent_fsyncs_share_each_flush(tmp_path):
     ext4 sends an empty flush request for an fsync with nothing to commit; the block layer serves
     the waiting flush requests with one flush. So one flush serves more than one fsync (fsync-loop,
     one thread: 0.5), and the empty requests, never issued, are writes to /sys/block/<dev>/stat."""
-    result, _ = fsprof_result(tmp_path, "--fs", "ext4", "--workload", "fsync-heavy", "--threads", "4",
-                              "--file-num", "4", "--file-total-size", "16M", "--file-block-size", "4K",
-                              "--file-fsync-all", "on", "--events", "1000")
+    result, _ = fsprof_result(
+        tmp_path,
+        "--fs",
+        "ext4",
+        "--workload",
+        "fsync-heavy",
+        "--threads",
+        "4",
+        "--file-num",
+        "4",
+        "--file-total-size",
+        "16M",
+        "--file-block-size",
+        "4K",
+        "--file-fsync-all",
+        "on",
+        "--events",
+        "1000",
+    )
     fs = result["filesystems"][0]
     name, dev = under_test(fs)
     e, flush, stat = dev["explain"], dev["classes"]["flush"], fs["kernel_counters"][name]
@@ -286,13 +302,14 @@ def stop_bpftrace(proc):
 def fsync_loop_traced_by_both(tmp_path, sfs, collector):
     """fsync-loop on `sfs` with our probes and the bpftrace oracle watching the same interval (bpftrace
     attached just before our reset, stopped just after our snapshot): (our raw snapshot, theirs)."""
-    (name, kdev), = sfs.block_devs
+    ((name, kdev),) = sfs.block_devs
     collector.set_targets([behind.Target(sfs.config.fs, sfs.dev, {kdev: name})])
     oracle = start_bpftrace(kdev)
     try:
         collector.reset()
-        proc = GatedProcess(workload_argv("fsync-loop", ["--count", str(COUNT)], str(tmp_path / "w.json")),
-                            cwd=sfs.mountpoint)
+        proc = GatedProcess(
+            workload_argv("fsync-loop", ["--count", str(COUNT)], str(tmp_path / "w.json")), cwd=sfs.mountpoint
+        )
         collector.trace_pid(proc.pid)
         proc.release()
         assert proc.wait() == 0

@@ -136,16 +136,20 @@ def start_bpftrace(fsid, kdev):
     on_fs = fsid_filter(fsid)
     script = (
         'BEGIN { printf("ready\\n"); } '
-        f'tracepoint:btrfs:btrfs_ordered_extent_add /{on_fs}/ {{ @oe_add = count(); @oe_bytes = sum(args->len); }} '
-        f'tracepoint:btrfs:btrfs_ordered_extent_remove /{on_fs}/ {{ @oe_remove = count(); }} '
-        + (f'tracepoint:btrfs:btrfs_finish_ordered_extent /{on_fs}/ {{ @oe_finish = count(); }} '
-           if tracefs.has_event("btrfs_finish_ordered_extent", "btrfs") else '')   # since 6.5
-        + f'tracepoint:btrfs:btrfs_sync_file /{on_fs}/ {{ @sync_file = count(); }} '
-        f'tracepoint:btrfs:btrfs_transaction_commit /{on_fs}/ {{ @commits = count(); }} '
-        f'tracepoint:btrfs:btrfs_reserve_ticket /{on_fs}/ {{ @tickets = count(); }} '
-        f'tracepoint:btrfs:btrfs_reserve_ticket /{on_fs} && args->start_ns != 0/ '
-        '{ @ticket_wait = sum(nsecs - args->start_ns); } '
-        f'tracepoint:block:block_bio_queue /args->dev == {kdev} && args->sector == 128/ {{ @super[kstack] = count(); }}')
+        f"tracepoint:btrfs:btrfs_ordered_extent_add /{on_fs}/ {{ @oe_add = count(); @oe_bytes = sum(args->len); }} "
+        f"tracepoint:btrfs:btrfs_ordered_extent_remove /{on_fs}/ {{ @oe_remove = count(); }} "
+        + (
+            f"tracepoint:btrfs:btrfs_finish_ordered_extent /{on_fs}/ {{ @oe_finish = count(); }} "
+            if tracefs.has_event("btrfs_finish_ordered_extent", "btrfs")
+            else ""
+        )  # since 6.5
+        + f"tracepoint:btrfs:btrfs_sync_file /{on_fs}/ {{ @sync_file = count(); }} "
+        f"tracepoint:btrfs:btrfs_transaction_commit /{on_fs}/ {{ @commits = count(); }} "
+        f"tracepoint:btrfs:btrfs_reserve_ticket /{on_fs}/ {{ @tickets = count(); }} "
+        f"tracepoint:btrfs:btrfs_reserve_ticket /{on_fs} && args->start_ns != 0/ "
+        "{ @ticket_wait = sum(nsecs - args->start_ns); } "
+        f"tracepoint:block:block_bio_queue /args->dev == {kdev} && args->sector == 128/ {{ @super[kstack] = count(); }}"
+    )
     return bpftrace_start(script)
 
 
@@ -154,8 +158,9 @@ def stop_bpftrace(proc):
     stack has btrfs_sync_log."""
     out = bpftrace_output(proc, 60)
     found = {m[1]: int(m[2]) for m in re.finditer(r"^@(\w+): (\d+)$", out, re.M)}
-    found["log_sync_supers"] = sum(int(m[2]) for m in re.finditer(r"^@super\[(.*?)\]: (\d+)$", out, re.M | re.S)
-                                   if "btrfs_sync_log" in m[1])
+    found["log_sync_supers"] = sum(
+        int(m[2]) for m in re.finditer(r"^@super\[(.*?)\]: (\d+)$", out, re.M | re.S) if "btrfs_sync_log" in m[1]
+    )
     return found
 
 
@@ -188,7 +193,7 @@ def test_ordered_extents_tickets_and_log_syncs_match_bpftrace(tmp_path):
     assert entry["behind"]["btrfs"]["ordered_extents_in_flight"] == 0
     assert a["fsyncs"]["count"] == theirs.get("sync_file", 0) == threads * count + 1
     assert a["fsyncs"]["datasync"] == 1
-    assert a["commits"]["count"] == theirs.get("commits", 0) >= 1   # the test's own syncfs at least
+    assert a["commits"]["count"] == theirs.get("commits", 0) >= 1  # the test's own syncfs at least
     assert r["tickets"] == theirs.get("tickets", 0)
     their_wait = theirs.get("ticket_wait", 0)
     assert abs(r["ticket_wait_ns"] - their_wait) <= max(0.1 * their_wait, 1000 * r["tickets"])
@@ -203,8 +208,19 @@ def test_ordered_extents_tickets_and_log_syncs_match_bpftrace(tmp_path):
 def test_fsync_loop_run_shows_the_tree_log_behind_fsync(tmp_path):
     count = 200
     out = tmp_path / "run"
-    proc = run_fsprof("run", "--fs", "btrfs", "--workload", "fsync-loop", "--count", str(count),
-                      "--scratch-dir", str(tmp_path / "scratch"), "-o", str(out))
+    proc = run_fsprof(
+        "run",
+        "--fs",
+        "btrfs",
+        "--workload",
+        "fsync-loop",
+        "--count",
+        str(count),
+        "--scratch-dir",
+        str(tmp_path / "scratch"),
+        "-o",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr
     fs = json.loads((out / "result.json").read_text())["filesystems"][0]
     section = fs["behind"]["btrfs"]
@@ -215,8 +231,15 @@ def test_fsync_loop_run_shows_the_tree_log_behind_fsync(tmp_path):
     # The waiter's view never exceeds the fsyncs' own wall time (causes sum to it).
     fsync = fs["phases"]["run"]["attribution"]["fsync"]
     per_fsync_us = fsync["wall_ns"] / fsync["count"] / 1e3
-    waits = [m[k] for k in ("tree_log_sync_us_per_fsync", "commit_wait_us_per_fsync", "cache_flush_us_per_fsync",
-                            "reservation_wait_us_per_fsync")]
+    waits = [
+        m[k]
+        for k in (
+            "tree_log_sync_us_per_fsync",
+            "commit_wait_us_per_fsync",
+            "cache_flush_us_per_fsync",
+            "reservation_wait_us_per_fsync",
+        )
+    ]
     assert sum(waits) <= per_fsync_us * 1.0001
     assert m["tree_log_sync_us_per_fsync"] > 0
     # Who ended the tree-log sync waits is known for almost all of that time.

@@ -28,6 +28,7 @@ HZ = kernel_hz()
 
 # ---- the kernel's own counters ----
 
+
 def jbd2_info(dev_name):
     """/proc/fs/jbd2/<dev>-8/info: {"transactions": n, "<what>": value} (ms, us or a count, as printed)."""
     text = Path(f"/proc/fs/jbd2/{dev_name}-8/info").read_text()
@@ -49,12 +50,14 @@ def kernel_counters(dev_name):
 
 # ---- one measured workload on a fresh ext4 ----
 
+
 def measured(tmp_path, workload, mkfs=(), mount="", oracle=None, loop_io="direct"):
     """The result entry of `workload` (a WorkloadSpec) on a fresh loop-backed ext4, with the
     kernel's counters read just before the probes are reset and just after the snapshot, and
     oracle(kdev) -> stop() run around it. Returns (entry, before, after, oracle's result)."""
-    config = scratch.FsConfig("ext4", mkfs_options=(*filesystems.mkfs_defaults("ext4"), *mkfs), mount_options=mount,
-                              loop_io=loop_io)
+    config = scratch.FsConfig(
+        "ext4", mkfs_options=(*filesystems.mkfs_defaults("ext4"), *mkfs), mount_options=mount, loop_io=loop_io
+    )
     with undo.Changes() as changes, Collector() as collector:
         sfs = scratch.provision(changes, config, tmp_path / "scratch")
         name, kdev = sfs.block_devs[0]
@@ -110,6 +113,7 @@ def jiffies(ms):
 
 # ---- jbd2 commits against /proc/fs/jbd2/<dev>-8/info ----
 
+
 def test_commits_and_run_stats_match_jbd2_info(tmp_path):
     entry, before, after, _ = measured(tmp_path, WorkloadSpec("fsync-loop", ["--count", "300"]))
     j, b, a = journal(entry), before["info"], after["info"]
@@ -124,12 +128,19 @@ def test_commits_and_run_stats_match_jbd2_info(tmp_path):
     assert phases["run"]["commits"] >= j["commits"] - int(others / 5), (phases, others)
     # Per-transaction averages: info's lifetime floor is what our sums imply, exactly.
     n0, n1 = b["transactions"], a["transactions"]
-    for field, label in (("handles", "handles per transaction"), ("blocks", "blocks per transaction"),
-                         ("blocks_logged", "logged blocks per transaction")):
+    for field, label in (
+        ("handles", "handles per transaction"),
+        ("blocks", "blocks per transaction"),
+        ("blocks_logged", "logged blocks per transaction"),
+    ):
         low, high = lifetime_average_range(b.get(label, 0), n0, j["totals"][field], n1)
         assert low <= a[label] <= high, (field, a[label], low, high)
-    for field, label in (("running", "running transaction"), ("logging", "logging transaction"),
-                         ("locked", "transaction was being locked"), ("flushing", "flushing data (in ordered mode)")):
+    for field, label in (
+        ("running", "running transaction"),
+        ("logging", "logging transaction"),
+        ("locked", "transaction was being locked"),
+        ("flushing", "flushing data (in ordered mode)"),
+    ):
         low, high = lifetime_average_range(jiffies(b.get(label, 0)), n0, j["run_stats"]["jiffies"][field], n1)
         assert low <= jiffies(a[label]) <= high, (field, a[label], low, high)
     # "average transaction commit time" is jbd2's running average (newest commit weighted 1/4) of
@@ -146,10 +157,13 @@ def test_long_commit_times_match_jbd2_info(tmp_path):
     nanosecond phases only when commits take tens of ms. data=journal commits of 64 MiB do on a
     buffered loop device (its writes queue behind the host's page cache writeback); through
     direct I/O this host's disk logs them in about 40 ms, too close to the jiffy quantum."""
-    script = ("import os\nfd = os.open('data', os.O_WRONLY | os.O_CREAT)\nbuf = b'j' * (64 << 20)\n"
-              "for i in range(6):\n    os.pwrite(fd, buf, 0)\n    os.fsync(fd)\n")
-    entry, before, after, _ = measured(tmp_path, command(script), mkfs=("-J", "size=400"), mount="data=journal",
-                                       loop_io="buffered")
+    script = (
+        "import os\nfd = os.open('data', os.O_WRONLY | os.O_CREAT)\nbuf = b'j' * (64 << 20)\n"
+        "for i in range(6):\n    os.pwrite(fd, buf, 0)\n    os.fsync(fd)\n"
+    )
+    entry, before, after, _ = measured(
+        tmp_path, command(script), mkfs=("-J", "size=400"), mount="data=journal", loop_io="buffered"
+    )
     j, b, a = journal(entry), before["info"], after["info"]
     n0, n1 = b["transactions"], a["transactions"]
     assert j["commits"] == n1 - n0 >= 6
@@ -179,8 +193,10 @@ def test_data_journal_multiplies_blocks_logged_per_commit(tmp_path):
     assert journalled["behind"]["ext4"]["delalloc"]["all"]["enabled"] is False
 
 
-SLOW_WRITER = ("import os, time\nfd = os.open('slow', os.O_WRONLY | os.O_CREAT | os.O_APPEND)\n"
-               "end = time.time() + 12.5\nwhile time.time() < end:\n    os.write(fd, b's' * 4096)\n    time.sleep(0.1)\n")
+SLOW_WRITER = (
+    "import os, time\nfd = os.open('slow', os.O_WRONLY | os.O_CREAT | os.O_APPEND)\n"
+    "end = time.time() + 12.5\nwhile time.time() < end:\n    os.write(fd, b's' * 4096)\n    time.sleep(0.1)\n"
+)
 
 
 @pytest.mark.parametrize("mount, periodic", [("", True), ("commit=60", False)])
@@ -215,8 +231,9 @@ def test_barrier_decides_the_cache_flush_in_the_commit(tmp_path, mount):
 
 
 def test_fast_commits_are_told_apart_and_match_fc_info(tmp_path):
-    entry, before, after, _ = measured(tmp_path, WorkloadSpec("fsync-loop", ["--count", "300"]),
-                                       mkfs=("-O", "fast_commit"))
+    entry, before, after, _ = measured(
+        tmp_path, WorkloadSpec("fsync-loop", ["--count", "300"]), mkfs=("-O", "fast_commit")
+    )
     fc = entry["behind"]["ext4"]["fast_commits"]["all"]
     j = journal(entry)
     b, a = before["fc"], after["fc"]
@@ -235,13 +252,15 @@ def test_fast_commits_are_told_apart_and_match_fc_info(tmp_path):
 
 def bpftrace_delalloc(kdev):
     """A bpftrace one-liner counting delayed allocation and commits on kdev; returns stop()."""
-    script = (f'BEGIN {{ printf("ready\\n"); }} '
-              f'tracepoint:ext4:ext4_da_reserve_space /args->dev == {kdev}/ {{ @reserved = sum(args->reserve_blocks); }} '
-              f'tracepoint:ext4:ext4_da_write_pages_extent /args->dev == {kdev}/ {{ @mapped = sum(args->len); }} '
-              f'tracepoint:ext4:ext4_allocate_blocks /args->dev == {kdev} && (args->flags & 0x400)/ '
-              f'{{ @allocated = sum(args->len); @by_comm[comm] = sum(args->len); }} '
-              f'tracepoint:jbd2:jbd2_run_stats /args->dev == {kdev}/ {{ @commits = count(); '
-              f'@logged = sum(args->blocks_logged); }}')
+    script = (
+        f'BEGIN {{ printf("ready\\n"); }} '
+        f"tracepoint:ext4:ext4_da_reserve_space /args->dev == {kdev}/ {{ @reserved = sum(args->reserve_blocks); }} "
+        f"tracepoint:ext4:ext4_da_write_pages_extent /args->dev == {kdev}/ {{ @mapped = sum(args->len); }} "
+        f"tracepoint:ext4:ext4_allocate_blocks /args->dev == {kdev} && (args->flags & 0x400)/ "
+        f"{{ @allocated = sum(args->len); @by_comm[comm] = sum(args->len); }} "
+        f"tracepoint:jbd2:jbd2_run_stats /args->dev == {kdev}/ {{ @commits = count(); "
+        f"@logged = sum(args->blocks_logged); }}"
+    )
     proc = bpftrace_start(script)
 
     def stop():
@@ -249,6 +268,7 @@ def bpftrace_delalloc(kdev):
         found = {m[0]: int(m[1]) for m in re.findall(r"^@(\w+): (\d+)$", out, re.M)}
         found["by_comm"] = {m[0]: int(m[1]) for m in re.findall(r"^@by_comm\[(.+)\]: (\d+)$", out, re.M)}
         return found
+
     return stop
 
 
@@ -277,8 +297,10 @@ def test_delalloc_is_charged_to_what_forced_it(tmp_path):
     # blocks if another run on this machine pushes dirty memory over the background limit).
     by, side = da["allocated"]["delalloc"]["by"], da["allocated"]["delalloc"]["side"]
     kworkers = sum(n for comm, n in theirs["by_comm"].items() if comm.startswith("kworker/u"))
-    assert side == {k: v for k, v in {"user threads": 64 - kworkers, "kernel threads": kworkers}.items() if v}, \
-        (side, theirs["by_comm"])
+    assert side == {k: v for k, v in {"user threads": 64 - kworkers, "kernel threads": kworkers}.items() if v}, (
+        side,
+        theirs["by_comm"],
+    )
     assert by.get("fsync", 0) == 64 - kworkers and by.get("flusher (kworker/u*)", 0) == kworkers, by
     # Known cause: syncfs() hands its writeback to the flusher; the fsync writes its own file.
     assert kworkers >= 24 and by.get("fsync", 0) > 0, by
@@ -290,9 +312,11 @@ def test_delalloc_is_charged_to_what_forced_it(tmp_path):
 def test_nodelalloc_writes_allocate_at_write_time_and_the_commit_flushes_the_data(tmp_path):
     """Without delalloc, blocks are allocated in write() and the next commit writes the ordered
     data itself: the commit thread waits for it."""
-    script = ("import os\nfd = os.open('big', os.O_WRONLY | os.O_CREAT)\n"
-              "for i in range(1024):\n    os.write(fd, b'y' * 16384)\n"
-              "small = os.open('small', os.O_WRONLY | os.O_CREAT)\nos.write(small, b'z' * 4096)\nos.fsync(small)\n")
+    script = (
+        "import os\nfd = os.open('big', os.O_WRONLY | os.O_CREAT)\n"
+        "for i in range(1024):\n    os.write(fd, b'y' * 16384)\n"
+        "small = os.open('small', os.O_WRONLY | os.O_CREAT)\nos.write(small, b'z' * 4096)\nos.fsync(small)\n"
+    )
     entry, *_ = measured(tmp_path, command(script), mount="nodelalloc")
     da = entry["behind"]["ext4"]["delalloc"]["all"]
     assert da["enabled"] is False and da["write_begin"]["nodelalloc"] >= 1024
@@ -334,8 +358,19 @@ def test_concurrent_fsyncs_share_commits_without_double_counting(tmp_path):
 
 def test_report_shows_the_chain_under_the_fsync_attribution(tmp_path):
     out = tmp_path / "run"
-    proc = run_fsprof("run", "--fs", "ext4", "--workload", "fsync-loop", "--count", "100",
-                      "--scratch-dir", str(tmp_path / "scratch"), "-o", str(out))
+    proc = run_fsprof(
+        "run",
+        "--fs",
+        "ext4",
+        "--workload",
+        "fsync-loop",
+        "--count",
+        "100",
+        "--scratch-dir",
+        str(tmp_path / "scratch"),
+        "-o",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr
     fs = json.loads((out / "result.json").read_text())["filesystems"][0]
     j = fs["behind"]["ext4"]["journal"]["all"]

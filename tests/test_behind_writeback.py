@@ -24,7 +24,7 @@ from profiler.machine.workload import COMMAND, WorkloadSpec
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]
 
-DIRTY_BYTES = 1 << 20          # 256 pages: dd below dirties 16384
+DIRTY_BYTES = 1 << 20  # 256 pages: dd below dirties 16384
 DIRTY_BACKGROUND_BYTES = 1 << 19
 DD = ["dd", "if=/dev/zero", "of=big.dat", "bs=64k", "count=1024", "status=none"]
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -48,6 +48,7 @@ def vmstat_file(path):
 
 # ---- bpftrace: the same tracepoint counted by another tracer ----
 
+
 def start_bpftrace(script):
     return bpftrace_start('BEGIN { printf("ready\\n"); } ' + script)
 
@@ -59,6 +60,7 @@ def stop_bpftrace(proc):
 
 # ---- known cause: a tiny vm.dirty_bytes ----
 
+
 @pytest.mark.skipif(shutil.which("bpftrace") is None, reason="bpftrace (the oracle) is not installed")
 def test_tiny_dirty_bytes_makes_balance_dirty_pages_the_write_cost(tmp_path):
     vmstat = tmp_path / "vmstat"
@@ -69,11 +71,14 @@ def test_tiny_dirty_bytes_makes_balance_dirty_pages_the_write_cost(tmp_path):
         settings.set_sysctl(changes, "vm.dirty_bytes", DIRTY_BYTES)
         settings.set_sysctl(changes, "vm.dirty_background_bytes", DIRTY_BACKGROUND_BYTES)
         bdi = writeback.target_bdis(target_of(sfs))[0][0]
-        oracle = start_bpftrace(f'tracepoint:writeback:balance_dirty_pages /args->bdi == "{bdi}"/ '
-                                f'{{ @checks = count(); if (args->pause > 0) {{ @sleeps = count(); }} }}')
+        oracle = start_bpftrace(
+            f'tracepoint:writeback:balance_dirty_pages /args->bdi == "{bdi}"/ '
+            f"{{ @checks = count(); if (args->pause > 0) {{ @sleeps = count(); }} }}"
+        )
         try:
-            fs = measure(collector, sfs, WorkloadSpec(COMMAND, command=["sh", "-c", script]), tmp_path / "out",
-                         drop_caches=False)
+            fs = measure(
+                collector, sfs, WorkloadSpec(COMMAND, command=["sh", "-c", script]), tmp_path / "out", drop_caches=False
+            )
         finally:
             theirs = stop_bpftrace(oracle)
     assert_invariants({"filesystems": [fs]})
@@ -93,10 +98,13 @@ def test_tiny_dirty_bytes_makes_balance_dirty_pages_the_write_cost(tmp_path):
     # The configured limit, in pages, as the kernel computes it and as /proc/vmstat shows it.
     seen = vmstat_file(vmstat)
     assert gds["last"]["dirty_thresh"] == math.ceil(DIRTY_BYTES / PAGE) == seen["nr_dirty_threshold"]
-    assert gds["last"]["background_thresh"] == math.ceil(DIRTY_BACKGROUND_BYTES / PAGE) == \
-        seen["nr_dirty_background_threshold"]
+    assert (
+        gds["last"]["background_thresh"]
+        == math.ceil(DIRTY_BACKGROUND_BYTES / PAGE)
+        == seen["nr_dirty_background_threshold"]
+    )
     assert gds["min"]["dirty_thresh"] == gds["max"]["dirty_thresh"]  # set before the run, all along
-    assert t["limit"]["min"] >= gds["last"]["dirty_thresh"]          # the hard limit is never below it
+    assert t["limit"]["min"] >= gds["last"]["dirty_thresh"]  # the hard limit is never below it
     # With the limit so low, the flusher writes in the background, woken by the throttled writer.
     work = section(fs)["writeback"][bdi]
     assert work["background"]["pages"] > 0.9 * 16384, work
@@ -115,6 +123,7 @@ def target_of(sfs):
 
 
 # ---- pages written: the bdi's own counter ----
+
 
 @pytest.fixture
 def debugfs(tmp_path):
@@ -135,15 +144,21 @@ def debugfs(tmp_path):
 def bdi_written_script(debugfs, out_dir):
     """A shell workload: every bdi's BdiWritten (kB) before and after writing 32 MiB and syncfs, in
     files named by the superblock's major:minor (the result's superblock_dev)."""
-    snap = (f'for f in {debugfs}/bdi/*/stats; do echo "$(basename $(dirname $f)) '
-            f'$(awk \'/BdiWritten/ {{print $2}}\' $f)"; done > {out_dir}/$sb')
-    return (f'sb=$(mountpoint -d "$1"); {snap}.before; '
-            f'dd if=/dev/zero of=big.dat bs=64k count=512 status=none; sync -f .; {snap}.after')
+    snap = (
+        f'for f in {debugfs}/bdi/*/stats; do echo "$(basename $(dirname $f)) '
+        f"$(awk '/BdiWritten/ {{print $2}}' $f)\"; done > {out_dir}/$sb"
+    )
+    return (
+        f'sb=$(mountpoint -d "$1"); {snap}.before; '
+        f"dd if=/dev/zero of=big.dat bs=64k count=512 status=none; sync -f .; {snap}.after"
+    )
 
 
 def kb_table(path):
-    return {name: int(kb) for name, kb in (line.split() for line in Path(path).read_text().splitlines() if
-                                          len(line.split()) == 2)}
+    return {
+        name: int(kb)
+        for name, kb in (line.split() for line in Path(path).read_text().splitlines() if len(line.split()) == 2)
+    }
 
 
 def test_flusher_pages_match_the_bdi_written_counter(tmp_path, debugfs):
@@ -176,6 +191,7 @@ def test_flusher_pages_match_the_bdi_written_counter(tmp_path, debugfs):
 
 
 # ---- who started the writeback ----
+
 
 def test_fsync_starts_its_inode_writeback_itself(tmp_path):
     count = 200
@@ -218,9 +234,19 @@ while time.monotonic() < end:
 
 @pytest.mark.parametrize("centisecs, seconds", [(100, 4.5), (200, 6.5)])
 def test_periodic_flusher_interval_follows_dirty_writeback_centisecs(tmp_path, centisecs, seconds):
-    fs = fsprof_result(tmp_path, "--fs", "ext4", "--sysctl", f"vm.dirty_writeback_centisecs={centisecs}",
-                       "--sysctl", "vm.dirty_expire_centisecs=100",
-                       "--", sys.executable, "-c", WRITER.format(seconds=seconds))["filesystems"][0]
+    fs = fsprof_result(
+        tmp_path,
+        "--fs",
+        "ext4",
+        "--sysctl",
+        f"vm.dirty_writeback_centisecs={centisecs}",
+        "--sysctl",
+        "vm.dirty_expire_centisecs=100",
+        "--",
+        sys.executable,
+        "-c",
+        WRITER.format(seconds=seconds),
+    )["filesystems"][0]
     periodic = section(fs)["run_interval"]["periodic"]
     assert periodic["count"] >= 2, section(fs)["run_interval"]
     assert abs(periodic["p50_ns"] / 1e9 - centisecs / 100) <= 0.1 * centisecs / 100, periodic
@@ -229,11 +255,19 @@ def test_periodic_flusher_interval_follows_dirty_writeback_centisecs(tmp_path, c
 
 # ---- names from this kernel ----
 
+
 def test_reason_names_are_this_kernels_enum(tmp_path):
     """The tracepoint format's names (what the probe uses) against the BTF enum wb_reason."""
-    btf = subprocess.run(["bpftool", "btf", "dump", "file", "/sys/kernel/btf/vmlinux", "format", "c"],
-                         capture_output=True, text=True, check=True).stdout
+    btf = subprocess.run(
+        ["bpftool", "btf", "dump", "file", "/sys/kernel/btf/vmlinux", "format", "c"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     body = re.search(r"^enum wb_reason \{(.*?)^\};", btf, re.M | re.S)[1]
-    enum = {int(v): n.removeprefix("WB_REASON_").lower() for n, v in re.findall(r"(\w+) = (\d+)", body)
-            if n != "WB_REASON_MAX"}
+    enum = {
+        int(v): n.removeprefix("WB_REASON_").lower()
+        for n, v in re.findall(r"(\w+) = (\d+)", body)
+        if n != "WB_REASON_MAX"
+    }
     assert writeback.reason_names() == enum

@@ -25,8 +25,10 @@ from profiler.session.run import measure
 from profiler.machine.workload import COMMAND, WorkloadSpec
 
 COUNT = 300
-pytestmark = [pytest.mark.skipif(shutil.which("bpftrace") is None, reason="bpftrace (an oracle) is not installed"),
-              pytest.mark.root]
+pytestmark = [
+    pytest.mark.skipif(shutil.which("bpftrace") is None, reason="bpftrace (an oracle) is not installed"),
+    pytest.mark.root,
+]
 
 # Appends and fsyncs in its cwd (on the XFS under test), reading the mount's own counters just
 # before and after the loop: the interval the kernel counts is exactly the loop's.
@@ -95,16 +97,23 @@ def traced_run(tmp_path, config, workload):
 
 
 def stat_delta(kernel, line, field):
-    return (kernel["after"][line][xfs.STAT_FIELDS[line].index(field)]
-            - kernel["before"][line][xfs.STAT_FIELDS[line].index(field)])
+    return (
+        kernel["after"][line][xfs.STAT_FIELDS[line].index(field)]
+        - kernel["before"][line][xfs.STAT_FIELDS[line].index(field)]
+    )
 
 
 def fsync_sleeps_in(fs, functions):
     """Blocked intervals of fsyncs whose innermost meaningful frame (below the scheduler) is one of
     `functions`: one per sleep there."""
     rules, stacks = rules_for("xfs"), fs["trace"]["stacks"]
-    return sum(r["count"] for r in fs["trace"]["offcpu"] if r["op"] == "fsync" and not r["runnable"]
-               and rules.meaningful_frame(stacks.get(str(r["stack"]), ["?"])) in functions)
+    return sum(
+        r["count"]
+        for r in fs["trace"]["offcpu"]
+        if r["op"] == "fsync"
+        and not r["runnable"]
+        and rules.meaningful_frame(stacks.get(str(r["stack"]), ["?"])) in functions
+    )
 
 
 def race_slack(n):
@@ -121,9 +130,13 @@ def test_fsync_loop_log_forces_and_iclog_writes_match_the_mounts_counters(tmp_pa
 
     class StatsLoop(WorkloadSpec):
         """The loop above as the user's own command; it learns its device's stats file at start."""
+
         def argv(self, result_file, mountpoint):
-            name = os.path.basename(os.path.realpath(f"/sys/dev/block/{os.major(os.stat(mountpoint).st_dev)}:"
-                                                     f"{os.minor(os.stat(mountpoint).st_dev)}"))
+            name = os.path.basename(
+                os.path.realpath(
+                    f"/sys/dev/block/{os.major(os.stat(mountpoint).st_dev)}:{os.minor(os.stat(mountpoint).st_dev)}"
+                )
+            )
             return [sys.executable, "-c", FSYNC_LOOP, f"/sys/fs/xfs/{name}/stats/stats", str(kernel_file), str(COUNT)]
 
     fs, bpftrace = traced_run(tmp_path, scratch.FsConfig("xfs"), StatsLoop(COMMAND, command=["loop"]))
@@ -151,8 +164,9 @@ def test_fsync_loop_log_forces_and_iclog_writes_match_the_mounts_counters(tmp_pa
     assert fig["force_waits"]["woken"] == fig["force_waits"]["slept"]
     assert fig["delalloc"]["converted_at_writeback"]["count"] == stat_delta(kernel, "xstrat", "quick") > 0
     assert fig["delalloc"]["converted_at_writeback"]["by_context"] == {"fsync": stat_delta(kernel, "xstrat", "quick")}
-    assert (fig["delalloc"]["converted_at_writeback"]["blocks"] * kernel["block_size"]
-            == stat_delta(kernel, "xpc", "xstrat_bytes"))
+    assert fig["delalloc"]["converted_at_writeback"]["blocks"] * kernel["block_size"] == stat_delta(
+        kernel, "xpc", "xstrat_bytes"
+    )
     assert fig["log_space"]["sleeps"] == stat_delta(kernel, "push_ail", "sleep_logspace")
     reservations = fig["log_space"]["reservations"] + fig["log_space"]["regrants"]
     # try_logspace also counts regrants of a ticket with units left, which have no tracepoint.
@@ -160,7 +174,10 @@ def test_fsync_loop_log_forces_and_iclog_writes_match_the_mounts_counters(tmp_pa
     # The probe's own reading of the same counters (over its slightly longer window) agrees.
     k = section["kernel_counters"]
     assert (k["log_forces"], k["log_writes"], k["log_blocks"]) == (
-        stat_delta(kernel, "log", "force"), stat_delta(kernel, "log", "writes"), stat_delta(kernel, "log", "blocks"))
+        stat_delta(kernel, "log", "force"),
+        stat_delta(kernel, "log", "writes"),
+        stat_delta(kernel, "log", "blocks"),
+    )
     assert k["force_sleeps_without_tracepoint"] == force_sleeps - fig["force_waits"]["slept"]
 
     # Times: bpftrace timed the same iclogs from sync to sync_done.
@@ -171,8 +188,11 @@ def test_fsync_loop_log_forces_and_iclog_writes_match_the_mounts_counters(tmp_pa
     # The waiter's view: the attribution's blocked time of fsyncs in xlog_wait_on_iclog (switch-out
     # to wakeup) is the same wait the probe timed from the wait_on tracepoint to the iclog's clean.
     stacks = fs["trace"]["stacks"]
-    on_iclog = sum(r["total_ns"] for r in fs["trace"]["offcpu"] if r["op"] == "fsync" and not r["runnable"]
-                   and "xlog_wait_on_iclog" in stacks.get(str(r["stack"]), []))
+    on_iclog = sum(
+        r["total_ns"]
+        for r in fs["trace"]["offcpu"]
+        if r["op"] == "fsync" and not r["runnable"] and "xlog_wait_on_iclog" in stacks.get(str(r["stack"]), [])
+    )
     assert within(fig["force_waits"]["wait_ns"], on_iclog, 0.10), (fig["force_waits"], on_iclog)
 
     per = fig["per_fsync"]
@@ -192,8 +212,13 @@ def worker_intervals(fs, kind, cause, runnable=False):
     """Off-CPU intervals of a worker kind, blocked (or preempted) ones, whose stack the [[worker]]
     rules give `cause`."""
     rules, stacks = rules_for("xfs"), fs["trace"]["stacks"]
-    return sum(r["count"] for r in fs["trace"]["workers"] if r["kind"] == kind and r["runnable"] == runnable
-               and rules.classify_worker(stacks.get(str(r["stack"]), []), False)[0] == cause)
+    return sum(
+        r["count"]
+        for r in fs["trace"]["workers"]
+        if r["kind"] == kind
+        and r["runnable"] == runnable
+        and rules.classify_worker(stacks.get(str(r["stack"]), []), False)[0] == cause
+    )
 
 
 def test_small_log_untar_log_space_waits_and_the_cil_push_split(tmp_path, monkeypatch):
@@ -227,8 +252,11 @@ def test_small_log_untar_log_space_waits_and_the_cil_push_split(tmp_path, monkey
     # stack to a collision in the shared stack map (counted in drops), or not switch out at all.
     free_iclog = worker_intervals(fs, xfs.CIL_PUSH_WORKER, "log write wait (no free iclog)")
     preempted = worker_intervals(fs, xfs.CIL_PUSH_WORKER, "log write wait (no free iclog)", runnable=True)
-    stackless = [r for r in fs["trace"]["workers"] if r["kind"] == xfs.CIL_PUSH_WORKER and not r["runnable"]
-                 and str(r["stack"]) not in fs["trace"]["stacks"]]
+    stackless = [
+        r
+        for r in fs["trace"]["workers"]
+        if r["kind"] == xfs.CIL_PUSH_WORKER and not r["runnable"] and str(r["stack"]) not in fs["trace"]["stacks"]
+    ]
     seen = free_iclog + preempted + sum(r["count"] for r in stackless)
     assert 0 < free_iclog <= k["noiclogs"] <= seen + race_slack(seen)
     # Its share of the push's off-CPU time is the host's: 43% on 2026-11-26's host, over half before.

@@ -26,7 +26,7 @@ def check(btf, ctype, struct):
 def test_the_real_mirrors_match(btf):
     assert check(btf, maps.Hist, "hist") is None
     assert check(btf, maps.OpKey, "op_key") is None
-    assert check(btf, maps.OffKey, "off_key") is None   # a struct inside a struct, a char array
+    assert check(btf, maps.OffKey, "off_key") is None  # a struct inside a struct, a char array
 
 
 def test_swapped_fields_of_one_size_are_found(btf):

@@ -30,16 +30,26 @@ def test_unknown_workload(tmp_path):
 
 @pytest.mark.root
 def test_mkfs_option_rejected_leaves_nothing(tmp_path):
-    proc = run_fsprof("run", "--fs", "ext4", "--mkfs-options", "-O nonsense_feature",
-                      "--scratch-dir", str(tmp_path), "-o", str(tmp_path / "run"))
+    proc = run_fsprof(
+        "run",
+        "--fs",
+        "ext4",
+        "--mkfs-options",
+        "-O nonsense_feature",
+        "--scratch-dir",
+        str(tmp_path),
+        "-o",
+        str(tmp_path / "run"),
+    )
     assert_one_sentence(proc, "mkfs.ext4")
     assert not mounts_under(tmp_path) and not loops_under(tmp_path)
 
 
 @pytest.mark.root
 def test_device_that_does_not_exist(tmp_path):
-    proc = run_fsprof("run", "--fs", "ext4", "--device", "/dev/nosuchdisk", "--erase-device",
-                      "-o", str(tmp_path / "run"))
+    proc = run_fsprof(
+        "run", "--fs", "ext4", "--device", "/dev/nosuchdisk", "--erase-device", "-o", str(tmp_path / "run")
+    )
     assert_one_sentence(proc, "/dev/nosuchdisk does not exist")
 
 
@@ -55,8 +65,9 @@ def test_mounted_device_refused_even_with_both_flags(tmp_path, ext4_loop):
     device, mountpoint = ext4_loop
     subprocess.run(["mount", device, str(mountpoint)], check=True)
     try:
-        proc = run_fsprof("run", "--fs", "ext4", "--device", device, "--erase-device", "--force-erase",
-                          "-o", str(tmp_path / "run"))
+        proc = run_fsprof(
+            "run", "--fs", "ext4", "--device", device, "--erase-device", "--force-erase", "-o", str(tmp_path / "run")
+        )
         assert_one_sentence(proc, "mounted")
         assert (mountpoint / "precious").read_text() == "keep me"
     finally:
@@ -73,10 +84,24 @@ def test_device_with_a_filesystem_needs_force(tmp_path, ext4_loop):
 @pytest.mark.root
 def test_non_root_user_is_told_so(tmp_path):
     # nobody keeps only the right to read files (our interpreter lives under /root).
-    proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                           "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search", *FSPROF,
-                           "run", "--fs", "ext4", "-o", str(tmp_path / "run")],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=+dac_read_search",
+            "--ambient-caps=+dac_read_search",
+            *FSPROF,
+            "run",
+            "--fs",
+            "ext4",
+            "-o",
+            str(tmp_path / "run"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert_one_sentence(proc, "must run as root")
 
 
@@ -85,26 +110,35 @@ def test_report_of_a_directory_that_is_no_run(tmp_path):
 
 
 @pytest.mark.root
-@pytest.mark.parametrize("args, fragment", [
-    (["--sysctl", "vm.dirty_bytes"], "NAME=VALUE"),
-    (["--sysctl", "vm=1"], "unknown sysctl 'vm'"),
-    (["--sysctl", "vm.no_such_knob=1"], "unknown sysctl"),
-    (["--image-size", "inf"], "is not a size"),
-    (["--count", "-1"], "--count must be a positive number"),
-    (["--workload", "fsync-loop", "--no-such-option"], "unrecognized arguments: --no-such-option"),
-    (["--", ], "nothing follows"),
-    (["--workload", "fsync-loop", "--", "true"], "not both"),
-    (["--result", "x.json"], "set by fsprof"),
-    (["--sample-hz", "1000000000"], "not a sampling rate"),
-    (["--fs", ""], "names no filesystem"),
-    (["--fs", "ext4", "--devices", "2"], "btrfs only"),
-    (["--fs", "ext4", "--mount-options", "xfs=logbufs=8"], "not among --fs"),
-    (["--fs", "ext4", "--scheduler", "bogus"], "not available"),
-    (["--fs", "ext4", "--image-size", "1k"], "mkfs.ext4 failed"),
-])
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--sysctl", "vm.dirty_bytes"], "NAME=VALUE"),
+        (["--sysctl", "vm=1"], "unknown sysctl 'vm'"),
+        (["--sysctl", "vm.no_such_knob=1"], "unknown sysctl"),
+        (["--image-size", "inf"], "is not a size"),
+        (["--count", "-1"], "--count must be a positive number"),
+        (["--workload", "fsync-loop", "--no-such-option"], "unrecognized arguments: --no-such-option"),
+        (
+            [
+                "--",
+            ],
+            "nothing follows",
+        ),
+        (["--workload", "fsync-loop", "--", "true"], "not both"),
+        (["--result", "x.json"], "set by fsprof"),
+        (["--sample-hz", "1000000000"], "not a sampling rate"),
+        (["--fs", ""], "names no filesystem"),
+        (["--fs", "ext4", "--devices", "2"], "btrfs only"),
+        (["--fs", "ext4", "--mount-options", "xfs=logbufs=8"], "not among --fs"),
+        (["--fs", "ext4", "--scheduler", "bogus"], "not available"),
+        (["--fs", "ext4", "--image-size", "1k"], "mkfs.ext4 failed"),
+    ],
+)
 def test_bad_run_arguments(tmp_path, args, fragment):
-    proc = run_fsprof("run", "--count", "5", "--scratch-dir", str(tmp_path / "scratch"), "-o", str(tmp_path / "run"),
-                      *args)
+    proc = run_fsprof(
+        "run", "--count", "5", "--scratch-dir", str(tmp_path / "scratch"), "-o", str(tmp_path / "run"), *args
+    )
     assert_one_sentence(proc, fragment)
     assert not mounts_under(tmp_path) and not loops_under(tmp_path)
     assert not (tmp_path / "scratch").exists() or not any((tmp_path / "scratch").iterdir())
@@ -131,8 +165,20 @@ def test_report_of_something_that_is_no_result(tmp_path, content):
 
 @pytest.mark.root
 def test_root_without_bpf_capabilities_is_told_which(tmp_path):
-    proc = subprocess.run(["setpriv", "--bounding-set=-bpf,-perfmon,-sys_admin", *FSPROF, "run", "--fs", "ext4",
-                           "-o", str(tmp_path / "run")], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            "setpriv",
+            "--bounding-set=-bpf,-perfmon,-sys_admin",
+            *FSPROF,
+            "run",
+            "--fs",
+            "ext4",
+            "-o",
+            str(tmp_path / "run"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert_one_sentence(proc, "lacks CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF")
 
 

@@ -64,7 +64,9 @@ def test_barrier_off_is_explained_by_cache_flushing_first(tmp_path):
     (phase,) = json.loads(compare(on, off, "--phase", "run", "--json"))
     assert_flush_removed(phase["causes"])
     assert phase["evidence"]["flush requests to the device per fsync (all of the device's: its calls own them)"][1] == 0
-    assert phase["evidence"]["preflush write requests per jbd2 commit (the work that ends its journal commit wait)"] == [1, 0]
+    assert phase["evidence"][
+        "preflush write requests per jbd2 commit (the work that ends its journal commit wait)"
+    ] == [1, 0]
     proc = run_fsprof("compare", str(on), str(off), "--phase", "no-such")
     assert proc.returncode == 2 and "no phase 'no-such'" in proc.stderr
 
@@ -109,13 +111,16 @@ args = ["--count", "150"]
 def test_a_spec_with_two_workloads_is_compared_per_workload(tmp_path):
     spec_file = tmp_path / "two.toml"
     spec_file.write_text(TWO_WORKLOADS)
-    proc = run_fsprof("run", "--spec", str(spec_file), "-o", str(tmp_path / "out"),
-                      "--scratch-dir", str(tmp_path / "scratch"))
+    proc = run_fsprof(
+        "run", "--spec", str(spec_file), "-o", str(tmp_path / "out"), "--scratch-dir", str(tmp_path / "scratch")
+    )
     assert proc.returncode == 0, proc.stderr
     comparisons = json.loads(compare(tmp_path / "out", "--json"))
     # Each workload's configurations are set against each other, never across workloads.
-    assert [(c["workload"], c["base"], c["other"]) for c in comparisons] == \
-        [("short", "short/barrier-on", "short/barrier-off"), ("long", "long/barrier-on", "long/barrier-off")]
+    assert [(c["workload"], c["base"], c["other"]) for c in comparisons] == [
+        ("short", "short/barrier-on", "short/barrier-off"),
+        ("long", "long/barrier-on", "long/barrier-off"),
+    ]
     for c in comparisons:
         assert c["significant"] and "cache flush" in c["causes"][0]["cause"], c["causes"][:2]
     text = compare(tmp_path / "out")

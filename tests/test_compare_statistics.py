@@ -32,7 +32,12 @@ def spec_output(tmp_path, factors, unit=None):
             fsync["causes"] = {k: v * factor for k, v in fsync["causes"].items()}
             run_dir = tmp_path / f"{config}-rep{i}"
             run_dir.mkdir()
-            spec = {"file": "planted.toml", "config": config, "workload": "fsync-loop", **({"unit": unit} if unit else {})}
+            spec = {
+                "file": "planted.toml",
+                "config": config,
+                "workload": "fsync-loop",
+                **({"unit": unit} if unit else {}),
+            }
             (run_dir / "result.json").write_text(json.dumps({**stored, "spec": spec, "filesystems": [fs]}))
             runs.append({"workload": "fsync-loop", "config": config, "dir": run_dir.name})
     (tmp_path / "index.json").write_text(json.dumps({"schema": INDEX_SCHEMA, "runs": runs}))
@@ -61,8 +66,9 @@ def test_a_consistent_2x_with_one_outlier_is_significant(tmp_path):
 
 
 def test_a_3_percent_difference_inside_10_percent_noise_is_not(tmp_path):
-    cmp, text = compare(spec_output(tmp_path, {"a": [1.0, 1.10, 0.95, 1.05, 0.90],
-                                               "b": [1.03, 1.13, 0.98, 1.08, 0.93]}))
+    cmp, text = compare(
+        spec_output(tmp_path, {"a": [1.0, 1.10, 0.95, 1.05, 0.90], "b": [1.03, 1.13, 0.98, 1.08, 0.93]})
+    )
     assert not cmp["significant"] and cmp["statistics"]["separated"] == 0
     assert cmp["statistics"]["p"] > 0.3
     low, high = cmp["statistics"]["ratio_ci"]
@@ -76,12 +82,15 @@ def test_one_run_each_says_noise_was_not_measured(tmp_path):
     assert "run-to-run noise not measured; 3 repeats of each configuration" in text, text
 
 
-@pytest.mark.parametrize("a, b, p", [
-    ([1, 2, 3], [4, 5, 6], 0.1),           # separated, three each: 2 / C(6, 3)
-    ([1, 2], [3, 4], 1 / 3),               # separated, two each: cannot reach 0.10
-    ([1, 2, 3, 4], [5, 6, 7, 8], 2 / 70),
-    ([1, 3, 5], [2, 4, 6], 0.7),           # interleaved
-])
+@pytest.mark.parametrize(
+    "a, b, p",
+    [
+        ([1, 2, 3], [4, 5, 6], 0.1),  # separated, three each: 2 / C(6, 3)
+        ([1, 2], [3, 4], 1 / 3),  # separated, two each: cannot reach 0.10
+        ([1, 2, 3, 4], [5, 6, 7, 8], 2 / 70),
+        ([1, 3, 5], [2, 4, 6], 0.7),  # interleaved
+    ],
+)
 def test_exact_rank_test_p_values(a, b, p):
     """Exact two-sided Mann-Whitney U p-values, checked against the counts of the splits by hand."""
     assert repeats.rank_test(a, b) == pytest.approx(p)
@@ -94,7 +103,6 @@ def test_a_spec_workloads_unit_is_compares_default(tmp_path):
     cmp, text = compare(spec_output(tmp_path, {"a": [1.0], "b": [2.0]}, unit="fsync"))
     assert cmp["workload_time"]["unit"] == {"name": "fsync", "count": [200, 200]}
     assert "; 200 vs 200 fsyncs: " in text.splitlines()[0], text
-
 
 
 def planted_pair(tmp_path, size_gib, spec_name=None):

@@ -39,8 +39,20 @@ def run_counted(tmp_path, name, fsyncs):
     """One ext4 run of SCRIPT with `fsyncs` per record; (run dir, the oracle's fsync count)."""
     oracle = bpftrace_start(ORACLE)
     try:
-        proc = run_fsprof("run", "--fs", "ext4", "--scratch-dir", str(tmp_path / "scratch"), "-o",
-                          str(tmp_path / name), "--", "python3", "-c", SCRIPT, str(fsyncs))
+        proc = run_fsprof(
+            "run",
+            "--fs",
+            "ext4",
+            "--scratch-dir",
+            str(tmp_path / "scratch"),
+            "-o",
+            str(tmp_path / name),
+            "--",
+            "python3",
+            "-c",
+            SCRIPT,
+            str(fsyncs),
+        )
     finally:
         out = bpftrace_output(oracle)
     assert proc.returncode == 0, proc.stderr
@@ -61,8 +73,8 @@ def test_the_fsync_count_is_named_first(planted):
     w = cmp["workload_time"]
     first = w["parts"][0]
     assert first["kind"] == "calls" and first["call"] == "fsync", w["parts"][:3]
-    assert first["count"] == [n_one, n_four]                 # the oracle's counts
-    assert abs(first["count_s"]) > abs(first["latency_s"])   # the number of calls, not their latency
+    assert first["count"] == [n_one, n_four]  # the oracle's counts
+    assert abs(first["count_s"]) > abs(first["latency_s"])  # the number of calls, not their latency
     assert w["unit"] == {"name": "record", "count": [RECORDS, RECORDS]}
     result = json.loads((one / "result.json").read_text())["filesystems"][0]
     assert result["workload"]["reported"] == {"records": RECORDS}
@@ -74,8 +86,11 @@ def test_the_fsync_count_is_named_first(planted):
 
 def test_a_unit_the_workload_did_not_report_is_one_sentence(planted):
     (one, _), (four, _) = planted
-    for unit, words in (("transaction", "reported no transaction count (its RESULT keys: records)"),
-                        ("=3", "give a name"), ("record=0", "must be a positive number")):
+    for unit, words in (
+        ("transaction", "reported no transaction count (its RESULT keys: records)"),
+        ("=3", "give a name"),
+        ("record=0", "must be a positive number"),
+    ):
         proc = run_fsprof("compare", str(one), str(four), "--unit", unit)
         assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     (cmp,) = json.loads(run_fsprof("compare", str(one), str(four), "--unit", "record=50", "--json").stdout)
@@ -85,8 +100,19 @@ def test_a_unit_the_workload_did_not_report_is_one_sentence(planted):
 def test_runs_of_several_filesystems_pair_by_name(tmp_path):
     runs = []
     for name in ("a", "c"):
-        proc = run_fsprof("run", "--fs", "ext4,xfs", "--scratch-dir", str(tmp_path / "scratch"), "-o",
-                          str(tmp_path / name), "--workload", "fsync-loop", "--count", "40")
+        proc = run_fsprof(
+            "run",
+            "--fs",
+            "ext4,xfs",
+            "--scratch-dir",
+            str(tmp_path / "scratch"),
+            "-o",
+            str(tmp_path / name),
+            "--workload",
+            "fsync-loop",
+            "--count",
+            "40",
+        )
         assert proc.returncode == 0, proc.stderr
         runs.append(tmp_path / name)
     a, c = map(str, runs)
@@ -118,8 +144,19 @@ def test_the_io_of_each_side_is_stated_per_call(tmp_path):
     device's own count (/sys/block's flush_ios) over the calls, equal on both sides, and the
     mechanism says who issued them: jbd2 on ext4, the caller on XFS, with device times."""
     run = tmp_path / "run"
-    proc = run_fsprof("run", "--fs", "ext4,xfs", "--scratch-dir", str(tmp_path / "scratch"), "-o", str(run),
-                      "--", "python3", "-c", DATASYNC)
+    proc = run_fsprof(
+        "run",
+        "--fs",
+        "ext4,xfs",
+        "--scratch-dir",
+        str(tmp_path / "scratch"),
+        "-o",
+        str(run),
+        "--",
+        "python3",
+        "-c",
+        DATASYNC,
+    )
     assert proc.returncode == 0, proc.stderr
     entries = {fs["fs"]: fs for fs in json.loads((run / "result.json").read_text())["filesystems"]}
     (cmp,) = json.loads(run_fsprof("compare", str(run), "--op", "fdatasync", "--json").stdout)
@@ -129,7 +166,7 @@ def test_the_io_of_each_side_is_stated_per_call(tmp_path):
         e = entries[fs]
         assert side * e["attribution"]["fdatasync"]["count"] == e["kernel_counters"][e["device"]["name"]]["flush_ios"]
     assert flushes[0] >= 1 and flushes[1] == pytest.approx(flushes[0], rel=0.05)
-    assert key in cmp["evidence_by_cause"]["steady"]        # shown as equal, with its figures
+    assert key in cmp["evidence_by_cause"]["steady"]  # shown as equal, with its figures
     ext4, xfs = cmp["mechanism"]
     assert any(who.startswith("jbd2/") for who in ext4["requests"]["flush"]["by"]), ext4["requests"]["flush"]
     assert list(xfs["requests"]["flush"]["by"]) == ["python3"], xfs["requests"]["flush"]
@@ -151,8 +188,24 @@ def test_sqlite_wal_against_delete_is_explained_by_the_fdatasync_count(tmp_path)
     runs = []
     for mode, sync in (("delete", "full"), ("wal", "normal")):
         out = tmp_path / mode
-        proc = run_fsprof("run", "--fs", "ext4", "--scratch-dir", str(tmp_path / "scratch"), "-o", str(out), "--",
-                          "python3", example, "--transactions", "200", "--journal-mode", mode, "--synchronous", sync)
+        proc = run_fsprof(
+            "run",
+            "--fs",
+            "ext4",
+            "--scratch-dir",
+            str(tmp_path / "scratch"),
+            "-o",
+            str(out),
+            "--",
+            "python3",
+            example,
+            "--transactions",
+            "200",
+            "--journal-mode",
+            mode,
+            "--synchronous",
+            sync,
+        )
         assert proc.returncode == 0, proc.stderr
         runs.append(str(out))
     (cmp,) = json.loads(run_fsprof("compare", *runs, "--unit", "transaction", "--json").stdout)

@@ -39,8 +39,12 @@ def free_port():
 
 
 def start_continuous(*args):
-    proc = subprocess.Popen([sys.executable, "-m", "profiler", "record", "--continuous", "--window", WINDOW, *args],
-                            cwd=REPO, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "profiler", "record", "--continuous", "--window", WINDOW, *args],
+        cwd=REPO,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     line = proc.stderr.readline()
     assert "recording" in line, line + proc.stderr.read()
     return proc
@@ -87,11 +91,20 @@ class Prometheus:
     def __init__(self, tmp_path, target_port):
         self.port = free_port()
         config = tmp_path / "prometheus.yml"
-        config.write_text(f"global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n"
-                          f"  - job_name: fsprof\n    static_configs:\n      - targets: ['127.0.0.1:{target_port}']\n")
-        self.proc = subprocess.Popen(["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                                      f"--web.listen-address=127.0.0.1:{self.port}"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        config.write_text(
+            f"global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n"
+            f"  - job_name: fsprof\n    static_configs:\n      - targets: ['127.0.0.1:{target_port}']\n"
+        )
+        self.proc = subprocess.Popen(
+            [
+                "prometheus",
+                f"--config.file={config}",
+                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
     def query(self, expr):
         url = f"http://127.0.0.1:{self.port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
@@ -127,6 +140,7 @@ def settled(prom, device, labels, names):
     a few seconds after a write), and what Prometheus stored did not either between two reads 2 s
     apart. On a loaded machine a window's export or a scrape can come late: one read after 3 s
     once saw 290 of 300 flushes, the last commits' flushes still in a window not yet exported."""
+
     def stored():
         return [prom.value(n if "{" in n else n + labels) or 0 for n in names]
 
@@ -157,11 +171,14 @@ def test_prometheus_stores_flushes_and_commits_equal_to_the_kernels(tmp_path):
         try:
             labels = f'{{mountpoint="{sfs.mountpoint}"}}'
             prom.wait_for(f"fsprof_cache_flushes_total{labels}")
-            metrics_ = ("fsprof_cache_flushes_total", "fsprof_jbd2_commits_total",
-                        f'fsprof_syscall_latency_seconds_count{{mountpoint="{sfs.mountpoint}",op="fsync"}}',
-                        f'fsprof_worker_windows_total{{mountpoint="{sfs.mountpoint}",worker="jbd2 commit"}}',
-                        f'fsprof_worker_block_requests_total{{mountpoint="{sfs.mountpoint}",worker="jbd2 commit",'
-                        'class="preflush_write"}')
+            metrics_ = (
+                "fsprof_cache_flushes_total",
+                "fsprof_jbd2_commits_total",
+                f'fsprof_syscall_latency_seconds_count{{mountpoint="{sfs.mountpoint}",op="fsync"}}',
+                f'fsprof_worker_windows_total{{mountpoint="{sfs.mountpoint}",worker="jbd2 commit"}}',
+                f'fsprof_worker_block_requests_total{{mountpoint="{sfs.mountpoint}",worker="jbd2 commit",'
+                'class="preflush_write"}',
+            )
             kernel0, stored0 = settled(prom, sfs.devices[0], labels, metrics_)
             write_fsyncs(Path(sfs.mountpoint) / "a.dat", 150)
             kernel1, stored1 = settled(prom, sfs.devices[0], labels, metrics_)
@@ -180,8 +197,9 @@ def test_prometheus_stores_flushes_and_commits_equal_to_the_kernels(tmp_path):
             # Every panel of the shipped dashboard is a query Prometheus accepts and answers.
             # the fsync, flush, commit and worker panels have data on this ext4 (XFS, btrfs, throttling not).
             for expr in dashboard_queries():
-                result = prom.query(expr.replace("$host", ".*").replace("$mountpoint", ".*")
-                                    .replace("$__rate_interval", "30s"))
+                result = prom.query(
+                    expr.replace("$host", ".*").replace("$mountpoint", ".*").replace("$__rate_interval", "30s")
+                )
                 assert result or not re.search(r"fsync|jbd2|worker", expr), expr
 
             text = scrape(port)
@@ -199,11 +217,17 @@ def dashboard_queries():
 
 def pprof_raw(path):
     """Samples of a profile as `go tool pprof -raw` prints them: [(values, [function, leaf first])]."""
-    out = subprocess.run(["go", "tool", "pprof", "-raw", str(path)], capture_output=True, text=True,
-                         env={**os.environ, "HOME": str(path.parent)}, check=True).stdout
+    out = subprocess.run(
+        ["go", "tool", "pprof", "-raw", str(path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HOME": str(path.parent)},
+        check=True,
+    ).stdout
     # "ID: 0x0 M=1 NAME :0:0 s=0", pprof adding "(FULL NAME)" where it shortened one (parentheses).
-    locations = {i: full or name for i, name, full in
-                 re.findall(r"^\s+(\d+): 0x0 M=\d+ (.*?) :0:0 s=0(?:\((.*)\))?$", out, re.M)}
+    locations = {
+        i: full or name for i, name, full in re.findall(r"^\s+(\d+): 0x0 M=\d+ (.*?) :0:0 s=0(?:\((.*)\))?$", out, re.M)
+    }
     samples = []
     section = out.split("Samples:", 1)[1].split("Locations", 1)[0].splitlines()[2:]
     for line in section:
@@ -236,8 +260,7 @@ def test_pprof_profiles_hold_the_attributions_cause_totals(tmp_path):
             if root[:2] == [f"[{sfs.mountpoint}]", "[fsync]"]:
                 cause = root[2][1:-1]
                 by_cause[cause] = by_cause.get(cause, 0) + values[0] + values[1]
-    counters = {cause: sample(text, "fsprof_syscall_time_seconds_total", op="fsync", cause=cause)
-                for cause in by_cause}
+    counters = {cause: sample(text, "fsprof_syscall_time_seconds_total", op="fsync", cause=cause) for cause in by_cause}
     assert by_cause and "journal commit wait" in by_cause
     for cause, ns in by_cause.items():
         assert ns / 1e9 == pytest.approx(counters[cause], rel=1e-6, abs=2e-9), cause
@@ -272,8 +295,9 @@ def test_profiles_reach_an_ingest_url_and_a_refusal_is_one_sentence(tmp_path):
         finally:
             stop(rec)
         closed = free_port()  # nothing listens there
-        refused = start_continuous("--mount", sfs.mountpoint, "--listen", "off",
-                                   "--pprof-url", f"http://127.0.0.1:{closed}/ingest")
+        refused = start_continuous(
+            "--mount", sfs.mountpoint, "--listen", "off", "--pprof-url", f"http://127.0.0.1:{closed}/ingest"
+        )
         time.sleep(2.5)
         err = stop(refused)
     server.shutdown()
@@ -283,7 +307,7 @@ def test_profiles_reach_an_ingest_url_and_a_refusal_is_one_sentence(tmp_path):
     assert query["format"] == ["pprof"] and query["name"][0].startswith("fsprof{host=")
     assert int(query["until"][0]) >= int(query["from"][0])
     assert ctype.startswith("multipart/form-data") and b'name="profile"' in body
-    gz = body[body.index(b"\x1f\x8b"):]
+    gz = body[body.index(b"\x1f\x8b") :]
     assert gzip.decompress(gz.rsplit(b"\r\n--", 1)[0])  # a gzipped protobuf
     assert f"could not send the profile to http://127.0.0.1:{closed}/ingest" in err
 
@@ -294,8 +318,13 @@ def test_a_taken_port_is_one_sentence_and_nothing_is_loaded(tmp_path):
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        r = subprocess.run([sys.executable, "-m", "profiler", "record", "--continuous", "--all",
-                            "--listen", f"127.0.0.1:{port}"], cwd=REPO, capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            [sys.executable, "-m", "profiler", "record", "--continuous", "--all", "--listen", f"127.0.0.1:{port}"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     assert r.returncode != 0
     assert r.stderr.count("\n") == 1 and f"cannot listen on 127.0.0.1:{port}" in r.stderr, r.stderr
     assert loaded_fsprof_programs(fsprof_program_names()) == []
@@ -326,19 +355,23 @@ def test_filesystems_mounted_and_unmounted_while_recording(tmp_path):
         stop(rec)
 
 
-@pytest.mark.parametrize("args, words", [
-    (["--continuous", "--all", "--window", "0.5s"], "--window must be at least 1s"),
-    (["--continuous", "--all", "--window", "xyz"], "--window 'xyz' is not a positive duration"),
-    (["--continuous", "--all", "--duration", "1q"], "--duration '1q' is not a positive duration"),
-    (["--continuous", "--all", "--listen", "9478"], "--listen 9478: give HOST:PORT"),
-    (["--all"], "--all needs --continuous"),
-    (["--continuous", "--all", "--pid", "1"], "--all traces every process"),
-    (["--continuous", "--all", "-o", "x"], "--continuous writes no run directory"),
-    (["--continuous", "--all", "--pprof-keep", "0"], "argument --pprof-keep: '0' is not a positive"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--continuous", "--all", "--window", "0.5s"], "--window must be at least 1s"),
+        (["--continuous", "--all", "--window", "xyz"], "--window 'xyz' is not a positive duration"),
+        (["--continuous", "--all", "--duration", "1q"], "--duration '1q' is not a positive duration"),
+        (["--continuous", "--all", "--listen", "9478"], "--listen 9478: give HOST:PORT"),
+        (["--all"], "--all needs --continuous"),
+        (["--continuous", "--all", "--pid", "1"], "--all traces every process"),
+        (["--continuous", "--all", "-o", "x"], "--continuous writes no run directory"),
+        (["--continuous", "--all", "--pprof-keep", "0"], "argument --pprof-keep: '0' is not a positive"),
+    ],
+)
 def test_bad_continuous_options_are_one_sentence(args, words):
-    r = subprocess.run([sys.executable, "-m", "profiler", "record", *args], cwd=REPO, capture_output=True,
-                       text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "profiler", "record", *args], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and words in r.stderr, r.stderr
 
 
@@ -347,6 +380,7 @@ def test_a_cgroup_made_again_is_followed(tmp_path):
     """A restarted systemd service gets a new cgroup of the same path: --continuous --cgroup keeps
     recording it (the path is re-opened every window), and tasks outside it are not traced."""
     from profiler.session.record import cgroup2_root
+
     root = cgroup2_root()
     if not (root / "cgroup.procs").exists():
         pytest.skip("no cgroup v2 hierarchy is mounted")
@@ -360,13 +394,17 @@ def test_a_cgroup_made_again_is_followed(tmp_path):
             rec = start_continuous("--cgroup", str(cgroup), "--listen", f"127.0.0.1:{port}")
             try:
                 write_fsyncs(Path(sfs.mountpoint) / "out.dat", 15)  # outside: not traced
-                subprocess.run(["sh", "-c", inside, sys.executable, FSYNCS, f"{sfs.mountpoint}/a.dat", "20"], check=True)
+                subprocess.run(
+                    ["sh", "-c", inside, sys.executable, FSYNCS, f"{sfs.mountpoint}/a.dat", "20"], check=True
+                )
                 time.sleep(2.5)
                 cgroup.rmdir()  # the service stops ...
                 time.sleep(1.5)
                 cgroup.mkdir()  # ... and starts again
                 time.sleep(2.5)
-                subprocess.run(["sh", "-c", inside, sys.executable, FSYNCS, f"{sfs.mountpoint}/b.dat", "30"], check=True)
+                subprocess.run(
+                    ["sh", "-c", inside, sys.executable, FSYNCS, f"{sfs.mountpoint}/b.dat", "30"], check=True
+                )
                 time.sleep(2.5)
                 text = scrape(port)
                 assert rec.poll() is None

@@ -11,8 +11,20 @@ import pytest
 from conftest import blocked_ns, run_fsprof
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]
-FIO = ["fio", "--name=dio", "--rw=randwrite", "--bs=4k", "--direct=1", "--ioengine=psync", "--size=16M",
-       "--filename=dio.dat", "--runtime=2", "--time_based", "--output-format=json", "--output={out}"]
+FIO = [
+    "fio",
+    "--name=dio",
+    "--rw=randwrite",
+    "--bs=4k",
+    "--direct=1",
+    "--ioengine=psync",
+    "--size=16M",
+    "--filename=dio.dat",
+    "--runtime=2",
+    "--time_based",
+    "--output-format=json",
+    "--output={out}",
+]
 
 
 @pytest.fixture(scope="module")
@@ -21,8 +33,17 @@ def dio(tmp_path_factory):
     entries = {}
     for fs in ("ext4", "xfs", "btrfs"):  # one run each: fio's own JSON per filesystem
         fio_out = tmp / f"{fs}.fio.json"
-        proc = run_fsprof("run", "--fs", fs, "--scratch-dir", str(tmp / "scratch"), "-o", str(tmp / fs), "--",
-                          *[a.format(out=fio_out) for a in FIO])
+        proc = run_fsprof(
+            "run",
+            "--fs",
+            fs,
+            "--scratch-dir",
+            str(tmp / "scratch"),
+            "-o",
+            str(tmp / fs),
+            "--",
+            *[a.format(out=fio_out) for a in FIO],
+        )
         assert proc.returncode == 0, proc.stderr
         (entry,) = json.loads((tmp / fs / "result.json").read_text())["filesystems"]
         entries[fs] = entry, json.loads(fio_out.read_text())["jobs"][0]["write"]["total_ios"]
@@ -48,4 +69,3 @@ def test_runs_without_a_journal_commit_compare(dio):
     explains the runs (it once failed on the missing per-commit figure)."""
     proc = run_fsprof("compare", *map(str, dio["dirs"]), "--op", "pwrite64")
     assert proc.returncode == 0 and "Per pwrite64 call" in proc.stdout, proc.stderr
-

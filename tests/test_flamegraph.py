@@ -24,10 +24,22 @@ def runs(tmp_path_factory):
     """{"barrier1": run dir (ext4), "barrier0": run dir (ext4 with barrier=0, then XFS)}."""
     base = tmp_path_factory.mktemp("flame")
     made = {}
-    for name, args in (("barrier1", ["--fs", "ext4"]),
-                       ("barrier0", ["--fs", "ext4,xfs", "--mount-options", "ext4=barrier=0"])):
-        proc = run_fsprof("run", *args, "--workload", "fsync-loop", "--count", str(COUNT),
-                          "--scratch-dir", str(base / "scratch"), "-o", str(base / name))
+    for name, args in (
+        ("barrier1", ["--fs", "ext4"]),
+        ("barrier0", ["--fs", "ext4,xfs", "--mount-options", "ext4=barrier=0"]),
+    ):
+        proc = run_fsprof(
+            "run",
+            *args,
+            "--workload",
+            "fsync-loop",
+            "--count",
+            str(COUNT),
+            "--scratch-dir",
+            str(base / "scratch"),
+            "-o",
+            str(base / name),
+        )
         assert proc.returncode == 0, proc.stderr
         made[name] = base / name
     return made
@@ -43,8 +55,14 @@ def ext4_of(run_dir):
 
 def flamegraph(*args, env=None):
     """`fsprof flamegraph ARGS` (with env's additions): the process, and the paths it printed."""
-    proc = subprocess.run([*FSPROF, "flamegraph", *map(str, args)], capture_output=True, text=True, cwd=REPO,
-                          env={**os.environ, "PYTHONPATH": REPO, **(env or {})}, timeout=120)
+    proc = subprocess.run(
+        [*FSPROF, "flamegraph", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": REPO, **(env or {})},
+        timeout=120,
+    )
     return proc, [Path(line) for line in proc.stdout.splitlines()]
 
 
@@ -126,8 +144,9 @@ def test_the_svg_parses_and_its_title_names_filesystem_workload_phase_and_unit(r
 
 def test_a_run_diffed_against_itself_is_all_zero(runs, tmp_path):
     for kind in ("off-cpu", "on-cpu", "off-wake"):
-        proc, paths = flamegraph(runs["barrier1"], f"--{kind}", "--diff", runs["barrier1"],
-                                 "-o", tmp_path / f"{kind}.svg")
+        proc, paths = flamegraph(
+            runs["barrier1"], f"--{kind}", "--diff", runs["barrier1"], "-o", tmp_path / f"{kind}.svg"
+        )
         assert proc.returncode == 0, proc.stderr
         diff = fg.read_folded(tmp_path / f"{kind}.folded", diff=True)
         assert diff and all(a == b for a, b in diff.values()), kind
@@ -160,7 +179,7 @@ def test_barriers_make_the_journal_commit_the_main_red_region(runs, tmp_path):
     assert path[2] == "[journal commit wait]" and path[-1] == "jbd2_log_wait_commit"
     assert delta >= 0.5 * (commit[0] - commit[1]), (delta, commit)  # ns per fsync
     # The off-wake graph names the thread behind it: the jbd2 commit that woke the fsync.
-    assert any("jbd2_journal_commit_transaction" in p[p.index(fg.SEPARATOR):] for p, _ in tops["off-wake"][:2])
+    assert any("jbd2_journal_commit_transaction" in p[p.index(fg.SEPARATOR) :] for p, _ in tops["off-wake"][:2])
     assert "barrier=0" in title_of(tmp_path / "off-cpu.svg")
     if b1["trace"].get("workers") and b0["trace"].get("workers"):
         # The jbd2 thread itself: its commit, where the commit record's preflush is waited for.
@@ -186,8 +205,12 @@ def test_default_set_has_every_graph_of_every_filesystem_and_a_differential(runs
     names = {p.name for p in written}
     for label in ("ext4", "xfs"):
         for kind in ("off-cpu", "on-cpu", "off-wake"):
-            assert {f"{label}.{kind}.all.folded", f"{label}.{kind}.all.svg",
-                    f"{label}.{kind}.run.folded", f"{label}.{kind}.run.svg"} <= names
+            assert {
+                f"{label}.{kind}.all.folded",
+                f"{label}.{kind}.all.svg",
+                f"{label}.{kind}.run.folded",
+                f"{label}.{kind}.run.svg",
+            } <= names
     assert "xfs-vs-ext4.off-cpu-diff.all.svg" in names
     assert all(p.parent == run_dir / fg.OUT_DIR and p.stat().st_size for p in written)
     for svg in (p for p in written if p.suffix == ".svg"):
@@ -199,8 +222,15 @@ def test_default_set_has_every_graph_of_every_filesystem_and_a_differential(runs
 def test_without_inferno_it_says_so_once_and_writes_the_folded_stacks(runs, tmp_path):
     empty = tmp_path / "no-inferno"
     empty.mkdir()
-    proc, paths = flamegraph(runs["barrier1"], "--off-wake", "--diff", runs["barrier0"],
-                             "-o", tmp_path / "d.svg", env={fg.INFERNO_DIR_ENV: str(empty)})
+    proc, paths = flamegraph(
+        runs["barrier1"],
+        "--off-wake",
+        "--diff",
+        runs["barrier0"],
+        "-o",
+        tmp_path / "d.svg",
+        env={fg.INFERNO_DIR_ENV: str(empty)},
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.count("inferno-flamegraph not found") == 1
     assert paths and all(p.suffix == ".folded" and p.exists() for p in paths) and not (tmp_path / "d.svg").exists()
@@ -210,13 +240,16 @@ def test_without_inferno_it_says_so_once_and_writes_the_folded_stacks(runs, tmp_
     assert fg.read_folded(tmp_path / "d.folded", diff=True) == fg.read_folded(tmp_path / "i.folded", diff=True)
 
 
-@pytest.mark.parametrize("args, says", [
-    (["--phase", "nosuch"], "has no phase 'nosuch'"),
-    (["--fs", "btrfs"], "has no filesystem labelled 'btrfs'"),
-    (["--diff", "{b0}"], "has several filesystems"),  # barrier0 as RUN holds ext4 and XFS
-    (["--off-cpu", "--on-cpu"], "not allowed with argument"),
-    (["-o", "{tmp}/no-such-dir/x.svg"], "No such file or directory"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--phase", "nosuch"], "has no phase 'nosuch'"),
+        (["--fs", "btrfs"], "has no filesystem labelled 'btrfs'"),
+        (["--diff", "{b0}"], "has several filesystems"),  # barrier0 as RUN holds ext4 and XFS
+        (["--off-cpu", "--on-cpu"], "not allowed with argument"),
+        (["-o", "{tmp}/no-such-dir/x.svg"], "No such file or directory"),
+    ],
+)
 def test_bad_input_is_one_sentence_and_a_nonzero_exit(runs, tmp_path, args, says):
     run_dir = runs["barrier0"] if args[0] in ("--diff",) else runs["barrier1"]
     args = [a.format(b0=runs["barrier1"], tmp=tmp_path) for a in args]

@@ -22,8 +22,16 @@ from profiler.views import compare, flamegraph
 pytestmark = pytest.mark.slow
 COUNT = 100
 CHROMIUM = shutil.which("chromium")
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--disable-quic"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
+]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -41,8 +49,11 @@ class DevTools:
         self._from, from_chrome = os.pipe()
         self.proc = subprocess.Popen(
             [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={user_data_dir}", "--remote-debugging-pipe", "about:blank"],
-            pass_fds=(3, 4, to_chrome, from_chrome), preexec_fn=lambda: (os.dup2(to_chrome, 3), os.dup2(from_chrome, 4)),
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            pass_fds=(3, 4, to_chrome, from_chrome),
+            preexec_fn=lambda: (os.dup2(to_chrome, 3), os.dup2(from_chrome, 4)),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         os.close(to_chrome)
         os.close(from_chrome)
         self._buf, self._next_id, self.answers, self.events, self.sessions = b"", 0, {}, [], []
@@ -68,8 +79,11 @@ class DevTools:
         if message["method"] == "Target.attachedToTarget":
             self.watch(message["params"]["sessionId"])
         elif message["method"] == "Page.javascriptDialogOpening":  # inferno's search asks for a term
-            self.call("Page.handleJavaScriptDialog", {"accept": True, "promptText": SEARCH_TERM},
-                      session=message.get("sessionId"))
+            self.call(
+                "Page.handleJavaScriptDialog",
+                {"accept": True, "promptText": SEARCH_TERM},
+                session=message.get("sessionId"),
+            )
 
     def call(self, method, params=None, session=None, timeout=30):
         self._next_id += 1
@@ -88,8 +102,11 @@ class DevTools:
         self.sessions.append(session)
         for method in ("Runtime.enable", "Log.enable", "Network.enable", "Page.enable"):
             self.call(method, session=session)
-        self.call("Target.setAutoAttach", {"autoAttach": True, "waitForDebuggerOnStart": True, "flatten": True},
-                  session=session)
+        self.call(
+            "Target.setAutoAttach",
+            {"autoAttach": True, "waitForDebuggerOnStart": True, "flatten": True},
+            session=session,
+        )
         self.call("Runtime.runIfWaitingForDebugger", session=session)
 
     def wait_for(self, method, timeout=60):
@@ -184,10 +201,12 @@ class Page:
             self.figures = json.loads(evaluate(tools, FIGURES_JS, session))
             self.bars = json.loads(evaluate(tools, BARS_JS, session))
             self.hists = json.loads(evaluate(tools, HISTS_JS, session))
-            self.iframe_srcs = evaluate(tools, "[...document.querySelectorAll('iframe.flamegraph')].map(f => f.src)",
-                                        session)
-            self.iframe_files = evaluate(tools, "[...document.querySelectorAll('iframe.flamegraph')]"
-                                                ".map(f => f.dataset.file)", session)
+            self.iframe_srcs = evaluate(
+                tools, "[...document.querySelectorAll('iframe.flamegraph')].map(f => f.src)", session
+            )
+            self.iframe_files = evaluate(
+                tools, "[...document.querySelectorAll('iframe.flamegraph')].map(f => f.dataset.file)", session
+            )
             self.flames = [json.loads(v) for v in self._in_frames(tools, FLAME_JS)]
             tools.settle(0.5)  # anything the clicks threw
             self.console = tools.of("Runtime.consoleAPICalled", "Runtime.exceptionThrown")
@@ -200,7 +219,10 @@ class Page:
     def _in_frames(tools, expression):
         """expression's truthy values in every live default context of every session (a frame
         may run in the page's process or in one of its own)."""
-        gone = {(e.get("sessionId"), e["params"]["executionContextId"]) for e in tools.of("Runtime.executionContextDestroyed")}
+        gone = {
+            (e.get("sessionId"), e["params"]["executionContextId"])
+            for e in tools.of("Runtime.executionContextDestroyed")
+        }
         found = []
         for e in tools.of("Runtime.executionContextCreated"):
             ctx, session = e["params"]["context"], e.get("sessionId")
@@ -221,8 +243,19 @@ class Page:
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     base = tmp_path_factory.mktemp("html")
-    proc = run_fsprof("run", "--fs", "ext4,xfs,btrfs", "--workload", "fsync-loop", "--count", str(COUNT),
-                      "--scratch-dir", str(base / "scratch"), "-o", str(base / "run"))
+    proc = run_fsprof(
+        "run",
+        "--fs",
+        "ext4,xfs,btrfs",
+        "--workload",
+        "fsync-loop",
+        "--count",
+        str(COUNT),
+        "--scratch-dir",
+        str(base / "scratch"),
+        "-o",
+        str(base / "run"),
+    )
     assert proc.returncode == 0, proc.stderr
     assert not mounts_under(base) and not loops_under(base)
     return base / "run"
@@ -258,13 +291,15 @@ def test_no_console_error_and_no_network(page, report):
     assert page.console == [] and page.log == [], (page.console, page.log)
     # The report itself is the one file loaded; frames are data: documents it carries.
     assert page.requests[0] == report.as_uri()
-    assert all(urlparse(url).scheme == "data" for url in page.requests[1:]), \
-        [u[:80] for u in page.requests if not u.startswith("data:")]
+    assert all(urlparse(url).scheme == "data" for url in page.requests[1:]), [
+        u[:80] for u in page.requests if not u.startswith("data:")
+    ]
     assert_nothing_to_fetch(report.read_text())
 
 
 class Links(HTMLParser):
     """Every attribute value that would make a browser fetch something, and every CSS url()."""
+
     FETCHING = {"src", "data-src", "href", "srcset", "data", "poster", "action", "xlink:href", "background"}
 
     def __init__(self):
@@ -307,6 +342,7 @@ def test_every_flame_graph_is_embedded_and_interactive(page, run_dir):
 
 def inferno_title(svg):
     import xml.etree.ElementTree as ET
+
     return "".join(next(e for e in ET.parse(svg).iter() if e.get("id") == "title").itertext())
 
 
@@ -394,6 +430,7 @@ def test_conditions_and_comparison_are_stated(page, result, run_dir):
 def page_text(dom):
     import html
     import re
+
     return html.unescape(re.sub(r"<[^>]+>", "", dom))
 
 
@@ -405,9 +442,14 @@ def test_without_inferno_the_report_says_so_and_lists_the_folded_stacks(run_dir,
     empty = tmp_path / "no-inferno"
     empty.mkdir()
     # find_tool looks only in $FSPROF_INFERNO_DIR when it is set: an empty one is a machine without inferno.
-    proc = subprocess.run([*FSPROF, "report", str(copy), "--html", str(out)], capture_output=True, text=True,
-                          cwd=REPO, env={**os.environ, "PYTHONPATH": REPO, flamegraph.INFERNO_DIR_ENV: str(empty)},
-                          timeout=120)
+    proc = subprocess.run(
+        [*FSPROF, "report", str(copy), "--html", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": REPO, flamegraph.INFERNO_DIR_ENV: str(empty)},
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     html = out.read_text()
     assert "inferno-flamegraph was not found" in html and "<iframe" not in html
@@ -480,10 +522,13 @@ args = ["--count", "40", "--size", "16384"]
     assert_nothing_to_fetch(html)
 
 
-@pytest.mark.parametrize("make, words", [
-    (lambda tmp: tmp, "is neither an fsprof run directory"),
-    (lambda tmp: tmp / "absent", "is neither an fsprof run directory"),
-])
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda tmp: tmp, "is neither an fsprof run directory"),
+        (lambda tmp: tmp / "absent", "is neither an fsprof run directory"),
+    ],
+)
 def test_not_a_run_directory_is_one_sentence(tmp_path, make, words):
     proc = run_fsprof("report", str(make(tmp_path)), "--html", str(tmp_path / "r.html"))
     assert_one_sentence(proc, words)

@@ -15,15 +15,21 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 KERNEL_61 = sorted(Path("/boot").glob("vmlinuz-6.1.*"))
-can_boot = pytest.mark.skipif(not (shutil.which("qemu-system-x86_64") and KERNEL_61 and
-                                   (Path("/opt/vng/bin/vng").exists() or (REPO / ".venv-vm/bin/vng").exists())),
-                              reason="qemu, virtme-ng or Debian's 6.1 kernel is not installed (make test-kernels installs them)")
+can_boot = pytest.mark.skipif(
+    not (
+        shutil.which("qemu-system-x86_64")
+        and KERNEL_61
+        and (Path("/opt/vng/bin/vng").exists() or (REPO / ".venv-vm/bin/vng").exists())
+    ),
+    reason="qemu, virtme-ng or Debian's 6.1 kernel is not installed (make test-kernels installs them)",
+)
 
 
 def runner(module, *args, tmp, env=None, timeout=120):
     e = {**os.environ, "TMPDIR": str(tmp), **(env or {})}
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, env=e, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=REPO, env=e, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def processes_mentioning(text):
@@ -63,11 +69,14 @@ def tmp(tmp_path):
     return d
 
 
-@pytest.mark.parametrize("kernel, words", [
-    ("/nonexistent/vmlinuz", "no kernel image at /nonexistent/vmlinuz"),
-    ("/etc/hostname", "is not a bootable x86 kernel image"),
-    ("4.19", "no kernel 4.19 is installed in /boot"),  # a kernel no row of ours installs
-])
+@pytest.mark.parametrize(
+    "kernel, words",
+    [
+        ("/nonexistent/vmlinuz", "no kernel image at /nonexistent/vmlinuz"),
+        ("/etc/hostname", "is not a bootable x86 kernel image"),
+        ("4.19", "no kernel 4.19 is installed in /boot"),  # a kernel no row of ours installs
+    ],
+)
 def test_unknown_kernel(tmp, kernel, words):
     proc = runner("kernels.vm", "--kernel", kernel, "--", "true", tmp=tmp)
     assert_one_sentence(proc, 2, words)
@@ -75,13 +84,20 @@ def test_unknown_kernel(tmp, kernel, words):
 
 
 def test_matrix_unknown_kernel_and_check(tmp):
-    assert_one_sentence(runner("kernels.matrix", "--kernels", "host,4.19", "--no-doc", tmp=tmp), 2,
-                        "no kernel 4.19 is installed")
-    assert_one_sentence(runner("kernels.matrix", "--kernels", "host", "--checks", "doctor,nope", "--no-doc", tmp=tmp),
-                        2, "unknown check nope")
+    assert_one_sentence(
+        runner("kernels.matrix", "--kernels", "host,4.19", "--no-doc", tmp=tmp), 2, "no kernel 4.19 is installed"
+    )
+    assert_one_sentence(
+        runner("kernels.matrix", "--kernels", "host", "--checks", "doctor,nope", "--no-doc", tmp=tmp),
+        2,
+        "unknown check nope",
+    )
     # --kernels host: the default rows (6.1 first) fail first on a machine without Debian's 6.1 kernel.
-    assert_one_sentence(runner("kernels.matrix", "--kernels", "host", "--kernel", "/nonexistent", "--no-doc", tmp=tmp), 2,
-                        "no kernel image at /nonexistent")
+    assert_one_sentence(
+        runner("kernels.matrix", "--kernels", "host", "--kernel", "/nonexistent", "--no-doc", tmp=tmp),
+        2,
+        "no kernel image at /nonexistent",
+    )
 
 
 @pytest.mark.skipif(not KERNEL_61, reason="Debian's 6.1 kernel is not installed")
@@ -93,7 +109,9 @@ def test_no_qemu(tmp):
 
 @pytest.mark.skipif(not KERNEL_61, reason="Debian's 6.1 kernel is not installed")
 def test_no_kvm(tmp):
-    proc = runner("kernels.vm", "--kernel", "6.1", "--accel", "kvm", "--kvm-dev", str(tmp / "kvm"), "--", "true", tmp=tmp)
+    proc = runner(
+        "kernels.vm", "--kernel", "6.1", "--accel", "kvm", "--kvm-dev", str(tmp / "kvm"), "--", "true", tmp=tmp
+    )
     assert_one_sentence(proc, 77, "KVM is not available")
     assert_nothing_left(tmp)
 
@@ -110,9 +128,14 @@ def test_a_vm_that_does_not_boot_in_time_is_stopped(tmp):
 @pytest.mark.root
 @can_boot
 def test_sigterm_stops_the_vm_and_removes_its_images(tmp):
-    proc = subprocess.Popen([sys.executable, "-m", "kernels.vm", "--kernel", "6.1", "--accel", "tcg", "--", "true"],
-                            cwd=REPO, env={**os.environ, "TMPDIR": str(tmp)}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kernels.vm", "--kernel", "6.1", "--accel", "tcg", "--", "true"],
+        cwd=REPO,
+        env={**os.environ, "TMPDIR": str(tmp)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while not any("qemu" in comm(p) for p in processes_mentioning(str(tmp))):
         assert time.monotonic() < deadline and proc.poll() is None, "qemu never started"

@@ -38,6 +38,7 @@ def test_verifier_statistics_are_the_kernels_own():
     """verifier_stats (bench/bench_startup.py) reads the verifier's log-level-4 statistics; the
     instructions it processed are what the kernel also keeps in the program's fdinfo."""
     from profiler.trace.libbpf import libbpf
+
     with BpfObject("syscalls", verifier_stats=True) as obj:
         assert set(obj.verification) == set(obj.programs)
         for pname, (handle, _) in obj.programs.items():
@@ -105,7 +106,7 @@ def test_hash_map_update_lookup_clear_and_size_check():
         with pytest.raises(FsprofError, match="op_hist's Python mirror differs.*bytes in Python"):
             obj.map("op_hist", maps.OpKey, maps.BlkVal)
 
-        class SwappedKey(c.Structure):   # the size of struct op_key, two fields swapped
+        class SwappedKey(c.Structure):  # the size of struct op_key, two fields swapped
             _fields_ = [("dev", c.c_uint32), ("phase", c.c_uint16), ("nr", c.c_uint16)]
 
         with pytest.raises(FsprofError, match=r"key \(struct op_key\)\.nr: Python has phase there"):
@@ -114,20 +115,26 @@ def test_hash_map_update_lookup_clear_and_size_check():
 
 def compile_bpf(tmp_path, name, source):
     src = tmp_path / f"{name}.bpf.c"
-    src.write_text('#include "vmlinux.h"\n#include <bpf/bpf_helpers.h>\nchar LICENSE[] SEC("license") = "GPL";\n'
-                   + source)
+    src.write_text(
+        '#include "vmlinux.h"\n#include <bpf/bpf_helpers.h>\nchar LICENSE[] SEC("license") = "GPL";\n' + source
+    )
     obj = tmp_path / f"{name}.bpf.o"
-    subprocess.run(["clang", "-target", "bpf", "-g", "-O2", f"-I{BUILD_DIR}", "-c", str(src), "-o", str(obj)],
-                   check=True)
+    subprocess.run(
+        ["clang", "-target", "bpf", "-g", "-O2", f"-I{BUILD_DIR}", "-c", str(src), "-o", str(obj)], check=True
+    )
     return obj
 
 
 def test_verifier_rejection_is_one_sentence_with_the_log_saved(tmp_path, monkeypatch):
     monkeypatch.setattr("profiler.trace.bpf.LOG_DIR", tmp_path / "logs")
-    obj = compile_bpf(tmp_path, "bad", """
+    obj = compile_bpf(
+        tmp_path,
+        "bad",
+        """
 SEC("tracepoint/sched/sched_switch")
 int bad(void *ctx) { return *(volatile int *)0; }  /* a NULL dereference the verifier refuses */
-""")
+""",
+    )
     with pytest.raises(FsprofError) as err:
         BpfObject("bad", path=obj)
     msg = str(err.value)
@@ -139,12 +146,16 @@ int bad(void *ctx) { return *(volatile int *)0; }  /* a NULL dereference the ver
 
 
 def test_missing_tracepoint_is_skipped_and_said(tmp_path):
-    obj = compile_bpf(tmp_path, "partial", """
+    obj = compile_bpf(
+        tmp_path,
+        "partial",
+        """
 SEC("tracepoint/nosuchgroup/nosuchevent")
 int absent(void *ctx) { return 0; }
 SEC("tracepoint/sched/sched_switch")
 int present(void *ctx) { return 0; }
-""")
+""",
+    )
     with BpfObject("partial", path=obj) as loaded:
         loaded.attach_all()
         assert list(loaded.programs) == ["present"]
@@ -195,6 +206,7 @@ def test_minimised_kernel_btf_relocates_as_the_kernel_btf(tmp_path):
     """Objects in build/ relocate against `bpftool gen min_core_btf`'s cut of the kernel BTF
     (core_btf.core_btf); a copy elsewhere relocates against the kernel's own. Same programs, same tags."""
     from profiler.trace.core_btf import core_btf
+
     assert core_btf(BUILD_DIR) is not None
     copy = tmp_path / "syscalls.bpf.o"
     copy.write_bytes((BUILD_DIR / "syscalls.bpf.o").read_bytes())
@@ -209,6 +221,7 @@ def test_minimised_kernel_btf_relocates_as_the_kernel_btf(tmp_path):
 
 def test_collector_loads_side_by_side_and_leaves_no_program_behind():
     from profiler.session.collect import Collector
+
     before = set(own_programs())
     with Collector() as collector:
         loaded = set(own_programs()) - before
@@ -229,10 +242,14 @@ def test_no_map_grows_with_the_cpu_count():
     """Per-CPU maps cost their whole size once per possible CPU: a per-CPU hash of histograms was
     5 MB a CPU. What is left per CPU must stay small (drop counters, a few phases)."""
     from profiler.session.collect import Collector
+
     with Collector():
         maps = own_fdinfo("map")
-    per_cpu = {(m["map_id"], PERCPU_MAP_TYPES[int(m["map_type"])]): int(m["max_entries"]) * ((int(m["value_size"]) + 7) & ~7)
-               for m in maps if int(m["map_type"]) in PERCPU_MAP_TYPES}
+    per_cpu = {
+        (m["map_id"], PERCPU_MAP_TYPES[int(m["map_type"])]): int(m["max_entries"]) * ((int(m["value_size"]) + 7) & ~7)
+        for m in maps
+        if int(m["map_type"]) in PERCPU_MAP_TYPES
+    }
     assert len(maps) > 40
     assert sum(per_cpu.values()) <= 16 * 1024, per_cpu
 
@@ -247,7 +264,8 @@ def test_kernel_function_addresses_are_kallsyms_own_and_kept_for_the_next_start(
     from profiler import filesystems
     from profiler.behind import xfs
     from profiler.trace import kernel_flags, symbols
-    filesystems.load_modules(["xfs"])   # where xfs is a module, its symbols are listed once loaded
+
+    filesystems.load_modules(["xfs"])  # where xfs is a module, its symbols are listed once loaded
     monkeypatch.setattr(kernel_flags, "CACHE_DIR", tmp_path)
     wanted = {"xlog_cil_push_work", "xfs_log_worker", "xfs_inodegc_worker"}
     listed = {}
@@ -259,6 +277,8 @@ def test_kernel_function_addresses_are_kallsyms_own_and_kept_for_the_next_start(
     assert xfs.kernel_functions() == listed
     cached = list(tmp_path.glob("ksyms-*.json"))
     assert len(cached) == 1
-    cached[0].write_text('{"xfs_log_worker": 1}')   # what the next start returns is the cache's
+    cached[0].write_text('{"xfs_log_worker": 1}')  # what the next start returns is the cache's
     assert xfs.kernel_functions() == {"xfs_log_worker": 1}
-    assert symbols._find_text(["xfs_log_worker", "no_such_function_anywhere"]) == {"xfs_log_worker": listed["xfs_log_worker"]}
+    assert symbols._find_text(["xfs_log_worker", "no_such_function_anywhere"]) == {
+        "xfs_log_worker": listed["xfs_log_worker"]
+    }

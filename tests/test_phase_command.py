@@ -10,14 +10,28 @@ from conftest import check_adds_up, run_fsprof
 
 pytestmark = pytest.mark.slow
 WRITES, SYNCS = 50, 20
-SCRIPT = ("fsprof phase writes; i=0; while [ $i -lt {w} ]; do echo x >> f; i=$((i+1)); done; "
-          "fsprof phase syncs; i=0; while [ $i -lt {s} ]; do sync f; i=$((i+1)); done")
+SCRIPT = (
+    "fsprof phase writes; i=0; while [ $i -lt {w} ]; do echo x >> f; i=$((i+1)); done; "
+    "fsprof phase syncs; i=0; while [ $i -lt {s} ]; do sync f; i=$((i+1)); done"
+)
 
 
 def run(tmp_path, name, *args, script=SCRIPT.format(w=WRITES, s=SYNCS)):
     out = tmp_path / name
-    proc = run_fsprof("run", "--fs", "ext4", "--scratch-dir", str(tmp_path / "scratch"), "-o", str(out), *args,
-                      "--", "sh", "-c", script)
+    proc = run_fsprof(
+        "run",
+        "--fs",
+        "ext4",
+        "--scratch-dir",
+        str(tmp_path / "scratch"),
+        "-o",
+        str(out),
+        *args,
+        "--",
+        "sh",
+        "-c",
+        script,
+    )
     assert proc.returncode == 0, proc.stderr
     (fs,) = json.loads((out / "result.json").read_text())["filesystems"]
     return out, fs
@@ -53,8 +67,10 @@ def test_phases_of_a_users_script_compare_across_two_runs(tmp_path):
     assert any("flush" in c["cause"] for c in cmp["causes"][:2]), cmp["causes"]
     assert cmp.get("workloads_differ") is None
     writes = compare(on, off, "--phase", "writes", "--op", "write")
-    assert writes["op"] == "write" and writes["us_per_repeat"] == [[pytest.approx(writes["us_per_op"][0])],
-                                                                  [pytest.approx(writes["us_per_op"][1])]]
+    assert writes["op"] == "write" and writes["us_per_repeat"] == [
+        [pytest.approx(writes["us_per_op"][0])],
+        [pytest.approx(writes["us_per_op"][1])],
+    ]
 
 
 @pytest.mark.root

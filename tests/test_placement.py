@@ -38,8 +38,19 @@ def placed(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("placement")
     oracle = bpftrace_start(ORACLE)
     try:
-        proc = run_fsprof("run", "--fs", "ext4,xfs,btrfs", "--scratch-dir", str(tmp / "scratch"), "-o",
-                          str(tmp / "run"), "--", "python3", "-c", SCRIPT)
+        proc = run_fsprof(
+            "run",
+            "--fs",
+            "ext4,xfs,btrfs",
+            "--scratch-dir",
+            str(tmp / "scratch"),
+            "-o",
+            str(tmp / "run"),
+            "--",
+            "python3",
+            "-c",
+            SCRIPT,
+        )
     finally:
         out = bpftrace_output(oracle)
     assert proc.returncode == 0, proc.stderr

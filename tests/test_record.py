@@ -28,8 +28,13 @@ for _ in range(int(sys.argv[2])):
 
 
 def start_record(tmp_path, *args, preexec_fn=None):
-    rec = subprocess.Popen([sys.executable, "-m", "profiler", "record", *args, "-o", str(tmp_path / "rec")],
-                           cwd=REPO, stderr=subprocess.PIPE, text=True, preexec_fn=preexec_fn)
+    rec = subprocess.Popen(
+        [sys.executable, "-m", "profiler", "record", *args, "-o", str(tmp_path / "rec")],
+        cwd=REPO,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=preexec_fn,
+    )
     assert "recording" in rec.stderr.readline()
     return rec
 
@@ -83,9 +88,24 @@ def loaded_fsprof_programs(names):
 def test_record_for_a_duration_leaves_no_program_loaded(tmp_path):
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
-        rec = subprocess.run([sys.executable, "-m", "profiler", "record", "--pid", str(sleeper.pid),
-                              "--duration", "1s", "-o", str(tmp_path / "rec")], cwd=REPO, capture_output=True,
-                             text=True, timeout=120)
+        rec = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "profiler",
+                "record",
+                "--pid",
+                str(sleeper.pid),
+                "--duration",
+                "1s",
+                "-o",
+                str(tmp_path / "rec"),
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     finally:
         sleeper.kill()
         sleeper.wait()
@@ -105,8 +125,9 @@ def test_record_under_nohup_outlives_a_hangup(tmp_path):
     terminal hangs up, and Ctrl-C still ends it normally."""
     with undo.Changes() as changes:
         sfs = scratch.provision(changes, scratch.FsConfig("ext4"), tmp_path / "scratch")
-        rec = start_record(tmp_path, "--mount", sfs.mountpoint,
-                           preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+        rec = start_record(
+            tmp_path, "--mount", sfs.mountpoint, preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        )
         try:
             rec.send_signal(signal.SIGHUP)
             subprocess.run([sys.executable, "-c", FSYNCS, os.path.join(sfs.mountpoint, "a.dat"), "20"], check=True)
@@ -130,9 +151,21 @@ def test_record_cgroup_follows_its_tasks(tmp_path):
             rec = start_record(tmp_path, "--cgroup", str(cgroup))
             try:
                 # Outside the cgroup: not traced. Inside (the shell joins it before exec): traced.
-                subprocess.run([sys.executable, "-c", FSYNCS, os.path.join(sfs.mountpoint, "out.dat"), "30"], check=True)
-                subprocess.run(["sh", "-c", f'echo $$ > {cgroup}/cgroup.procs && exec "$0" -c "$1" "$2" "$3"',
-                                sys.executable, FSYNCS, os.path.join(sfs.mountpoint, "in.dat"), "40"], check=True)
+                subprocess.run(
+                    [sys.executable, "-c", FSYNCS, os.path.join(sfs.mountpoint, "out.dat"), "30"], check=True
+                )
+                subprocess.run(
+                    [
+                        "sh",
+                        "-c",
+                        f'echo $$ > {cgroup}/cgroup.procs && exec "$0" -c "$1" "$2" "$3"',
+                        sys.executable,
+                        FSYNCS,
+                        os.path.join(sfs.mountpoint, "in.dat"),
+                        "40",
+                    ],
+                    check=True,
+                )
             finally:
                 result = finish(rec, tmp_path)
     finally:
@@ -141,18 +174,21 @@ def test_record_cgroup_follows_its_tasks(tmp_path):
     assert fs["syscalls"]["fsync"]["count"] == 40
 
 
-@pytest.mark.parametrize("args, fragment", [
-    (["--pid", "4000000"], "there is no process"),
-    (["--mount", "/proc/self"], "is not a mount point"),
-    (["--mount", "/proc"], "fsprof profiles"),
-    (["--pid", "1", "--mount", "/"], "exactly one of"),
-    ([], "exactly one of"),
-    (["--pid", "1", "--duration", "0"], "not a positive duration"),
-    (["--pid", "1", "--duration", "nan"], "not a positive duration"),
-    (["--pid", "99999999999"], "not a process id"),
-    (["--pid", "1", "--sample-hz", "-5"], "not a sampling rate"),
-    (["--cgroup", "no-such-cgroup-here"], "not a cgroup v2 directory"),
-])
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--pid", "4000000"], "there is no process"),
+        (["--mount", "/proc/self"], "is not a mount point"),
+        (["--mount", "/proc"], "fsprof profiles"),
+        (["--pid", "1", "--mount", "/"], "exactly one of"),
+        ([], "exactly one of"),
+        (["--pid", "1", "--duration", "0"], "not a positive duration"),
+        (["--pid", "1", "--duration", "nan"], "not a positive duration"),
+        (["--pid", "99999999999"], "not a process id"),
+        (["--pid", "1", "--sample-hz", "-5"], "not a sampling rate"),
+        (["--cgroup", "no-such-cgroup-here"], "not a cgroup v2 directory"),
+    ],
+)
 def test_record_bad_input_is_one_sentence(tmp_path, args, fragment):
     proc = run_fsprof("record", *args, "-o", str(tmp_path / "rec"))
     assert proc.returncode == 2, proc.stderr

@@ -27,8 +27,9 @@ COUNT = 300
 def run_json(tmp_path, *args):
     out = tmp_path / "run"
     # A relative -o, as `make run` uses: the workload runs elsewhere and must still find it.
-    proc = run_fsprof("run", "--count", str(COUNT), "--scratch-dir", str(tmp_path / "scratch"),
-                      "-o", "run", *args, cwd=tmp_path)
+    proc = run_fsprof(
+        "run", "--count", str(COUNT), "--scratch-dir", str(tmp_path / "scratch"), "-o", "run", *args, cwd=tmp_path
+    )
     assert proc.returncode == 0, proc.stderr
     assert not mounts_under(tmp_path) and not loops_under(tmp_path)
     return json.loads((out / "result.json").read_text())
@@ -77,8 +78,10 @@ def test_ext4_barrier_option_decides_the_flushes(tmp_path, barrier, expect_flush
 
 
 def start_bpftrace(kdev):
-    script = (f'BEGIN {{ printf("ready\\n"); }} tracepoint:block:block_rq_issue '
-              f'/args->dev == {kdev}/ {{ @[args->rwbs] = count(); }}')
+    script = (
+        f'BEGIN {{ printf("ready\\n"); }} tracepoint:block:block_rq_issue '
+        f"/args->dev == {kdev}/ {{ @[args->rwbs] = count(); }}"
+    )
     return bpftrace_start(script)
 
 
@@ -96,8 +99,9 @@ def test_bpftrace_counts_the_same_flushes(tmp_path):
         subprocess.run(["sync", "-f", sfs.mountpoint], check=True)
         oracle = start_bpftrace(sfs.block_devs[0][1])
         try:
-            fs = measure(collector, sfs, WorkloadSpec("fsync-loop", ["--count", str(COUNT)]), tmp_path / "out",
-                         drop_caches=False)
+            fs = measure(
+                collector, sfs, WorkloadSpec("fsync-loop", ["--count", str(COUNT)]), tmp_path / "out", drop_caches=False
+            )
         finally:
             theirs = stop_bpftrace(oracle)
     ours = flushes(fs)
@@ -130,10 +134,27 @@ SYSCTL = Path("/proc/sys/vm/dirty_expire_centisecs")  # harmless to change for a
 
 def start_long_run(tmp_path, changed_sysctl):
     """An ext4 fsync-loop run that sets a sysctl, returned once it is well into its workload."""
-    proc = subprocess.Popen([sys.executable, "-m", "profiler", "run", "--fs", "ext4", "--count", "10000000",
-                             "--sysctl", f"vm.dirty_expire_centisecs={changed_sysctl}",
-                             "--scratch-dir", str(tmp_path / "scratch"), "-o", str(tmp_path / "run")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "profiler",
+            "run",
+            "--fs",
+            "ext4",
+            "--count",
+            "10000000",
+            "--sysctl",
+            f"vm.dirty_expire_centisecs={changed_sysctl}",
+            "--scratch-dir",
+            str(tmp_path / "scratch"),
+            "-o",
+            str(tmp_path / "run"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 30
     while not mounts_under(tmp_path) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -150,8 +171,9 @@ def test_sigkill_mid_workload_then_next_invocation_cleans_up(tmp_path, next_comm
     proc.kill()
     proc.wait()
     mounts, loops = scratch_state(tmp_path)
-    assert mounts and loops and SYSCTL.read_text().strip() == changed, \
+    assert mounts and loops and SYSCTL.read_text().strip() == changed, (
         f"the kill left nothing to clean; the run said: {proc.stderr.read()[-2000:]}"
+    )
 
     after = run_fsprof(next_command)
     assert after.returncode == 0, after.stderr
@@ -184,8 +206,20 @@ def test_interrupted_run_undoes_everything(tmp_path, sig, status):
 @pytest.mark.slow
 def test_named_device_serves_several_filesystems(tmp_path, loopdev):
     """A device the user names (blank here) is checked once, then reused for each filesystem."""
-    proc = run_fsprof("run", "--fs", "ext4,xfs", "--count", "50", "--device", loopdev, "--erase-device",
-                      "--scratch-dir", str(tmp_path / "scratch"), "-o", str(tmp_path / "run"))
+    proc = run_fsprof(
+        "run",
+        "--fs",
+        "ext4,xfs",
+        "--count",
+        "50",
+        "--device",
+        loopdev,
+        "--erase-device",
+        "--scratch-dir",
+        str(tmp_path / "scratch"),
+        "-o",
+        str(tmp_path / "run"),
+    )
     assert proc.returncode == 0, proc.stderr
     result = json.loads((tmp_path / "run" / "result.json").read_text())
     assert [fs["fs"] for fs in result["filesystems"]] == ["ext4", "xfs"]
@@ -198,9 +232,23 @@ def test_named_device_serves_several_filesystems(tmp_path, loopdev):
 @pytest.mark.slow
 def test_users_own_command_runs_on_the_filesystem_with_mnt_replaced(tmp_path):
     out = tmp_path / "run"
-    proc = run_fsprof("run", "--fs", "ext4", "--scratch-dir", str(tmp_path / "scratch"), "-o", str(out), "--",
-                      "dd", "if=/dev/zero", "of={mnt}/fsprof-work/by-abs-path", "bs=4k", "count=37", "conv=fsync",
-                      "status=none")
+    proc = run_fsprof(
+        "run",
+        "--fs",
+        "ext4",
+        "--scratch-dir",
+        str(tmp_path / "scratch"),
+        "-o",
+        str(out),
+        "--",
+        "dd",
+        "if=/dev/zero",
+        "of={mnt}/fsprof-work/by-abs-path",
+        "bs=4k",
+        "count=37",
+        "conv=fsync",
+        "status=none",
+    )
     assert proc.returncode == 0, proc.stderr
     fs = json.loads((out / "result.json").read_text())["filesystems"][0]
     assert fs["workload"]["command"][0] == "dd"

@@ -21,9 +21,11 @@ SMALL = 8
 # other process on the machine has, so that a `dd` or `rm` elsewhere (the machine's root filesystem
 # is often ext4 too) is never counted as the workload's. Under load it was: an oracle that races.
 DD, RM = "scoped-dd", "scoped-rm"
-SCRIPT = (f"fsprof phase write; {{bin}}/{DD} if=/dev/urandom of=big bs=1M count=64 conv=fsync status=none; "
-          f"for i in $(seq {SMALL}); do {{bin}}/{DD} if=/dev/zero of=f$i bs=4k count=16 conv=fsync status=none; "
-          f"done; fsprof phase delete; {{bin}}/{RM} big; sleep 1")  # XFS's inodegc runs a moment after the unlink
+SCRIPT = (
+    f"fsprof phase write; {{bin}}/{DD} if=/dev/urandom of=big bs=1M count=64 conv=fsync status=none; "
+    f"for i in $(seq {SMALL}); do {{bin}}/{DD} if=/dev/zero of=f$i bs=4k count=16 conv=fsync status=none; "
+    f"done; fsprof phase delete; {{bin}}/{RM} big; sleep 1"
+)  # XFS's inodegc runs a moment after the unlink
 
 # Requests made (block_getrq) by dd inside fsync and by rm inside unlinkat, and by jbd2 threads.
 ORACLE = f"""
@@ -52,8 +54,19 @@ def runs(tmp_path_factory):
         shutil.copy2(shutil.which(tool), bin_dir / name)
     oracle = bpftrace_start(ORACLE)
     try:
-        proc = run_fsprof("run", "--fs", "ext4,xfs", "--scratch-dir", str(tmp / "scratch"), "-o", str(tmp / "run"),
-                          "--", "sh", "-c", SCRIPT.format(bin=bin_dir))
+        proc = run_fsprof(
+            "run",
+            "--fs",
+            "ext4,xfs",
+            "--scratch-dir",
+            str(tmp / "scratch"),
+            "-o",
+            str(tmp / "run"),
+            "--",
+            "sh",
+            "-c",
+            SCRIPT.format(bin=bin_dir),
+        )
     finally:
         out = bpftrace_output(oracle)
     assert proc.returncode == 0, proc.stderr

@@ -80,8 +80,7 @@ CONFIGS = [
     FsConfig("ext2", size_bytes=SIZE),
     FsConfig("xfs", size_bytes=SIZE),
     FsConfig("btrfs", size_bytes=SIZE),
-    FsConfig("btrfs", mkfs_options=["-d", "raid1", "-m", "raid1"], size_bytes=SIZE, devices=2,
-             label="btrfs-raid1"),
+    FsConfig("btrfs", mkfs_options=["-d", "raid1", "-m", "raid1"], size_bytes=SIZE, devices=2, label="btrfs-raid1"),
 ]
 
 
@@ -116,8 +115,7 @@ def test_provision_device_with_force_erase(dirs, loopdev):
         with Changes(dirs.state) as changes:
             provision_device(changes, FsConfig("xfs"), loopdev, erase=True, scratch_dir=dirs.scratch)
     with Changes(dirs.state) as changes:
-        fs = provision_device(changes, FsConfig("xfs"), loopdev, erase=True, force=True,
-                              scratch_dir=dirs.scratch)
+        fs = provision_device(changes, FsConfig("xfs"), loopdev, erase=True, force=True, scratch_dir=dirs.scratch)
         assert fstype_of(fs.mountpoint) == "xfs" and fs.images == [] and fs.devices == [loopdev]
     assert_nothing_left(dirs)
     assert os.path.exists(f"/sys/block/{os.path.basename(loopdev)}/loop")  # the user's device stays
@@ -181,7 +179,8 @@ def test_scheduler_set_and_restored(dirs, loopdev):
 # Crashes and signals
 
 
-CHILD = textwrap.dedent("""
+CHILD = textwrap.dedent(
+    """
     import sys, time
     from profiler.machine.scratch import FsConfig, provision
     from profiler.machine.settings import set_sysctl
@@ -194,13 +193,20 @@ CHILD = textwrap.dedent("""
         set_sysctl(changes, "%s", value)
         print(fs.mountpoint, flush=True)
         time.sleep(60)
-""" % (SIZE, SYSCTL))
+"""
+    % (SIZE, SYSCTL)
+)
 
 
 def start_child(dirs, value):
     """A child fsprof that provisions, sets SYSCTL and sleeps; returns it once it is ready."""
-    child = subprocess.Popen([sys.executable, "-c", CHILD, dirs.state, dirs.scratch, str(value)],
-                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, dirs.state, dirs.scratch, str(value)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     mountpoint = child.stdout.readline().strip()
     if not mountpoint:
         child.wait()
@@ -288,10 +294,11 @@ def test_several_devices_only_for_btrfs():
 
 @pytest.mark.root
 def test_mkfs_rejects_option(dirs):
-    with pytest.raises(FsprofError, match="^mkfs.ext4 failed on .* with the options '-O nonsense_feature': .*nonsense_feature"):
+    with pytest.raises(
+        FsprofError, match="^mkfs.ext4 failed on .* with the options '-O nonsense_feature': .*nonsense_feature"
+    ):
         with Changes(dirs.state) as changes:
-            provision(changes, FsConfig("ext4", mkfs_options=["-O", "nonsense_feature"], size_bytes=SIZE),
-                      dirs.scratch)
+            provision(changes, FsConfig("ext4", mkfs_options=["-O", "nonsense_feature"], size_bytes=SIZE), dirs.scratch)
     assert_nothing_left(dirs)
 
 
@@ -331,8 +338,7 @@ def test_mounted_device_refused_even_with_force(dirs, loopdev):
     try:
         with pytest.raises(FsprofError, match=f"is mounted at {target}, and fsprof never mkfs's"):
             with Changes(dirs.state) as changes:
-                provision_device(changes, FsConfig("ext4"), loopdev, erase=True, force=True,
-                                 scratch_dir=dirs.scratch)
+                provision_device(changes, FsConfig("ext4"), loopdev, erase=True, force=True, scratch_dir=dirs.scratch)
         assert mounts_under(dirs.root) == [(str(target), "ext4")]
     finally:
         subprocess.run(["umount", str(target)], check=True)

@@ -51,19 +51,24 @@ def test_matrix_runs_every_combination_with_its_own_settings(tmp_path):
     spec_file.write_text(MATRIX.format(count=30))
     dirty_before = read("/proc/sys/vm/dirty_bytes")
     zram_before = sorted(p.name for p in Path("/sys/block").glob("zram*"))
-    proc = run_fsprof("run", "--spec", str(spec_file), "-o", str(tmp_path / "out"),
-                      "--scratch-dir", str(tmp_path / "scratch"))
+    proc = run_fsprof(
+        "run", "--spec", str(spec_file), "-o", str(tmp_path / "out"), "--scratch-dir", str(tmp_path / "scratch")
+    )
     assert proc.returncode == 0, proc.stderr
     index = json.loads((tmp_path / "out" / "index.json").read_text())
     # Repeats interleaved: A B A B.
-    assert [(r["config"], r["repeat"]) for r in index["runs"]] == \
-        [("ext4-dirty", 1), ("xfs-zram", 1), ("ext4-dirty", 2), ("xfs-zram", 2)]
+    assert [(r["config"], r["repeat"]) for r in index["runs"]] == [
+        ("ext4-dirty", 1),
+        ("xfs-zram", 1),
+        ("ext4-dirty", 2),
+        ("xfs-zram", 2),
+    ]
     for r in index["runs"]:
         result = json.loads((tmp_path / "out" / r["dir"] / "result.json").read_text())
         assert_invariants(result)
         (fs,) = result["filesystems"]
         assert fs["syscalls"]["fsync"]["count"] == 30
-        assert fs["stack_sampling"]["every"] == 2   # the spec's, not the command line's default
+        assert fs["stack_sampling"]["every"] == 2  # the spec's, not the command line's default
         if r["config"] == "ext4-dirty":
             assert fs["fs"] == "ext4" and "noatime" in fs["mount_options"]
             assert result["sysctls"] == {"vm.dirty_bytes": "4000000"}
@@ -78,20 +83,27 @@ def test_matrix_runs_every_combination_with_its_own_settings(tmp_path):
 
 # Through `fsprof run --spec`, which checks for root before it reads the spec.
 @pytest.mark.root
-@pytest.mark.parametrize("text, words", [
-    ("[[config]]\nfs = 'tmpfs'\n[[workload]]\nworkload = 'fsync-loop'\n", "fs 'tmpfs'"),
-    ("[[config]]\nfs = 'ext4'\ncolour = 1\n[[workload]]\nworkload = 'fsync-loop'\n", "unknown key colour"),
-    ("[[config]]\nfs = 'ext4'\n[[workload]]\nworkload = 'fsync-loop'\nargs = ['--bogus']\n", "--bogus"),
-    ("[[config]]\nfs = 'ext4'\nsysctls = { 'vm.no_such' = 1 }\n[[workload]]\nworkload = 'fsync-loop'\n",
-     "vm.no_such"),
-    ("[[config]]\nfs = 'ext4'\ndevice = '/dev/vdz'\n[[workload]]\nworkload = 'fsync-loop'\n", "erase_device"),
-    ("[[config]]\nfs = 'ext4'\n[[config]]\nfs = 'ext4'\n[[workload]]\nworkload = 'fsync-loop'\n", "used twice"),
-    ("[[config]]\nfs = 'ext4'\n", "at least one"),
-    ("not toml [", "not valid TOML"),
-    ("stack_sample = 0\n[[config]]\nfs = 'ext4'\n[[workload]]\nworkload = 'fsync-loop'\n", "stack_sample must be"),
-    ("[[config]]\nfs = 'ext4'\n[[workload]]\nworkload = 'fsync-loop'\nunit = 'record=0'\n",
-     "unit 'record=0': the count after '=' must be a positive number"),
-])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("[[config]]\nfs = 'tmpfs'\n[[workload]]\nworkload = 'fsync-loop'\n", "fs 'tmpfs'"),
+        ("[[config]]\nfs = 'ext4'\ncolour = 1\n[[workload]]\nworkload = 'fsync-loop'\n", "unknown key colour"),
+        ("[[config]]\nfs = 'ext4'\n[[workload]]\nworkload = 'fsync-loop'\nargs = ['--bogus']\n", "--bogus"),
+        (
+            "[[config]]\nfs = 'ext4'\nsysctls = { 'vm.no_such' = 1 }\n[[workload]]\nworkload = 'fsync-loop'\n",
+            "vm.no_such",
+        ),
+        ("[[config]]\nfs = 'ext4'\ndevice = '/dev/vdz'\n[[workload]]\nworkload = 'fsync-loop'\n", "erase_device"),
+        ("[[config]]\nfs = 'ext4'\n[[config]]\nfs = 'ext4'\n[[workload]]\nworkload = 'fsync-loop'\n", "used twice"),
+        ("[[config]]\nfs = 'ext4'\n", "at least one"),
+        ("not toml [", "not valid TOML"),
+        ("stack_sample = 0\n[[config]]\nfs = 'ext4'\n[[workload]]\nworkload = 'fsync-loop'\n", "stack_sample must be"),
+        (
+            "[[config]]\nfs = 'ext4'\n[[workload]]\nworkload = 'fsync-loop'\nunit = 'record=0'\n",
+            "unit 'record=0': the count after '=' must be a positive number",
+        ),
+    ],
+)
 def test_bad_specs_get_one_sentence_and_exit_2(tmp_path, text, words):
     spec_file = tmp_path / "bad.toml"
     spec_file.write_text(text)
@@ -104,8 +116,9 @@ def test_bad_specs_get_one_sentence_and_exit_2(tmp_path, text, words):
 
 def test_a_workloads_unit_of_work_is_read(tmp_path):
     spec_file = tmp_path / "u.toml"
-    spec_file.write_text("[[config]]\nfs = 'ext4'\n[[workload]]\nname = 'db'\ncommand = ['true']\n"
-                         "unit = 'transaction=1000'\n")
+    spec_file.write_text(
+        "[[config]]\nfs = 'ext4'\n[[workload]]\nname = 'db'\ncommand = ['true']\nunit = 'transaction=1000'\n"
+    )
     (workload,) = spec.load(spec_file).workloads
     assert workload.unit == "transaction=1000"
 
@@ -136,15 +149,26 @@ def test_a_setting_that_did_not_take_effect_stops_the_run_unless_told_to_go_on(t
     barrier=1 there measures nothing of barriers. fsprof run verifies first and refuses."""
     spec_file = tmp_path / "z.toml"
     spec_file.write_text(ZRAM_BARRIER)
-    proc = run_fsprof("run", "--spec", str(spec_file), "-o", str(tmp_path / "refused"),
-                      "--scratch-dir", str(tmp_path / "scratch"))
+    proc = run_fsprof(
+        "run", "--spec", str(spec_file), "-o", str(tmp_path / "refused"), "--scratch-dir", str(tmp_path / "scratch")
+    )
     assert proc.returncode == 1, proc.stderr
     (entry,) = json.loads((tmp_path / "refused" / "index.json").read_text())["runs"]
     assert "barrier=on not in effect" in entry["error"] and "no volatile" in entry["error"], entry
     assert not (tmp_path / "refused" / entry["dir"] / "result.json").exists()
 
-    proc = run_fsprof("run", "--spec", str(spec_file), "-o", str(tmp_path / "went-on"), "--go-on",
-                      "--scratch-dir", str(tmp_path / "scratch"), "--html", str(tmp_path / "report.html"))
+    proc = run_fsprof(
+        "run",
+        "--spec",
+        str(spec_file),
+        "-o",
+        str(tmp_path / "went-on"),
+        "--go-on",
+        "--scratch-dir",
+        str(tmp_path / "scratch"),
+        "--html",
+        str(tmp_path / "report.html"),
+    )
     assert proc.returncode == 0, proc.stderr
     run_dir = tmp_path / "went-on" / "loop" / "ext4-zram"
     result = json.loads((run_dir / "result.json").read_text())

@@ -15,13 +15,23 @@ from profiler.analysis.attribution import CPU_CONTENTION, OTHER_WAIT
 pytestmark = pytest.mark.slow
 COUNT = 1000
 EVERY = 4
-FIRST = 64   # profiler/session/collect.py STACK_FIRST
+FIRST = 64  # profiler/session/collect.py STACK_FIRST
 
 
 def fsprof_result(tmp_path, name, *args):
     out = tmp_path / name
-    proc = run_fsprof("run", "--scratch-dir", str(tmp_path / "scratch"), "-o", str(out),
-                      "--fs", "ext4,xfs,btrfs", "--count", str(COUNT), *args)
+    proc = run_fsprof(
+        "run",
+        "--scratch-dir",
+        str(tmp_path / "scratch"),
+        "-o",
+        str(out),
+        "--fs",
+        "ext4,xfs,btrfs",
+        "--count",
+        str(COUNT),
+        *args,
+    )
     assert proc.returncode == 0, proc.stderr
     result = json.loads((out / "result.json").read_text())
     assert_invariants(result)
@@ -69,11 +79,25 @@ def test_the_division_keeps_every_groups_totals():
     from profiler.trace.maps import STACK_NOT_WALKED
 
     def rec(stack, runnable, count, ns, op="fsync", phase=1):
-        return {"phase": phase, "op": op, "stack": stack, "runnable": runnable, "waker_stack": -1,
-                "waker_comm": "", "count": count, "total_ns": ns}
-    raw = [rec(1, False, 10, 3_000), rec(2, False, 5, 1_000), rec(STACK_NOT_WALKED, False, 45, 20_000),
-           rec(3, True, 2, 500), rec(STACK_NOT_WALKED, True, 7, 1_001),
-           rec(STACK_NOT_WALKED, False, 4, 777, op="write")]
+        return {
+            "phase": phase,
+            "op": op,
+            "stack": stack,
+            "runnable": runnable,
+            "waker_stack": -1,
+            "waker_comm": "",
+            "count": count,
+            "total_ns": ns,
+        }
+
+    raw = [
+        rec(1, False, 10, 3_000),
+        rec(2, False, 5, 1_000),
+        rec(STACK_NOT_WALKED, False, 45, 20_000),
+        rec(3, True, 2, 500),
+        rec(STACK_NOT_WALKED, True, 7, 1_001),
+        rec(STACK_NOT_WALKED, False, 4, 777, op="write"),
+    ]
     out = split_unwalked(raw)
     by = {(r["op"], r["stack"], r["runnable"]): r for r in out}
     assert by[("fsync", 1, False)]["total_ns"] == 3_000 + 15_000

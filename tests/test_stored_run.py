@@ -24,12 +24,15 @@ def run_dir(tmp_path):
     return run
 
 
-@pytest.mark.parametrize("args, expected", [
-    (("report",), "report.txt"),
-    (("compare",), "compare.txt"),
-    (("compare", "--json"), "compare.json"),
-    (("compare", "--op", "fsync", "--phase", "run"), "compare-fsync-run.txt"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (("report",), "report.txt"),
+        (("compare",), "compare.txt"),
+        (("compare", "--json"), "compare.json"),
+        (("compare", "--op", "fsync", "--phase", "run"), "compare-fsync-run.txt"),
+    ],
+)
 def test_same_output_as_before(run_dir, args, expected):
     proc = run_fsprof(args[0], str(run_dir), *args[1:])
     assert proc.returncode == 0, proc.stderr
@@ -42,6 +45,8 @@ def test_same_output_as_before(run_dir, args, expected):
 def test_report_writes_the_same_flame_graph_stacks(run_dir):
     assert run_fsprof("report", str(run_dir)).returncode == 0
     expected = dict(reversed(line.split()) for line in (STORED / "folded-sorted.sha256").read_text().splitlines())
-    written = {f.name: hashlib.sha256("".join(sorted(f.read_text().splitlines(keepends=True))).encode()).hexdigest()
-               for f in (run_dir / "flamegraphs").glob("*.folded")}
+    written = {
+        f.name: hashlib.sha256("".join(sorted(f.read_text().splitlines(keepends=True))).encode()).hexdigest()
+        for f in (run_dir / "flamegraphs").glob("*.folded")
+    }
     assert written == expected

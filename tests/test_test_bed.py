@@ -12,16 +12,21 @@ from conftest import check_adds_up, run_fsprof
 pytestmark = [pytest.mark.slow, pytest.mark.root]
 COUNT = 300
 # The workload lists the loop devices (losetup's own columns) while the filesystem is mounted.
-LIST_LOOPS = ["sh", "-c", "losetup --list --noheadings --output NAME,DIO,BACK-FILE > {out}; "
-              "i=0; while [ $i -lt 300 ]; do echo x >> f; sync f; i=$((i+1)); done"]
+LIST_LOOPS = [
+    "sh",
+    "-c",
+    "losetup --list --noheadings --output NAME,DIO,BACK-FILE > {out}; "
+    "i=0; while [ $i -lt 300 ]; do echo x >> f; sync f; i=$((i+1)); done",
+]
 
 
 def run(tmp_path, name, *args):
     out = tmp_path / name
-    listing = tmp_path / "loops"   # one path: the command (the workload compare matches) is the same
+    listing = tmp_path / "loops"  # one path: the command (the workload compare matches) is the same
     cmd = [LIST_LOOPS[0], LIST_LOOPS[1], LIST_LOOPS[2].format(out=listing)]
-    proc = run_fsprof("run", "--fs", "ext4", "--scratch-dir", str(tmp_path / "scratch"), "-o", str(out), *args,
-                      "--", *cmd)
+    proc = run_fsprof(
+        "run", "--fs", "ext4", "--scratch-dir", str(tmp_path / "scratch"), "-o", str(out), *args, "--", *cmd
+    )
     assert proc.returncode == 0, proc.stderr
     (fs,) = json.loads((out / "result.json").read_text())["filesystems"]
     # Independent: losetup's listing of the device under test, during the run.
@@ -67,8 +72,23 @@ def test_report_names_the_test_bed(tmp_path):
 @pytest.mark.parametrize("loop_io", ["buffered", "direct"])
 def test_bonnie_says_when_dropping_caches_cannot_make_reads_cold(tmp_path, loop_io):
     out = tmp_path / "run"
-    proc = run_fsprof("run", "--fs", "ext4", "--workload", "bonnie", "--size", "64", "--files", "0",
-                      "--loop-io", loop_io, "--scratch-dir", str(tmp_path / "scratch"), "-o", str(out))
+    proc = run_fsprof(
+        "run",
+        "--fs",
+        "ext4",
+        "--workload",
+        "bonnie",
+        "--size",
+        "64",
+        "--files",
+        "0",
+        "--loop-io",
+        loop_io,
+        "--scratch-dir",
+        str(tmp_path / "scratch"),
+        "-o",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr
     (fs,) = json.loads((out / "result.json").read_text())["filesystems"]
     caches = fs["workload"]["caches"]
@@ -86,8 +106,21 @@ def test_the_filesystems_size_and_fullness_are_recorded_and_compared(tmp_path):
     for size in ("1G", "2G"):
         df = tmp_path / "df"  # one path: the two runs' commands are the same
         out = tmp_path / size
-        proc = run_fsprof("run", "--fs", "ext4", "--scratch-dir", str(tmp_path / "scratch"), "-o", str(out),
-                          "--image-size", size, "--", "sh", "-c", DF.format(out=df))
+        proc = run_fsprof(
+            "run",
+            "--fs",
+            "ext4",
+            "--scratch-dir",
+            str(tmp_path / "scratch"),
+            "-o",
+            str(out),
+            "--image-size",
+            size,
+            "--",
+            "sh",
+            "-c",
+            DF.format(out=df),
+        )
         assert proc.returncode == 0, proc.stderr
         (fs,) = json.loads((out / "result.json").read_text())["filesystems"]
         size_b, used_b = map(int, df.read_text().split()[2:4])

@@ -34,9 +34,11 @@ NR_FSYNC, NR_PWRITE64 = 74, 18
 
 # ---- set-up ----
 
+
 def provision(changes, root, label, fs, mount="", mkfs=()):
-    config = scratch.FsConfig(fs, mkfs_options=(*filesystems.mkfs_defaults(fs), *mkfs), mount_options=mount,
-                              size_bytes=IMAGE, label=label)
+    config = scratch.FsConfig(
+        fs, mkfs_options=(*filesystems.mkfs_defaults(fs), *mkfs), mount_options=mount, size_bytes=IMAGE, label=label
+    )
     return scratch.provision(changes, config, root)
 
 
@@ -75,26 +77,37 @@ tracepoint:xfs:xlog_iclog_sync /DEVS/ { printf("xlog %llu %d\n", nsecs, args->de
 tracepoint:btrfs:btrfs_space_reservation /(FSIDS) && args->reserve && str(args->type) == "delayed_inode"/ { printf("bdel %llu %d %d %llu\n", nsecs, args->fsid[0], args->fsid[1], args->val); }
 tracepoint:btrfs:btrfs_ordered_extent_add /FSIDS/ { printf("oe %llu %d %d %llu %d %llu %llu\n", nsecs, args->fsid[0], args->fsid[1], args->ino, args->compress_type, args->len, args->disk_len); }
 tracepoint:btrfs:btrfs_transaction_commit /FSIDS/ { printf("btc %llu %d %d %s\n", nsecs, args->fsid[0], args->fsid[1], comm); }
-"""
+"""  # noqa: E501 (bpftrace: one probe a line)
 
 
 class Oracle:
     """bpftrace watching the filesystems under test; events() after stop()."""
 
     def __init__(self, filesystems):
-        devs = sorted({k for sfs in filesystems for _, k in sfs.block_devs} |
-                      {sfs.dev for sfs in filesystems if sfs.config.fs != "btrfs"})
+        devs = sorted(
+            {k for sfs in filesystems for _, k in sfs.block_devs}
+            | {sfs.dev for sfs in filesystems if sfs.config.fs != "btrfs"}
+        )
         bdis = sorted({bdi_of(sfs) for sfs in filesystems})
         fsids = [fsid_bytes(sfs) for sfs in filesystems if sfs.config.fs == "btrfs"]
-        script = (ORACLE.replace("PID", str(os.getpid()))
-                  .replace("DEVS", " || ".join(f"args->dev == {d}" for d in devs))
-                  .replace("BDIS", " || ".join(f'args->name == "{b}"' for b in bdis))
-                  .replace("FSIDS", " || ".join(f"(args->fsid[0] == {x} && args->fsid[1] == {y})" for x, y in fsids)
-                           or "args->fsid[0] == 256"))
+        script = (
+            ORACLE.replace("PID", str(os.getpid()))
+            .replace("DEVS", " || ".join(f"args->dev == {d}" for d in devs))
+            .replace("BDIS", " || ".join(f'args->name == "{b}"' for b in bdis))
+            .replace(
+                "FSIDS",
+                " || ".join(f"(args->fsid[0] == {x} && args->fsid[1] == {y})" for x, y in fsids)
+                or "args->fsid[0] == 256",
+            )
+        )
         # Thousands of lines, read as they come: a pipe nobody drains would fill and stall bpftrace.
-        self.proc = subprocess.Popen(["bpftrace", "-B", "none", "-e", bpftrace_prelude() + script], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True,
-                                     env={**os.environ, "BPFTRACE_PERF_RB_PAGES": "1024"})
+        self.proc = subprocess.Popen(
+            ["bpftrace", "-B", "none", "-e", bpftrace_prelude() + script],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "BPFTRACE_PERF_RB_PAGES": "1024"},
+        )
         self.out, self.ready = [], threading.Event()
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
@@ -133,11 +146,13 @@ class Oracle:
 
 def bdi_of(sfs):
     from profiler.verify.probe import describe_mount
+
     return describe_mount(sfs.mountpoint).bdi
 
 
 def fsid_bytes(sfs):
     from profiler.verify.probe import describe_mount
+
     fsid = describe_mount(sfs.mountpoint).fsid
     return str(fsid[0]), str(fsid[1])
 
@@ -153,8 +168,14 @@ def block_counts(oracle, window, devs):
     """The barrier figures as bpftrace sees them in one probe window."""
     bios = [e for e in oracle.events("bio", window) if int(e[1]) in devs]
     issues = [e for e in oracle.events("issue", window) if int(e[1]) in devs]
-    out = {"flush_bios": 0, "empty_flush_bios": 0, "fua_bios": 0, "flush_requests": 0, "fua_requests": 0,
-           "data_requests": 0}
+    out = {
+        "flush_bios": 0,
+        "empty_flush_bios": 0,
+        "fua_bios": 0,
+        "flush_requests": 0,
+        "fua_requests": 0,
+        "data_requests": 0,
+    }
     for _, _, rwbs, sectors in bios:
         preflush, op, fua = rwbs_flags(rwbs)
         out["flush_bios"] += preflush or op == "F"
@@ -172,9 +193,18 @@ def block_counts(oracle, window, devs):
 
 EXT4_A = "barrier=1,data=ordered,commit=1,strictatime"
 EXT4_B = "barrier=0,data=journal,commit=30,noatime,nodelalloc"
-EXT4_EXPECT = ("barrier=on", "journal=on", "data=ordered", "commit=1", "fast_commit=off", "delalloc=on",
-               "atime=strictatime", "scheduler=mq-deadline", "vm.dirty_writeback_centisecs=100",
-               "vm.dirty_expire_centisecs=200")
+EXT4_EXPECT = (
+    "barrier=on",
+    "journal=on",
+    "data=ordered",
+    "commit=1",
+    "fast_commit=off",
+    "delalloc=on",
+    "atime=strictatime",
+    "scheduler=mq-deadline",
+    "vm.dirty_writeback_centisecs=100",
+    "vm.dirty_expire_centisecs=200",
+)
 
 
 @pytest.fixture(scope="module")
@@ -184,11 +214,13 @@ def ext4(tmp_path_factory):
     fast commits on and off, and "a" on a write-through device; the oracle watched them all."""
     root = tmp_path_factory.mktemp("verify-ext4")
     with undo.Changes() as changes:
-        fs = {"a": provision(changes, root, "a", "ext4", EXT4_A),
-              "b": provision(changes, root, "b", "ext4", EXT4_B),
-              "fc": provision(changes, root, "fc", "ext4", mkfs=("-O", "fast_commit")),
-              # nodelalloc alone: "b"'s data=journal turns delayed allocation off by itself.
-              "nd": provision(changes, root, "nd", "ext4", "nodelalloc")}
+        fs = {
+            "a": provision(changes, root, "a", "ext4", EXT4_A),
+            "b": provision(changes, root, "b", "ext4", EXT4_B),
+            "fc": provision(changes, root, "fc", "ext4", mkfs=("-O", "fast_commit")),
+            # nodelalloc alone: "b"'s data=journal turns delayed allocation off by itself.
+            "nd": provision(changes, root, "nd", "ext4", "nodelalloc"),
+        }
         settings.set_scheduler(changes, disk(fs["a"]), "mq-deadline")
         settings.set_scheduler(changes, disk(fs["b"]), "none")
         oracle = Oracle(fs.values())
@@ -201,8 +233,10 @@ def ext4(tmp_path_factory):
             settings.set_sysctl(sysctls, "vm.dirty_writeback_centisecs", "500")
             runs["b"] = verify(fs["b"], *EXT4_EXPECT)
         for x in ("a", "b"):
-            kernel[x] = {"transactions": jbd2_transactions(fs[x]) - before[x][0],
-                         "stat": blockdev.stat_delta(before[x][1], blockdev.read_stat(disk(fs[x])))}
+            kernel[x] = {
+                "transactions": jbd2_transactions(fs[x]) - before[x][0],
+                "stat": blockdev.stat_delta(before[x][1], blockdev.read_stat(disk(fs[x]))),
+            }
         with undo.Changes() as sysctls:
             settings.set_sysctl(sysctls, "vm.dirty_bytes", "100000")
             runs["dirty_set"] = verify(fs["a"], "vm.dirty_bytes=100000")
@@ -360,12 +394,18 @@ def test_atime_strictatime_and_noatime(ext4):
         report, sfs = ext4["runs"][name], ext4["fs"][name]
         bdi = bdi_of(sfs)
         for read in ("a", "b"):
-            marks = [e for e in ext4["oracle"].events("mark", report.phases[f"atime_{read}_read"])
-                     if e[1] == bdi and int(e[2]) == report.inodes["atime"] and int(e[3]) & (sync | time_only)]
+            marks = [
+                e
+                for e in ext4["oracle"].events("mark", report.phases[f"atime_{read}_read"])
+                if e[1] == bdi and int(e[2]) == report.inodes["atime"] and int(e[3]) & (sync | time_only)
+            ]
             assert c.evidence[f"dirtied_{read}"] == len(marks)
             assert c.evidence[f"time_only_{read}"] == sum(int(e[3]) & time_only > 0 for e in marks)
-            bios = [e for e in on_dev(ext4["oracle"].events("bio", report.phases[f"atime_{read}_sync"]), sfs)
-                    if rwbs_flags(e[2])[1] == "W" and e[3] != "0"]
+            bios = [
+                e
+                for e in on_dev(ext4["oracle"].events("bio", report.phases[f"atime_{read}_sync"]), sfs)
+                if rwbs_flags(e[2])[1] == "W" and e[3] != "0"
+            ]
             assert c.evidence[f"written_{read}"] == len(bios)
 
 
@@ -376,7 +416,10 @@ def test_io_scheduler(ext4):
     assert (none.state, none.verdict) == ("none", "not in effect")
     for name, c in (("a", deadline), ("b", none)):
         window, sfs = ext4["runs"][name].phases["fsync"], ext4["fs"][name]
-        assert c.evidence["requests"] == block_counts(ext4["oracle"], window, {k for _, k in sfs.block_devs})["data_requests"]
+        assert (
+            c.evidence["requests"]
+            == block_counts(ext4["oracle"], window, {k for _, k in sfs.block_devs})["data_requests"]
+        )
         inserted = [e for e in on_dev(ext4["oracle"].events("insert", window), sfs) if e[3] != "0"]
         assert c.evidence["inserted"] == len(inserted)
     # Every data request went through mq-deadline; not every one shows a block_rq_insert (6.1 issues
@@ -453,8 +496,10 @@ def test_dirty_background_threshold_set_and_halved(ext4):
     for run, c in (("bg_set", ok), ("bg_halved", halved)):
         events = ext4["oracle"].events("gds", ext4["runs"][run].phases["dirty"])  # ns, limit, background
         assert c.evidence["events"] == len(events) > 0
-        assert (c.evidence["pages_min"], c.evidence["pages_max"]) == (min(int(e[2]) for e in events),
-                                                                      max(int(e[2]) for e in events))
+        assert (c.evidence["pages_min"], c.evidence["pages_max"]) == (
+            min(int(e[2]) for e in events),
+            max(int(e[2]) for e in events),
+        )
 
 
 @pytest.mark.root
@@ -471,8 +516,13 @@ def test_cli_barrier_off_exits_1_naming_zero_flushes(ext4):
 def test_a_killed_verify_leaves_nothing_in_the_users_filesystem(ext4):
     """SIGKILL in the middle of the timing probe: the next fsprof removes verify's directory."""
     mnt = ext4["fs"]["b"].mountpoint
-    proc = subprocess.Popen([sys.executable, "-m", "profiler", "verify", "--mount", mnt, "--expect", "commit=30",
-                             "--patience", "60"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "profiler", "verify", "--mount", mnt, "--expect", "commit=30", "--patience", "60"],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         for line in proc.stderr:
             if "probe: timing" in line:
@@ -498,8 +548,10 @@ BTRFS_EXPECT = ("barrier=on", "compress=lzo", "commit=1", "atime=noatime")
 def btrfs(tmp_path_factory):
     root = tmp_path_factory.mktemp("verify-btrfs")
     with undo.Changes() as changes:
-        fs = {"c": provision(changes, root, "c", "btrfs", "compress=lzo,commit=1"),
-              "d": provision(changes, root, "d", "btrfs", "nobarrier")}
+        fs = {
+            "c": provision(changes, root, "c", "btrfs", "compress=lzo,commit=1"),
+            "d": provision(changes, root, "d", "btrfs", "nobarrier"),
+        }
         oracle = Oracle(fs.values())
         runs = {name: verify(sfs, *BTRFS_EXPECT) for name, sfs in fs.items()}
         oracle.stop()
@@ -520,16 +572,21 @@ def test_btrfs_compression(btrfs):
     assert (none.state, none.verdict) == ("none", "not in effect")
     for name, c in (("c", lzo), ("d", none)):
         report, fsid = btrfs["runs"][name], fsid_bytes(btrfs["fs"][name])
-        extents = [e for e in btrfs["oracle"].events("oe", report.phases["fsync"])
-                   if (e[1], e[2]) == fsid and int(e[3]) == report.inodes["fsync"]]
+        extents = [
+            e
+            for e in btrfs["oracle"].events("oe", report.phases["fsync"])
+            if (e[1], e[2]) == fsid and int(e[3]) == report.inodes["fsync"]
+        ]
         assert c.evidence["ordered_extents"] == len(extents) > 0
         by_type = {}
         for e in extents:
             name_ = ("none", "zlib", "lzo", "zstd")[int(e[4])]
             by_type[name_] = by_type.get(name_, 0) + 1
         assert c.evidence["by_type"] == by_type
-        assert (c.evidence["bytes"], c.evidence["disk_bytes"]) == (sum(int(e[5]) for e in extents),
-                                                                  sum(int(e[6]) for e in extents))
+        assert (c.evidence["bytes"], c.evidence["disk_bytes"]) == (
+            sum(int(e[5]) for e in extents),
+            sum(int(e[6]) for e in extents),
+        )
     assert lzo.evidence["disk_bytes"] < lzo.evidence["bytes"]
 
 
@@ -540,8 +597,11 @@ def test_btrfs_commit_interval(btrfs):
     for name, c in (("c", on), ("d", off)):
         report, fsid = btrfs["runs"][name], fsid_bytes(btrfs["fs"][name])
         window = report.phases["timing"]
-        theirs = [(e[0] - window["start_ns"]) / 1e9 for e in btrfs["oracle"].events("btc", window)
-                  if (e[1], e[2]) == fsid and e[3] == "btrfs-transacti"]
+        theirs = [
+            (e[0] - window["start_ns"]) / 1e9
+            for e in btrfs["oracle"].events("btc", window)
+            if (e[1], e[2]) == fsid and e[3] == "btrfs-transacti"
+        ]
         assert c.evidence["by_kthread_at_s"] == pytest.approx(theirs, abs=1e-3)
 
 
@@ -551,13 +611,17 @@ def test_btrfs_atime(btrfs):
     c = check(report, "atime")
     assert (c.state, c.verdict) == ("relatime", "not in effect")  # expected noatime
     for read in ("a", "b"):
-        seen = [e for e in btrfs["oracle"].events("bdel", report.phases[f"atime_{read}_read"])
-                if (e[1], e[2]) == fsid and int(e[3]) == report.inodes["atime"]]
+        seen = [
+            e
+            for e in btrfs["oracle"].events("bdel", report.phases[f"atime_{read}_read"])
+            if (e[1], e[2]) == fsid and int(e[3]) == report.inodes["atime"]
+        ]
         assert c.evidence[f"dirtied_{read}"] == len(seen)
     assert (c.evidence["dirtied_a"], c.evidence["dirtied_b"]) == (1, 0)
 
 
 # ---- XFS: log buffers, and no nobarrier ----
+
 
 @pytest.fixture(scope="module")
 def xfs(tmp_path_factory):
@@ -565,8 +629,10 @@ def xfs(tmp_path_factory):
     with undo.Changes() as changes:
         sfs = provision(changes, root, "e", "xfs", "logbufs=4,logbsize=64k")
         oracle = Oracle([sfs])
-        runs = {"set": verify(sfs, "logbufs=4", "logbsize=64k", "barrier=off", "atime=relatime"),
-                "other": verify(sfs, "logbufs=8", "logbsize=32k")}
+        runs = {
+            "set": verify(sfs, "logbufs=4", "logbsize=64k", "barrier=off", "atime=relatime"),
+            "other": verify(sfs, "logbufs=8", "logbsize=32k"),
+        }
         oracle.stop()
         yield {"fs": {"e": sfs}, "runs": runs, "oracle": oracle}
 
@@ -598,23 +664,34 @@ def test_xfs_atime(xfs):
     c, report = check(xfs["runs"]["set"], "atime"), xfs["runs"]["set"]
     assert (c.state, c.verdict) == ("relatime", "took effect")
     for read in ("a", "b"):
-        seen = [e for e in on_dev(xfs["oracle"].events("xut", report.phases[f"atime_{read}_read"]), xfs["fs"]["e"])
-                if int(e[2]) == report.inodes["atime"]]
+        seen = [
+            e
+            for e in on_dev(xfs["oracle"].events("xut", report.phases[f"atime_{read}_read"]), xfs["fs"]["e"])
+            if int(e[2]) == report.inodes["atime"]
+        ]
         assert c.evidence[f"dirtied_{read}"] == len(seen)
 
 
 # ---- expectations from a run configuration ----
 
+
 def test_expectations_for_a_run_configuration():
     config = scratch.FsConfig("ext4", mkfs_options=("-O", "^has_journal"), mount_options="nobarrier,noatime,commit=7")
     got = {e.key: e.value for e in expectations_for(config, {"vm.dirty_bytes": "100000", "kernel.x": "1"}, "none")}
-    assert got == {"barrier": "off", "atime": "noatime", "commit": "7", "journal": "off",
-                   "vm.dirty_bytes": "100000", "scheduler": "none"}
+    assert got == {
+        "barrier": "off",
+        "atime": "noatime",
+        "commit": "7",
+        "journal": "off",
+        "vm.dirty_bytes": "100000",
+        "scheduler": "none",
+    }
     btrfs_cfg = scratch.FsConfig("btrfs", mount_options="compress=zstd:3")
     assert [(e.key, e.value) for e in expectations_for(btrfs_cfg)] == [("compress", "zstd")]
 
 
 # ---- usage errors: one sentence, exit 2 ----
+
 
 def one_sentence_exit_2(*args):
     proc = run_fsprof("verify", *args, timeout=60)
@@ -651,19 +728,25 @@ def test_a_setting_of_another_filesystem_is_a_usage_error(ext4):
 
 # ---- --spec: each configuration of a matrix, provisioned in scratch ----
 
+
 @pytest.mark.root
 def test_spec_verifies_each_configuration(tmp_path):
     spec = tmp_path / "matrix.toml"
-    spec.write_text('image_size = "512M"\n'
-                    '[[config]]\nname = "ext4-nobarrier"\nfs = "ext4"\nmount_options = "barrier=0,noatime"\n'
-                    '[[config]]\nname = "xfs-4logbufs"\nfs = "xfs"\nmount_options = "logbufs=4"\n'
-                    '[[workload]]\nworkload = "fsync-loop"\n')
+    spec.write_text(
+        'image_size = "512M"\n'
+        '[[config]]\nname = "ext4-nobarrier"\nfs = "ext4"\nmount_options = "barrier=0,noatime"\n'
+        '[[config]]\nname = "xfs-4logbufs"\nfs = "xfs"\nmount_options = "logbufs=4"\n'
+        '[[workload]]\nworkload = "fsync-loop"\n'
+    )
     proc = run_fsprof("verify", "--spec", str(spec), "--scratch-dir", str(tmp_path / "scratch"), "--json", timeout=300)
     assert proc.returncode == 0, proc.stderr
-    got = {r["config"]: {c["setting"]: (c["expected"], c["verdict"]) for c in r["checks"]}
-           for r in json.loads(proc.stdout)}
-    assert got == {"ext4-nobarrier": {"barrier": ("off", "took effect"), "atime": ("noatime", "took effect")},
-                   "xfs-4logbufs": {"logbufs": ("4", "took effect")}}
+    got = {
+        r["config"]: {c["setting"]: (c["expected"], c["verdict"]) for c in r["checks"]} for r in json.loads(proc.stdout)
+    }
+    assert got == {
+        "ext4-nobarrier": {"barrier": ("off", "took effect"), "atime": ("noatime", "took effect")},
+        "xfs-4logbufs": {"logbufs": ("4", "took effect")},
+    }
     assert not mounts_under(tmp_path) and not loops_under(tmp_path)  # every configuration undone
 
 
@@ -675,7 +758,12 @@ def test_write_cache_change_is_journaled_and_undone(loopdev):
     with undo.Changes() as changes:
         settings.set_write_cache(changes, loopdev, "write through")
         assert mode.read_text().strip() == "write through"
-        assert changes.records[-1] == {"kind": "write_cache", "device": name, "old": "write back", "new": "write through"}
+        assert changes.records[-1] == {
+            "kind": "write_cache",
+            "device": name,
+            "old": "write back",
+            "new": "write through",
+        }
         with open(changes.path) as f:  # on disk before the change, for a cleanup after a SIGKILL
             assert json.loads(f.read().splitlines()[-1])["kind"] == "write_cache"
     assert mode.read_text().strip() == "write back"

@@ -21,8 +21,19 @@ FILE_PHASES = ["seq-create", "seq-stat", "seq-delete", "rand-create", "rand-stat
 def bonnie_run(tmp_path, *options):
     """`fsprof run --fs ext4 --workload bonnie OPTIONS`: the ext4 entry of result.json (checked
     against the attribution invariants by run_fsprof)."""
-    proc = run_fsprof("run", "--fs", "ext4", "--workload", "bonnie", *options, "-o", str(tmp_path / "run"),
-                      "--scratch-dir", str(tmp_path / "scratch"), timeout=300)
+    proc = run_fsprof(
+        "run",
+        "--fs",
+        "ext4",
+        "--workload",
+        "bonnie",
+        *options,
+        "-o",
+        str(tmp_path / "run"),
+        "--scratch-dir",
+        str(tmp_path / "scratch"),
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     assert not mounts_under(tmp_path) and not loops_under(tmp_path)
     return json.loads((tmp_path / "run" / "result.json").read_text())["filesystems"][0]
@@ -35,15 +46,24 @@ def counts(fs, phase):
 @pytest.fixture(scope="module")
 def default_io_run(tmp_path_factory):
     """16 MiB in 4 KiB chunks, 1000 seeks by 3 seekers, 1024 empty files; caches dropped (default)."""
-    return bonnie_run(tmp_path_factory.mktemp("bonnie-a"), "-s", "16:4k:1000:3", "-n", "1", "-z", "7",
-                      "-m", "testbox")
+    return bonnie_run(tmp_path_factory.mktemp("bonnie-a"), "-s", "16:4k:1000:3", "-n", "1", "-z", "7", "-m", "testbox")
 
 
 @pytest.fixture(scope="module")
 def sync_files_run(tmp_path_factory):
     """No per-char tests, -b, 1024 files of 1-4 KiB over 2 directories, caches kept."""
-    return bonnie_run(tmp_path_factory.mktemp("bonnie-b"), "--size", "8", "-f", "--files", "1:4k:1k:2", "-b",
-                      "--no-drop-caches", "--seed", "11")
+    return bonnie_run(
+        tmp_path_factory.mktemp("bonnie-b"),
+        "--size",
+        "8",
+        "-f",
+        "--files",
+        "1:4k:1k:2",
+        "-b",
+        "--no-drop-caches",
+        "--seed",
+        "11",
+    )
 
 
 @pytest.mark.slow
@@ -130,9 +150,28 @@ def ext4_mount(loopdev, tmp_path):
 
 @pytest.mark.slow
 def test_csv_line_has_bonnie_plus_plus_layout(default_io_run, ext4_mount):
-    real = subprocess.run(["bonnie++", "-d", str(ext4_mount), "-s", "16:4k:1000:3", "-n", "1", "-r", "0",
-                           "-u", "root", "-q", "-m", "testbox", "-f"], capture_output=True, text=True,
-                          timeout=120)
+    real = subprocess.run(
+        [
+            "bonnie++",
+            "-d",
+            str(ext4_mount),
+            "-s",
+            "16:4k:1000:3",
+            "-n",
+            "1",
+            "-r",
+            "0",
+            "-u",
+            "root",
+            "-q",
+            "-m",
+            "testbox",
+            "-f",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert real.returncode == 0, real.stderr
     theirs = next(line for line in real.stdout.splitlines() if line.startswith("1.98,")).split(",")
     ours = default_io_run["workload"]["csv"].split(",")
@@ -145,8 +184,9 @@ def test_csv_line_has_bonnie_plus_plus_layout(default_io_run, ext4_mount):
     assert all(f and f[0] in "+0123456789" for f in ours[9:21] + ours[26:38])
     assert all(f.endswith(("us", "ms", "s")) for f in ours[38:50])
     # bonnie++'s own formatter reads our line.
-    txt = subprocess.run(["bon_csv2txt"], input=default_io_run["workload"]["csv"] + "\n",
-                         capture_output=True, text=True)
+    txt = subprocess.run(
+        ["bon_csv2txt"], input=default_io_run["workload"]["csv"] + "\n", capture_output=True, text=True
+    )
     assert txt.returncode == 0 and not txt.stderr
     assert "16M::1000:3" in txt.stdout and "testbox" in txt.stdout
 
@@ -154,6 +194,7 @@ def test_csv_line_has_bonnie_plus_plus_layout(default_io_run, ext4_mount):
 @pytest.mark.slow
 def test_render_shows_bonnie_tables_and_the_cache_mode(default_io_run):
     from workloads import bonnie
+
     text = bonnie.render(default_io_run["workload"])
     assert "-Per Chr- --Block-- -Rewrite- -Per Chr- --Block-- --Seeks--" in text
     assert "-Create-- --Read--- -Delete-- -Create-- --Read--- -Delete--" in text
@@ -162,20 +203,33 @@ def test_render_shows_bonnie_tables_and_the_cache_mode(default_io_run):
     assert "caches: dropped before each test" in text
 
 
-@pytest.mark.parametrize("options, sentence", [
-    (["-s", "abc"], "-s size 'abc' is not a number"),
-    (["-s", "100k"], "not a whole number of MiB"),
-    (["-n", "1.5"], "counted in multiples of 1024"),
-    (["-s", "1:1m:100:5"], "too few for the seeks of 5 seeker processes"),
-    (["-s", "16:1000"], "must be a power of two from 256 bytes to 1 MiB"),
-    (["-s", "0", "-n", "0"], "there is nothing to run"),
-    (["-r", "1024", "-s", "256"], "less than twice the RAM given by -r"),
-    (["-n", "1:100:200"], "min size 200 is larger than the max size 100"),
-    (["-f", "x"], "not a size in MiB for the per-char tests"),
-])
+@pytest.mark.parametrize(
+    "options, sentence",
+    [
+        (["-s", "abc"], "-s size 'abc' is not a number"),
+        (["-s", "100k"], "not a whole number of MiB"),
+        (["-n", "1.5"], "counted in multiples of 1024"),
+        (["-s", "1:1m:100:5"], "too few for the seeks of 5 seeker processes"),
+        (["-s", "16:1000"], "must be a power of two from 256 bytes to 1 MiB"),
+        (["-s", "0", "-n", "0"], "there is nothing to run"),
+        (["-r", "1024", "-s", "256"], "less than twice the RAM given by -r"),
+        (["-n", "1:100:200"], "min size 200 is larger than the max size 100"),
+        (["-f", "x"], "not a size in MiB for the per-char tests"),
+    ],
+)
 def test_bad_parameters_are_one_sentence(tmp_path, options, sentence):
-    proc = run_fsprof("run", "--fs", "ext4", "--workload", "bonnie", *options, "-o", str(tmp_path / "run"),
-                      "--scratch-dir", str(tmp_path / "scratch"))
+    proc = run_fsprof(
+        "run",
+        "--fs",
+        "ext4",
+        "--workload",
+        "bonnie",
+        *options,
+        "-o",
+        str(tmp_path / "run"),
+        "--scratch-dir",
+        str(tmp_path / "scratch"),
+    )
     assert proc.returncode == 2
     assert sentence in proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
@@ -184,8 +238,21 @@ def test_bad_parameters_are_one_sentence(tmp_path, options, sentence):
 
 @pytest.mark.slow
 def test_a_file_larger_than_the_filesystem_is_one_sentence(tmp_path):
-    proc = run_fsprof("run", "--fs", "ext4", "--workload", "bonnie", "-s", "4096", "-n", "0",
-                      "-o", str(tmp_path / "run"), "--scratch-dir", str(tmp_path / "scratch"))
+    proc = run_fsprof(
+        "run",
+        "--fs",
+        "ext4",
+        "--workload",
+        "bonnie",
+        "-s",
+        "4096",
+        "-n",
+        "0",
+        "-o",
+        str(tmp_path / "run"),
+        "--scratch-dir",
+        str(tmp_path / "scratch"),
+    )
     assert proc.returncode != 0
     assert "bonnie: the test needs 4096 MiB but this filesystem has" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -194,11 +261,29 @@ def test_a_file_larger_than_the_filesystem_is_one_sentence(tmp_path):
 
 @pytest.mark.slow
 def test_more_files_than_inodes_is_one_sentence_with_df_i_figures(tmp_path):
-    proc = run_fsprof("run", "--fs", "ext4", "--mkfs-options", "ext4=-N 2048", "--workload", "bonnie",
-                      "-s", "0", "-n", "3", "-o", str(tmp_path / "run"), "--scratch-dir", str(tmp_path / "scratch"))
+    proc = run_fsprof(
+        "run",
+        "--fs",
+        "ext4",
+        "--mkfs-options",
+        "ext4=-N 2048",
+        "--workload",
+        "bonnie",
+        "-s",
+        "0",
+        "-n",
+        "3",
+        "-o",
+        str(tmp_path / "run"),
+        "--scratch-dir",
+        str(tmp_path / "scratch"),
+    )
     assert proc.returncode != 0
-    found = re.search(r"bonnie: 3,072 files in 1 directory need 3,074 inodes but this filesystem has ([\d,]+) free "
-                      r"\(df -i: ([\d,]+) of ([\d,]+) used\); use a smaller -n", proc.stderr)
+    found = re.search(
+        r"bonnie: 3,072 files in 1 directory need 3,074 inodes but this filesystem has ([\d,]+) free "
+        r"\(df -i: ([\d,]+) of ([\d,]+) used\); use a smaller -n",
+        proc.stderr,
+    )
     assert found, proc.stderr
     free, used, total = (int(g.replace(",", "")) for g in found.groups())
     assert free < 3074 and used + free <= total <= 2048 + 64  # mke2fs rounds -N up to whole groups

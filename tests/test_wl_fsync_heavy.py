@@ -19,7 +19,7 @@ from conftest import FSPROF, REPO, bpftrace_output, bpftrace_start, loops_under,
 pytestmark = pytest.mark.root
 
 FILES = 4
-TOTAL = 8 << 20          # 4 files of 2 MiB: small and quick
+TOTAL = 8 << 20  # 4 files of 2 MiB: small and quick
 BLOCK = 16384
 SMALL = ["--file-num", str(FILES), "--file-total-size", "8M"]
 
@@ -85,13 +85,19 @@ def assert_run(fs, reads, writes, fsyncs, call="fsync"):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode,events,freq", [
-    ("rndwr", 300, 100), ("rndwr", 300, 1), ("rndrw", 500, 10), ("rndrd", 1000, 100),
-    ("seqrewr", 400, 7), ("seqrd", 300, 100),
-])
+@pytest.mark.parametrize(
+    "mode,events,freq",
+    [
+        ("rndwr", 300, 100),
+        ("rndwr", 300, 1),
+        ("rndrw", 500, 10),
+        ("rndrd", 1000, 100),
+        ("seqrewr", 400, 7),
+        ("seqrd", 300, 100),
+    ],
+)
 def test_each_mode_issues_what_its_parameters_say(tmp_path, mode, events, freq):
-    fs = fsprof_run(tmp_path, *SMALL, "--file-test-mode", mode, "--events", str(events),
-                    "--file-fsync-freq", str(freq))
+    fs = fsprof_run(tmp_path, *SMALL, "--file-test-mode", mode, "--events", str(events), "--file-fsync-freq", str(freq))
     reads, writes, periodic = sysbench_rule(mode, events, freq)
     end = 0 if mode in ("rndrd", "seqrd") else FILES
     assert_prepared(fs)
@@ -107,16 +113,20 @@ def test_fsync_freq_1_against_100(tmp_path):
     oracle = bpftrace_start(
         'BEGIN { printf("ready\\n"); } '
         'tracepoint:syscalls:sys_enter_fsync /comm == "fsync_heavy"/ { @calls["fsync"] = count(); } '
-        'tracepoint:syscalls:sys_enter_pwrite64 /comm == "fsync_heavy"/ { @calls["pwrite64"] = count(); }')
+        'tracepoint:syscalls:sys_enter_pwrite64 /comm == "fsync_heavy"/ { @calls["pwrite64"] = count(); }'
+    )
     try:
-        one = fsprof_run(tmp_path / "1", *SMALL, "--file-test-mode", "rndwr", "--events", "300", "--file-fsync-freq", "1")
+        one = fsprof_run(
+            tmp_path / "1", *SMALL, "--file-test-mode", "rndwr", "--events", "300", "--file-fsync-freq", "1"
+        )
     finally:
-        theirs = dict(re.findall(r'@calls\[(\w+)\]: (\d+)', bpftrace_output(oracle)))
+        theirs = dict(re.findall(r"@calls\[(\w+)\]: (\d+)", bpftrace_output(oracle)))
     for call in ("fsync", "pwrite64"):
         ours = sum(counts(one, phase).get(call, 0) for phase in one["phases"])
         assert ours == int(theirs[call]), (call, ours, theirs)
-    hundred = fsprof_run(tmp_path / "100", *SMALL, "--file-test-mode", "rndwr", "--events", "300",
-                         "--file-fsync-freq", "100")
+    hundred = fsprof_run(
+        tmp_path / "100", *SMALL, "--file-test-mode", "rndwr", "--events", "300", "--file-fsync-freq", "100"
+    )
     assert counts(one, "run")["fsync"] == 300 // (1 + FILES) * FILES + FILES
     assert counts(one, "run")["pwrite64"] == 300 // (1 + FILES)
     assert counts(hundred, "run")["fsync"] == 300 // (100 + FILES) * FILES + FILES
@@ -134,8 +144,20 @@ def test_seqwr_creates_empty_files_in_prepare_and_writes_them_in_run(tmp_path):
 
 @pytest.mark.slow
 def test_fdatasync_mode_without_end_fsync(tmp_path):
-    fs = fsprof_run(tmp_path, *SMALL, "--file-test-mode", "rndwr", "--events", "300", "--file-fsync-freq", "10",
-                    "--file-fsync-mode", "fdatasync", "--file-fsync-end", "off")
+    fs = fsprof_run(
+        tmp_path,
+        *SMALL,
+        "--file-test-mode",
+        "rndwr",
+        "--events",
+        "300",
+        "--file-fsync-freq",
+        "10",
+        "--file-fsync-mode",
+        "fdatasync",
+        "--file-fsync-end",
+        "off",
+    )
     _, writes, periodic = sysbench_rule("rndwr", 300, 10)
     assert_run(fs, 0, writes, periodic, call="fdatasync")
     assert counts(fs, "prepare")["fsync"] == FILES  # sysbench's prepare always uses fsync()
@@ -149,8 +171,9 @@ def test_fsync_all_syncs_each_write_only(tmp_path):
 
 @pytest.mark.slow
 def test_two_threads_share_the_rule_and_each_syncs_every_file_at_the_end(tmp_path):
-    fs = fsprof_run(tmp_path, *SMALL, "--file-test-mode", "rndwr", "--events", "500", "--file-fsync-freq", "20",
-                    "--threads", "2")
+    fs = fsprof_run(
+        tmp_path, *SMALL, "--file-test-mode", "rndwr", "--events", "500", "--file-fsync-freq", "20", "--threads", "2"
+    )
     _, writes, periodic = sysbench_rule("rndwr", 500, 20)
     assert_run(fs, 0, writes, periodic + 2 * FILES)
     assert [t["events"] > 0 for t in fs["workload"]["run"]["threads"]] == [True, True]
@@ -159,8 +182,20 @@ def test_two_threads_share_the_rule_and_each_syncs_every_file_at_the_end(tmp_pat
 @pytest.mark.slow
 @pytest.mark.parametrize("engine,call", [("io_uring", "io_uring_enter"), ("libaio", "io_submit")])
 def test_async_io_goes_through_its_interface_not_pwrite(tmp_path, engine, call):
-    fs = fsprof_run(tmp_path, *SMALL, "--file-test-mode", "rndwr", "--events", "300", "--file-io-mode", "async",
-                    "--file-async-engine", engine, "--file-async-backlog", "8")
+    fs = fsprof_run(
+        tmp_path,
+        *SMALL,
+        "--file-test-mode",
+        "rndwr",
+        "--events",
+        "300",
+        "--file-io-mode",
+        "async",
+        "--file-async-engine",
+        engine,
+        "--file-async-backlog",
+        "8",
+    )
     _, writes, periodic = sysbench_rule("rndwr", 300, 100)
     run = counts(fs, "run")
     assert "pwrite64" not in run and "write" not in run
@@ -174,8 +209,18 @@ def test_async_io_goes_through_its_interface_not_pwrite(tmp_path, engine, call):
 
 @pytest.mark.slow
 def test_direct_io(tmp_path):
-    fs = fsprof_run(tmp_path, *SMALL, "--file-test-mode", "rndrw", "--events", "300", "--file-fsync-freq", "10",
-                    "--file-extra-flags", "direct")
+    fs = fsprof_run(
+        tmp_path,
+        *SMALL,
+        "--file-test-mode",
+        "rndrw",
+        "--events",
+        "300",
+        "--file-fsync-freq",
+        "10",
+        "--file-extra-flags",
+        "direct",
+    )
     reads, writes, periodic = sysbench_rule("rndrw", 300, 10)
     assert_run(fs, reads, writes, periodic + FILES)
 
@@ -184,8 +229,7 @@ def test_direct_io(tmp_path):
 def test_same_calls_as_sysbench_itself(tmp_path):
     """sysbench fileio prepare + run under fsprof, against our workload with the same options:
     the same write/pwrite64/pread64/fsync totals on the filesystem."""
-    opts = ["--file-num=4", "--file-total-size=8M", "--file-test-mode=rndrw", "--events=500",
-            "--file-fsync-freq=10"]
+    opts = ["--file-num=4", "--file-total-size=8M", "--file-test-mode=rndrw", "--events=500", "--file-fsync-freq=10"]
     script = f"sysbench fileio {' '.join(opts)} prepare && sysbench fileio {' '.join(opts)} run"
     theirs = fsprof_run(tmp_path / "sysbench", command=["sh", "-c", script])
     ours = fsprof_run(tmp_path / "ours", *opts)
@@ -194,15 +238,31 @@ def test_same_calls_as_sysbench_itself(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("options,sentence", [
-    (["--file-total-size", "4G"], "MiB free; lower --file-total-size."),
-    (["--file-num", "70000", "--file-total-size", "800M", "--file-block-size", "4K"],
-     "70,000 files need as many inodes but the filesystem has 65,5"),  # and "... free (df -i: ...)"
-])
+@pytest.mark.parametrize(
+    "options,sentence",
+    [
+        (["--file-total-size", "4G"], "MiB free; lower --file-total-size."),
+        (
+            ["--file-num", "70000", "--file-total-size", "800M", "--file-block-size", "4K"],
+            "70,000 files need as many inodes but the filesystem has 65,5",
+        ),  # and "... free (df -i: ...)"
+    ],
+)
 def test_files_beyond_the_filesystem_fail_in_one_sentence(tmp_path, options, sentence):
     """The default 1 GiB scratch ext4 has about 906 MiB and 65 536 inodes free."""
-    proc = run_fsprof("run", "--fs", "ext4", "--workload", "fsync-heavy", *options,
-                      "-o", str(tmp_path / "run"), "--scratch-dir", str(tmp_path / "scratch"), timeout=300)
+    proc = run_fsprof(
+        "run",
+        "--fs",
+        "ext4",
+        "--workload",
+        "fsync-heavy",
+        *options,
+        "-o",
+        str(tmp_path / "run"),
+        "--scratch-dir",
+        str(tmp_path / "scratch"),
+        timeout=300,
+    )
     assert proc.returncode != 0
     assert sentence in proc.stderr
     if "inodes" in sentence:
@@ -215,8 +275,10 @@ BAD_INPUT = [
     (["--file-test-mode", "rndwrite"], "--file-test-mode 'rndwrite' is not one of"),
     (["--file-block-size", "0"], "--file-block-size must be a positive number of bytes"),
     (["--file-block-size", "1000", "--file-extra-flags", "direct"], "must be a multiple of 512"),
-    (["--file-total-size", "100000", "--file-num", "3", "--file-block-size", "4096",
-      "--file-extra-flags", "direct"], "each file's size"),
+    (
+        ["--file-total-size", "100000", "--file-num", "3", "--file-block-size", "4096", "--file-extra-flags", "direct"],
+        "each file's size",
+    ),
     (["--time", "0"], "--time 0 with no --events would run forever"),
     (["--file-num", "0"], "--file-num must be at least 1 file"),
     (["--file-total-size", "1M", "--file-num", "128"], "less than one 16384-byte block"),
@@ -234,8 +296,18 @@ BAD_INPUT = [
 
 @pytest.mark.parametrize("options,sentence", BAD_INPUT, ids=[" ".join(o) for o, _ in BAD_INPUT])
 def test_bad_input_is_one_sentence(tmp_path, options, sentence):
-    proc = run_fsprof("run", "--fs", "ext4", "--workload", "fsync-heavy", *options,
-                      "-o", str(tmp_path / "run"), "--scratch-dir", str(tmp_path / "scratch"))
+    proc = run_fsprof(
+        "run",
+        "--fs",
+        "ext4",
+        "--workload",
+        "fsync-heavy",
+        *options,
+        "-o",
+        str(tmp_path / "run"),
+        "--scratch-dir",
+        str(tmp_path / "scratch"),
+    )
     assert proc.returncode == 2, proc.stderr
     assert sentence in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
@@ -247,10 +319,31 @@ def test_progress_line_on_a_terminal_only(tmp_path):
     """A 4 s run with stderr on a pseudo-terminal shows the progress line (after 2 s, redrawn in
     place) and clears it; the captured runs of the other tests never show one."""
     master, slave = pty.openpty()
-    argv = [*FSPROF, "run", "--fs", "ext4", "-o", str(tmp_path / "run"), "--scratch-dir", str(tmp_path / "scratch"),
-            "--workload", "fsync-heavy", *SMALL, "--file-test-mode", "rndwr", "--time", "4"]
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave, cwd=REPO,
-                            env={**os.environ, "PYTHONPATH": REPO})
+    argv = [
+        *FSPROF,
+        "run",
+        "--fs",
+        "ext4",
+        "-o",
+        str(tmp_path / "run"),
+        "--scratch-dir",
+        str(tmp_path / "scratch"),
+        "--workload",
+        "fsync-heavy",
+        *SMALL,
+        "--file-test-mode",
+        "rndwr",
+        "--time",
+        "4",
+    ]
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": REPO},
+    )
     os.close(slave)
     shown = b""
     while True:
@@ -266,6 +359,18 @@ def test_progress_line_on_a_terminal_only(tmp_path):
     assert proc.returncode == 0, shown.decode(errors="replace")
     assert re.search(rb"\r\x1b\[Kfsync-heavy: [234] s \(run limit 4 s\)", shown), shown
     assert b"\x1b[K" not in stdout
-    captured = run_fsprof("run", "--fs", "ext4", "-o", str(tmp_path / "captured"), "--scratch-dir",
-                          str(tmp_path / "scratch"), "--workload", "fsync-heavy", *SMALL, "--time", "3")
+    captured = run_fsprof(
+        "run",
+        "--fs",
+        "ext4",
+        "-o",
+        str(tmp_path / "captured"),
+        "--scratch-dir",
+        str(tmp_path / "scratch"),
+        "--workload",
+        "fsync-heavy",
+        *SMALL,
+        "--time",
+        "3",
+    )
     assert captured.returncode == 0 and "\x1b[K" not in captured.stderr + captured.stdout

@@ -25,8 +25,19 @@ RECORD = 10240  # GNU tar's record: the engine's default read size, and the most
 def untar_run(tmp_path, *options):
     """`fsprof run --fs ext4 --workload untar OPTIONS` in tmp_path; the process and, when the run
     succeeded, the ext4 entry of result.json."""
-    proc = run_fsprof("run", "--fs", "ext4", "--workload", "untar", *options, "-o", str(tmp_path / "run"),
-                      "--scratch-dir", str(tmp_path / "scratch"), timeout=300)
+    proc = run_fsprof(
+        "run",
+        "--fs",
+        "ext4",
+        "--workload",
+        "untar",
+        *options,
+        "-o",
+        str(tmp_path / "run"),
+        "--scratch-dir",
+        str(tmp_path / "scratch"),
+        timeout=300,
+    )
     assert not mounts_under(tmp_path) and not loops_under(tmp_path)
     if proc.returncode != 0:
         return proc, None
@@ -63,8 +74,9 @@ def assert_extracted_exactly(fs, n):
     own = fs["workload"]
     want = first_entries(own["tree"]["tarball"], n)
     assert want["entries"] == n
-    assert {k: own[k] for k in ("entries", "files", "dirs", "symlinks", "bytes")} == \
-        {k: want[k] for k in ("entries", "files", "dirs", "symlinks", "bytes")}
+    assert {k: own[k] for k in ("entries", "files", "dirs", "symlinks", "bytes")} == {
+        k: want[k] for k in ("entries", "files", "dirs", "symlinks", "bytes")
+    }
     extract = counts(fs, "extract")
     assert extract["mkdir"] == want["dirs"]
     # libarchive's openat()s: one O_CREAT per file, one per directory when it sets the directory's
@@ -77,8 +89,7 @@ def assert_extracted_exactly(fs, n):
 @pytest.fixture(scope="module")
 def synthetic_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("untar-synthetic")
-    proc, fs = untar_run(tmp, "--synthetic", "--seed", "7", "--files", "1500",
-                         "--cache-dir", str(tmp / "cache"))
+    proc, fs = untar_run(tmp, "--synthetic", "--seed", "7", "--files", "1500", "--cache-dir", str(tmp / "cache"))
     assert proc.returncode == 0, proc.stderr
     return proc, fs
 
@@ -105,8 +116,12 @@ def test_sync_phase_has_its_own_timing_and_writes_the_data(synthetic_run):
     assert sync["syncfs"] == 1 and "write" not in sync and "mkdir" not in sync
     # The data was only dirty after the extraction (or partly written back already, when the
     # machine is over its background dirty threshold): by the end of the sync it is all on disk.
-    written = sum(fs["phases"][p]["block"][dev].get(c, {}).get("bytes", 0) for c in BLK_WRITE_CLASSES
-                  for p in ("extract", "sync") for dev in fs["phases"][p]["block"])
+    written = sum(
+        fs["phases"][p]["block"][dev].get(c, {}).get("bytes", 0)
+        for c in BLK_WRITE_CLASSES
+        for p in ("extract", "sync")
+        for dev in fs["phases"][p]["block"]
+    )
     assert written >= own["bytes"]
     assert fs["phases"]["sync"]["elapsed_s"] * 1e9 >= own["sync_ns"]
 
@@ -164,35 +179,56 @@ def assert_one_sentence(proc, *fragments):
 @pytest.mark.slow
 @pytest.mark.root
 def test_inode_exhaustion_is_one_sentence_with_df_i_figures(tmp_path):
-    proc, _ = untar_run(tmp_path, "--synthetic", "--files", "2000", "--cache-dir", str(tmp_path / "cache"),
-                        "--mkfs-options", "-N 64", "--image-size", "64M")
+    proc, _ = untar_run(
+        tmp_path,
+        "--synthetic",
+        "--files",
+        "2000",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--mkfs-options",
+        "-N 64",
+        "--image-size",
+        "64M",
+    )
     assert proc.returncode != 0
-    assert_one_sentence(proc, r"ran out of inodes after [\d,]+ of 2,000 entries",
-                        r"inodes ([\d,]+)/\1 used", r"space [\d.]+ .B/[\d.]+ MB used")
+    assert_one_sentence(
+        proc,
+        r"ran out of inodes after [\d,]+ of 2,000 entries",
+        r"inodes ([\d,]+)/\1 used",
+        r"space [\d.]+ .B/[\d.]+ MB used",
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.root
 def test_out_of_space_is_one_sentence_with_df_figures(tmp_path):
-    proc, _ = untar_run(tmp_path, "--synthetic", "--files", "3000", "--cache-dir", str(tmp_path / "cache"),
-                        "--image-size", "24M")
+    proc, _ = untar_run(
+        tmp_path, "--synthetic", "--files", "3000", "--cache-dir", str(tmp_path / "cache"), "--image-size", "24M"
+    )
     assert proc.returncode != 0
-    assert_one_sentence(proc, r"ran out of space after [\d,]+ of 3,000 entries", r"inodes [\d,]+/[\d,]+ used",
-                        r"these 3,000 entries need 3,000 inodes and [\d.]+ MB of file data")
+    assert_one_sentence(
+        proc,
+        r"ran out of space after [\d,]+ of 3,000 entries",
+        r"inodes [\d,]+/[\d,]+ used",
+        r"these 3,000 entries need 3,000 inodes and [\d.]+ MB of file data",
+    )
 
 
-@pytest.mark.parametrize("options, fragment", [
-    (["--files", "0"], "--files must be a positive number of entries, not 0"),
-    (["--files", "-5"], "--files must be a positive number of entries, not -5"),
-    (["--files", "1.5"], r"fraction must be above 0 and at most 1, not 1.5"),
-    (["--files", "ten"], "--files takes a number of entries or a fraction"),
-    (["--files", "100000", "--synthetic"],
-     "--files 100000 is more than the 83,731 entries of the synthetic tree"),
-    (["--record-size", "1000"], "--record-size must be a multiple of 512 bytes"),
-    (["--cache-dir", "/proc/no/such/cache"], "cannot create the cache directory /proc/no/such/cache"),
-    (["--source", "/no/linux.tar.xz"], "--source must name an existing .tar.xz file"),
-    (["--source", "/no/linux.tar.xz", "--synthetic"], "--source and --synthetic exclude each other"),
-])
+@pytest.mark.parametrize(
+    "options, fragment",
+    [
+        (["--files", "0"], "--files must be a positive number of entries, not 0"),
+        (["--files", "-5"], "--files must be a positive number of entries, not -5"),
+        (["--files", "1.5"], r"fraction must be above 0 and at most 1, not 1.5"),
+        (["--files", "ten"], "--files takes a number of entries or a fraction"),
+        (["--files", "100000", "--synthetic"], "--files 100000 is more than the 83,731 entries of the synthetic tree"),
+        (["--record-size", "1000"], "--record-size must be a multiple of 512 bytes"),
+        (["--cache-dir", "/proc/no/such/cache"], "cannot create the cache directory /proc/no/such/cache"),
+        (["--source", "/no/linux.tar.xz"], "--source must name an existing .tar.xz file"),
+        (["--source", "/no/linux.tar.xz", "--synthetic"], "--source and --synthetic exclude each other"),
+    ],
+)
 def test_bad_parameter_is_one_sentence(tmp_path, options, fragment):
     """Standalone, the sentence goes to stderr; under fsprof (--result), into the result file."""
     argv = [sys.executable, "-m", "workloads.untar", "--cache-dir", str(tmp_path / "cache"), *options]
@@ -201,8 +237,9 @@ def test_bad_parameter_is_one_sentence(tmp_path, options, fragment):
     assert alone.returncode == 2
     assert len(alone.stderr.strip().splitlines()) == 1 and fragment in alone.stderr, alone.stderr
     result = tmp_path / "result.json"
-    traced = subprocess.run([*argv, "--result", str(result)], capture_output=True, text=True, cwd=tmp_path,
-                            timeout=60, env=env)
+    traced = subprocess.run(
+        [*argv, "--result", str(result)], capture_output=True, text=True, cwd=tmp_path, timeout=60, env=env
+    )
     assert traced.returncode == 2
     assert json.loads(result.read_text()) == {"error": alone.stderr.strip()}
 

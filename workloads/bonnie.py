@@ -15,8 +15,16 @@ import random
 import re
 import subprocess
 
-from .common import (Progress, UsageError, WorkloadError, WorkloadParser, buffered_loop_under, engine_path,
-                     run_main, write_result)
+from .common import (
+    Progress,
+    UsageError,
+    WorkloadError,
+    WorkloadParser,
+    buffered_loop_under,
+    engine_path,
+    run_main,
+    write_result,
+)
 
 NAME = "bonnie"
 MIB = 1 << 20
@@ -25,13 +33,13 @@ DEFAULT_CHUNK = 8192
 DEFAULT_SEEKS = 8192
 DEFAULT_SEEKERS = 5
 MAX_SEEKERS = 1000
-MAX_SEEKS = 1 << 24          # the tickets are made up front: 4 bytes each
-DIRECTORY_UNIT = 1024        # -n counts files in units of 1024
+MAX_SEEKS = 1 << 24  # the tickets are made up front: 4 bytes each
+DIRECTORY_UNIT = 1024  # -n counts files in units of 1024
 MAX_DIRS = 99999
-MIN_TIME = 0.5               # bonnie++ shows "+++++" for a test that took less
+MIN_TIME = 0.5  # bonnie++ shows "+++++" for a test that took less
 MAX_DATA_PER_FILE = 22 + 6 + 1 + 8  # bonnie++'s memory estimate per file name
-CSV_VERSION = "1.98"         # the CSV format of bonnie++ 1.98 to 2.00a
-VERSION = "fsprof"           # our entry in the CSV's bonnie_version field
+CSV_VERSION = "1.98"  # the CSV format of bonnie++ 1.98 to 2.00a
+VERSION = "fsprof"  # our entry in the CSV's bonnie_version field
 IO_TESTS = ("putc", "write", "rewrite", "getc", "read", "seeks")
 FILE_TESTS = ("seq-create", "seq-stat", "seq-delete", "rand-create", "rand-stat", "rand-delete")
 DROP_NOTE = "caches: dropped before each test (syncfs, then echo 3 > /proc/sys/vm/drop_caches)"
@@ -39,28 +47,52 @@ DROP_NOTE = "caches: dropped before each test (syncfs, then echo 3 > /proc/sys/v
 
 def parser():
     ap = WorkloadParser(prog=NAME, description="bonnie++'s tests, its options, table and CSV line.")
-    ap.add_argument("-s", "--size", metavar="SIZE[:CHUNK[:SEEKS[:SEEKERS]]]",
-                    help=f"IO test file in MiB, or with a unit (256M, 2G); chunk bytes (default {DEFAULT_CHUNK}, "
-                         f"power of 2, 256..1M, 4k allowed), random seeks (default {DEFAULT_SEEKS}) and seeker "
-                         f"processes (default {DEFAULT_SEEKERS}); 0 skips the IO tests (default {DEFAULT_SIZE_MIB}, "
-                         "or twice -r)")
-    ap.add_argument("-n", "--files", default="1", metavar="NUM[:MAX[:MIN[:DIRS[:CHUNK]]]]",
-                    help="files for the create tests in multiples of 1024, their largest and smallest size "
-                         "(bytes, k/m/g allowed; default 0), directories to spread them over, chunk per "
-                         "write (default 1: 1024 empty files in one directory); 0 skips them")
-    ap.add_argument("-r", "--ram", metavar="MIB",
-                    help="RAM in MiB: as bonnie++, the file must then be at least twice this (default: "
-                         "no check, the caches are dropped instead)")
-    ap.add_argument("-b", "--no-buffering", action="store_true",
-                    help="fsync after every write in the file tests (files and their directory) and "
-                         "after every seek update")
-    ap.add_argument("-f", "--fast", nargs="?", const="0", metavar="MIB",
-                    help="skip the per-char tests; with MIB, do them on the first MIB of the file only "
-                         "(default: the whole file)")
+    ap.add_argument(
+        "-s",
+        "--size",
+        metavar="SIZE[:CHUNK[:SEEKS[:SEEKERS]]]",
+        help=f"IO test file in MiB, or with a unit (256M, 2G); chunk bytes (default {DEFAULT_CHUNK}, "
+        f"power of 2, 256..1M, 4k allowed), random seeks (default {DEFAULT_SEEKS}) and seeker "
+        f"processes (default {DEFAULT_SEEKERS}); 0 skips the IO tests (default {DEFAULT_SIZE_MIB}, "
+        "or twice -r)",
+    )
+    ap.add_argument(
+        "-n",
+        "--files",
+        default="1",
+        metavar="NUM[:MAX[:MIN[:DIRS[:CHUNK]]]]",
+        help="files for the create tests in multiples of 1024, their largest and smallest size "
+        "(bytes, k/m/g allowed; default 0), directories to spread them over, chunk per "
+        "write (default 1: 1024 empty files in one directory); 0 skips them",
+    )
+    ap.add_argument(
+        "-r",
+        "--ram",
+        metavar="MIB",
+        help="RAM in MiB: as bonnie++, the file must then be at least twice this (default: "
+        "no check, the caches are dropped instead)",
+    )
+    ap.add_argument(
+        "-b",
+        "--no-buffering",
+        action="store_true",
+        help="fsync after every write in the file tests (files and their directory) and after every seek update",
+    )
+    ap.add_argument(
+        "-f",
+        "--fast",
+        nargs="?",
+        const="0",
+        metavar="MIB",
+        help="skip the per-char tests; with MIB, do them on the first MIB of the file only (default: the whole file)",
+    )
     ap.add_argument("-m", "--machine", help="name shown in the table and CSV (default: the host name)")
     ap.add_argument("-z", "--seed", metavar="N", help="random seed, to repeat the same seeks and names")
-    ap.add_argument("--no-drop-caches", action="store_true",
-                    help="keep the page cache between tests (reads may then come from memory)")
+    ap.add_argument(
+        "--no-drop-caches",
+        action="store_true",
+        help="keep the page cache between tests (reads may then come from memory)",
+    )
     return ap
 
 
@@ -87,10 +119,30 @@ class Plan:
         return self.files_k * DIRECTORY_UNIT
 
     def engine_args(self):
-        args = ["--size", self.size_mib * MIB, "--char-bytes", self.char_mib * MIB, "--chunk", self.chunk,
-                "--seeks", self.seeks, "--seekers", self.seekers, "--files", self.files,
-                "--max-size", self.max_size, "--min-size", self.min_size, "--dirs", self.dirs,
-                "--file-chunk", self.file_chunk, "--seed", self.seed]
+        args = [
+            "--size",
+            self.size_mib * MIB,
+            "--char-bytes",
+            self.char_mib * MIB,
+            "--chunk",
+            self.chunk,
+            "--seeks",
+            self.seeks,
+            "--seekers",
+            self.seekers,
+            "--files",
+            self.files,
+            "--max-size",
+            self.max_size,
+            "--min-size",
+            self.min_size,
+            "--dirs",
+            self.dirs,
+            "--file-chunk",
+            self.file_chunk,
+            "--seed",
+            self.seed,
+        ]
         flags = ["--sync"] * self.sync + ["--no-drop-caches"] * (not self.drop_caches)
         return [str(a) for a in args] + flags
 
@@ -147,11 +199,14 @@ def parse_files_spec(spec):
     """-n NUM[:MAX[:MIN[:DIRS[:CHUNK]]]] -> (NUM in 1024s, max, min, dirs, chunk)."""
     num, max_size, min_size, dirs, chunk = _split(spec, "-n", 5)
     if not num.strip().isdigit():
-        raise UsageError(f"{NAME}: -n '{num}': the number of files is counted in multiples of 1024 "
-                         "(-n 1 = 1024 files) and must be a whole number")
+        raise UsageError(
+            f"{NAME}: -n '{num}': the number of files is counted in multiples of 1024 "
+            "(-n 1 = 1024 files) and must be a whole number"
+        )
     if max_size.strip() in ("-1", "-2"):
-        raise UsageError(f"{NAME}: -n max size {max_size} asks for bonnie++'s link tests, which this model "
-                         "does not have")
+        raise UsageError(
+            f"{NAME}: -n max size {max_size} asks for bonnie++'s link tests, which this model does not have"
+        )
     max_size = _amount(max_size, "-n max size", "100000 or 64k") if max_size else 0
     min_size = _amount(min_size, "-n min size", "0 or 4k") if min_size else 0
     if min_size > max_size:
@@ -195,27 +250,48 @@ def _check_sizes(plan, size_given):
     if plan.size_mib == 0 and plan.files_k == 0:
         raise UsageError(f"{NAME}: -s 0 skips the IO tests and -n 0 the file tests: there is nothing to run")
     if plan.size_mib and plan.size_mib * MIB // plan.chunk < plan.seekers:
-        raise UsageError(f"{NAME}: a {plan.size_mib} MiB file holds {plan.size_mib * MIB // plan.chunk} "
-                         f"chunks of {plan.chunk} bytes, too few for the seeks of {plan.seekers} seeker processes")
+        raise UsageError(
+            f"{NAME}: a {plan.size_mib} MiB file holds {plan.size_mib * MIB // plan.chunk} "
+            f"chunks of {plan.chunk} bytes, too few for the seeks of {plan.seekers} seeker processes"
+        )
     if plan.ram_mib and plan.size_mib and plan.size_mib < 2 * plan.ram_mib:
         how = "-s" if size_given else "the default size"
-        raise UsageError(f"{NAME}: {how} {plan.size_mib} MiB is less than twice the RAM given by -r "
-                         f"({plan.ram_mib} MiB); bonnie++ needs the file at least double RAM")
+        raise UsageError(
+            f"{NAME}: {how} {plan.size_mib} MiB is less than twice the RAM given by -r "
+            f"({plan.ram_mib} MiB); bonnie++ needs the file at least double RAM"
+        )
     if plan.ram_mib and plan.files_k * MAX_DATA_PER_FILE * 2 > plan.ram_mib << 10:
-        raise UsageError(f"{NAME}: {plan.files} file names would take more than half of {plan.ram_mib} MiB "
-                         "of RAM (bonnie++'s limit); use a smaller -n")
+        raise UsageError(
+            f"{NAME}: {plan.files} file names would take more than half of {plan.ram_mib} MiB "
+            "of RAM (bonnie++'s limit); use a smaller -n"
+        )
 
 
 def plan_of(args):
     ram = _ram_mib(args.ram)
-    size_mib, chunk, seeks, seekers = parse_size_spec(args.size) if args.size else (
-        _default_size(ram) if ram else DEFAULT_SIZE_MIB, DEFAULT_CHUNK, DEFAULT_SEEKS, DEFAULT_SEEKERS)
+    size_mib, chunk, seeks, seekers = (
+        parse_size_spec(args.size)
+        if args.size
+        else (_default_size(ram) if ram else DEFAULT_SIZE_MIB, DEFAULT_CHUNK, DEFAULT_SEEKS, DEFAULT_SEEKERS)
+    )
     files_k, max_size, min_size, dirs, file_chunk = parse_files_spec(args.files)
-    plan = Plan(size_mib=size_mib, chunk=chunk, seeks=seeks, seekers=seekers,
-                char_mib=_char_mib(args.fast, size_mib), files_k=files_k, max_size=max_size,
-                min_size=min_size, dirs=dirs, file_chunk=file_chunk, sync=args.no_buffering,
-                drop_caches=not args.no_drop_caches, machine=args.machine or os.uname().nodename,
-                seed=_seed(args.seed), ram_mib=ram)
+    plan = Plan(
+        size_mib=size_mib,
+        chunk=chunk,
+        seeks=seeks,
+        seekers=seekers,
+        char_mib=_char_mib(args.fast, size_mib),
+        files_k=files_k,
+        max_size=max_size,
+        min_size=min_size,
+        dirs=dirs,
+        file_chunk=file_chunk,
+        sync=args.no_buffering,
+        drop_caches=not args.no_drop_caches,
+        machine=args.machine or os.uname().nodename,
+        seed=_seed(args.seed),
+        ram_mib=ram,
+    )
     _check_sizes(plan, args.size is not None)
     if "," in plan.machine:
         raise UsageError(f"{NAME}: -m '{plan.machine}' has a comma, which would break the CSV line")
@@ -235,27 +311,32 @@ def _check_space(plan):
     free = st.f_bavail * st.f_frsize
     need = plan.size_mib * MIB + plan.files * plan.max_size
     if need > free:
-        raise WorkloadError(f"{NAME}: the test needs {need / MIB:.0f} MiB but this filesystem has "
-                            f"{free / MIB:.0f} MiB free; use a smaller -s or -n")
+        raise WorkloadError(
+            f"{NAME}: the test needs {need / MIB:.0f} MiB but this filesystem has "
+            f"{free / MIB:.0f} MiB free; use a smaller -s or -n"
+        )
     inodes = plan.files + plan.dirs + 1  # each file, its directories, the test's own directory
     if st.f_files and inodes > st.f_favail:  # f_files 0: the filesystem has no inode limit
         dirs = f"{plan.dirs} director{'y' if plan.dirs == 1 else 'ies'}"
-        raise WorkloadError(f"{NAME}: {plan.files:,} files in {dirs} need {inodes:,} inodes but this "
-                            f"filesystem has {st.f_favail:,} free (df -i: {st.f_files - st.f_ffree:,} of "
-                            f"{st.f_files:,} used); use a smaller -n")
+        raise WorkloadError(
+            f"{NAME}: {plan.files:,} files in {dirs} need {inodes:,} inodes but this "
+            f"filesystem has {st.f_favail:,} free (df -i: {st.f_files - st.f_ffree:,} of "
+            f"{st.f_files:,} used); use a smaller -n"
+        )
 
 
 def _run_engine(plan):
     """Runs the engine in the current directory; returns its JSON. Its stderr carries progress
     lines ("progress: ...") and, on failure, one sentence."""
     progress = Progress(NAME)
-    proc = subprocess.Popen([engine_path("bonnie"), *plan.engine_args()], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [engine_path("bonnie"), *plan.engine_args()], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     errors = []
     try:
         for line in proc.stderr:
             if line.startswith("progress: "):
-                progress.update(line[len("progress: "):].strip())
+                progress.update(line[len("progress: ") :].strip())
             elif line.strip():
                 errors.append(line.strip())
         out = proc.stdout.read()
@@ -276,8 +357,13 @@ def _figures(name, raw, plan):
     fig = dict(raw)
     fig["cpu_pct"] = int(raw["cpu_s"] / elapsed * 100.0) if elapsed > 0 else 0
     fig["shown"] = elapsed >= MIN_TIME
-    mib = {"putc": plan.char_mib, "getc": plan.char_mib, "write": plan.size_mib, "rewrite": plan.size_mib,
-           "read": plan.size_mib}.get(name)
+    mib = {
+        "putc": plan.char_mib,
+        "getc": plan.char_mib,
+        "write": plan.size_mib,
+        "rewrite": plan.size_mib,
+        "read": plan.size_mib,
+    }.get(name)
     if mib is not None:  # a sequential test: K/sec; the seeks and file tests: operations/sec
         fig["bytes"] = mib * MIB
         fig["kib_per_s"] = fig["bytes"] / 1024 / elapsed if elapsed > 0 else None
@@ -291,8 +377,10 @@ def caches_note(plan):
         return "caches: kept between tests (--no-drop-caches); reads may come from the page cache"
     loop = buffered_loop_under(".")
     if loop:
-        return (f"{DROP_NOTE}; but {loop} is a loop device over a buffered image file, whose pages the host "
-                "keeps: reads may still come from host memory")
+        return (
+            f"{DROP_NOTE}; but {loop} is a loop device over a buffered image file, whose pages the host "
+            "keeps: reads may still come from host memory"
+        )
     return DROP_NOTE
 
 
@@ -344,8 +432,11 @@ def _rate(test, fig, csv):
         return "+++++" if csv else " +++++"
     if test == "seeks":
         stat = fig["per_s"]
-        return (f"{stat:.0f}" if stat >= 1000 else f"{stat:.1f}") if csv else (
-            f" {stat:5.0f}" if stat >= 1000 else f" {stat:5.1f}")
+        return (
+            (f"{stat:.0f}" if stat >= 1000 else f"{stat:.1f}")
+            if csv
+            else (f" {stat:5.0f}" if stat >= 1000 else f" {stat:5.1f}")
+        )
     stat = fig.get("kib_per_s", fig.get("per_s"))
     if csv:
         return str(int(stat))
@@ -380,10 +471,13 @@ def _latency(fig):
 
 def _io_label(params):
     """Name:Size etc: size, then chunk, concurrency, seeks and seekers where not the default."""
-    fields = [_size_text(params["size_mib"], "MG"),
-              _size_text(params["chunk"], " km") if params["chunk"] != DEFAULT_CHUNK else "", "",
-              str(params["seeks"]) if params["seeks"] != DEFAULT_SEEKS else "",
-              str(params["seekers"]) if params["seekers"] != DEFAULT_SEEKERS else ""]
+    fields = [
+        _size_text(params["size_mib"], "MG"),
+        _size_text(params["chunk"], " km") if params["chunk"] != DEFAULT_CHUNK else "",
+        "",
+        str(params["seeks"]) if params["seeks"] != DEFAULT_SEEKS else "",
+        str(params["seekers"]) if params["seekers"] != DEFAULT_SEEKERS else "",
+    ]
     return ":".join(fields).rstrip(":")
 
 
@@ -393,18 +487,20 @@ def _io_text(result):
     name = (p["machine"] + " " * 18)[:18]
     offset = 18 - len(label)  # bonnie++ right-aligns the label over the name, one space between
     head = name[:offset] + " " + label if offset >= 0 else label
-    rows = ["fsprof bonnie       ------Sequential Output------ --Sequential Input- --Random-",
-            "                    -Per Chr- --Block-- -Rewrite- -Per Chr- --Block-- --Seeks--",
-            "Name:Size etc        /sec %CP  /sec %CP  /sec %CP  /sec %CP  /sec %CP  /sec %CP",
-            head + "".join(_rate(t, tests.get(t), False) + _cpu(tests.get(t), False) for t in IO_TESTS),
-            "Latency          " + "".join(f" {_latency(tests.get(t)):>9}" for t in IO_TESTS)]
+    rows = [
+        "fsprof bonnie       ------Sequential Output------ --Sequential Input- --Random-",
+        "                    -Per Chr- --Block-- -Rewrite- -Per Chr- --Block-- --Seeks--",
+        "Name:Size etc        /sec %CP  /sec %CP  /sec %CP  /sec %CP  /sec %CP  /sec %CP",
+        head + "".join(_rate(t, tests.get(t), False) + _cpu(tests.get(t), False) for t in IO_TESTS),
+        "Latency          " + "".join(f" {_latency(tests.get(t)):>9}" for t in IO_TESTS),
+    ]
     return rows
 
 
 def _files_label(params, csv):
     label = str(params["files_k"])
     if csv:
-        sizes = (f",{params['max_size']},{params['min_size'] or ''}" if params["max_size"] else ",,")
+        sizes = f",{params['max_size']},{params['min_size'] or ''}" if params["max_size"] else ",,"
         return label + sizes + "," + (f",{params['dirs']}" if params["dirs"] > 1 else ",")
     if params["max_size"]:
         label += f":{params['max_size']}:{params['min_size']}"
@@ -413,14 +509,17 @@ def _files_label(params, csv):
 
 def _files_text(result):
     p, tests = result["params"], result["tests"]
-    kind = ("files:max:min       " if p["min_size"] else
-            "files:max           " if p["max_size"] else "              files ")
-    return ["fsprof bonnie       ------Sequential Create------ --------Random Create--------",
-            f"{p['machine']:<19.19} -Create-- --Read--- -Delete-- -Create-- --Read--- -Delete--",
-            kind + " /sec %CP  /sec %CP  /sec %CP  /sec %CP  /sec %CP  /sec %CP",
-            f"{_files_label(p, False):>19}" +
-            "".join(_rate(t, tests.get(t), False) + _cpu(tests.get(t), False) for t in FILE_TESTS),
-            "Latency          " + "".join(f" {_latency(tests.get(t)):>9}" for t in FILE_TESTS)]
+    kind = (
+        "files:max:min       " if p["min_size"] else "files:max           " if p["max_size"] else "              files "
+    )
+    return [
+        "fsprof bonnie       ------Sequential Create------ --------Random Create--------",
+        f"{p['machine']:<19.19} -Create-- --Read--- -Delete-- -Create-- --Read--- -Delete--",
+        kind + " /sec %CP  /sec %CP  /sec %CP  /sec %CP  /sec %CP  /sec %CP",
+        f"{_files_label(p, False):>19}"
+        + "".join(_rate(t, tests.get(t), False) + _cpu(tests.get(t), False) for t in FILE_TESTS),
+        "Latency          " + "".join(f" {_latency(tests.get(t)):>9}" for t in FILE_TESTS),
+    ]
 
 
 def csv_line(result):
@@ -467,8 +566,10 @@ def render(result):
     lines += [result["csv"]] + _hidden_note(result) + [result["caches"]]
     if "seeks" in result["tests"]:
         seeks = result["tests"]["seeks"]
-        lines.append(f"seeks: {seeks['ops']} by {result['params']['seekers']} processes, "
-                     f"{seeks['updates']} of them rewriting their block")
+        lines.append(
+            f"seeks: {seeks['ops']} by {result['params']['seekers']} processes, "
+            f"{seeks['updates']} of them rewriting their block"
+        )
     return "\n".join(lines)
 
 

@@ -28,7 +28,7 @@ from profiler import units
 # returns EINVAL and changes nothing), which fsprof's sys_enter probe recognises from a traced
 # process and turns into the current phase. The same constant is in bpf/fsprof.h and phase.h.
 PHASE_MAGIC = 0x66737072  # "fspr"
-MAX_PHASES = 32           # phase 0 is "startup": everything before the first marker
+MAX_PHASES = 32  # phase 0 is "startup": everything before the first marker
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
@@ -135,8 +135,11 @@ def run_main(module, argv=None):
     except UsageError as e:
         return _fail(result_path, str(e), 2)
     except (WorkloadError, OSError) as e:
-        text = str(e) if isinstance(e, WorkloadError) else f"{module.NAME}: {e.strerror or e}" + (
-            f": {e.filename}" if getattr(e, "filename", None) else "")
+        text = (
+            str(e)
+            if isinstance(e, WorkloadError)
+            else f"{module.NAME}: {e.strerror or e}" + (f": {e.filename}" if getattr(e, "filename", None) else "")
+        )
         return _fail(result_path, text, 1)
 
 
@@ -167,6 +170,7 @@ def buffered_loop_under(path="."):
     through the host's page cache (not direct I/O), else None. There drop_caches cannot make reads
     cold: the image's dirty pages stay in host memory (docs/test-bed.md)."""
     from profiler.machine import blockdev  # fsprof's own reading of sysfs, loaded only here
+
     try:
         name = blockdev.block_dev_of_file(path)
     except OSError:

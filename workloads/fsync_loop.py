@@ -49,17 +49,29 @@ def main(args):
     elapsed_ns = time.perf_counter_ns() - start
     phases.end()
     os.close(fd)
-    write_result(args.result, {
-        "workload": NAME, "params": {"count": args.count, "size": args.size}, "phases": PHASES,
-        "writes": args.count, "fsyncs": args.count, "bytes_written": args.count * args.size,
-        "write_ns_total": write_ns, "fsync_ns_total": fsync_ns, "elapsed_ns": elapsed_ns})
+    write_result(
+        args.result,
+        {
+            "workload": NAME,
+            "params": {"count": args.count, "size": args.size},
+            "phases": PHASES,
+            "writes": args.count,
+            "fsyncs": args.count,
+            "bytes_written": args.count * args.size,
+            "write_ns_total": write_ns,
+            "fsync_ns_total": fsync_ns,
+            "elapsed_ns": elapsed_ns,
+        },
+    )
 
 
 def render(result):
     n = result["fsyncs"]
-    return (f"fsync-loop: {n} x (write {result['bytes_written'] // max(n, 1)} B + fsync) in "
-            f"{result['elapsed_ns'] / 1e9:.2f} s: {n / (result['elapsed_ns'] / 1e9):.0f} fsyncs/s, "
-            f"fsync avg {result['fsync_ns_total'] / max(n, 1) / 1e3:.0f} us")
+    return (
+        f"fsync-loop: {n} x (write {result['bytes_written'] // max(n, 1)} B + fsync) in "
+        f"{result['elapsed_ns'] / 1e9:.2f} s: {n / (result['elapsed_ns'] / 1e9):.0f} fsyncs/s, "
+        f"fsync avg {result['fsync_ns_total'] / max(n, 1) / 1e3:.0f} us"
+    )
 
 
 if __name__ == "__main__":

@@ -39,7 +39,10 @@ ROOT = "linux-synthetic"
 
 # Measured by measure() from /usr/src/linux-source-6.1.tar.xz (Debian linux-source-6.1 6.1.192-2).
 MODEL = {
-    "files": 78579, "dirs": 5096, "symlinks": 56, "file_bytes": 1298681992,
+    "files": 78579,
+    "dirs": 5096,
+    "symlinks": 56,
+    "file_bytes": 1298681992,
     "mtime": 1793988916,
     "exec_file_fraction": 0.010359,  # files with mode 0755 (the rest are 0644)
     # directories at depth 0, 1, 2, ... (the root is depth 0)
@@ -50,37 +53,167 @@ MODEL = {
     "parents_per_depth": [1, 20, 214, 307, 288, 115, 40, 48, 40],
     # histograms of [low, high, count]: one bucket per value below 16, then powers of two
     "files_per_dir": [
-        [0, 0, 321], [1, 1, 409], [2, 2, 472], [3, 3, 492], [4, 4, 416], [5, 5, 320], [6, 6, 272],
-        [7, 7, 245], [8, 8, 201], [9, 9, 172], [10, 10, 150], [11, 11, 135], [12, 12, 91],
-        [13, 13, 80], [14, 14, 71], [15, 15, 87], [16, 31, 639], [32, 63, 324], [64, 127, 126],
-        [128, 255, 56], [256, 511, 12], [512, 1023, 3], [1024, 2047, 1], [2048, 4095, 1]],
+        [0, 0, 321],
+        [1, 1, 409],
+        [2, 2, 472],
+        [3, 3, 492],
+        [4, 4, 416],
+        [5, 5, 320],
+        [6, 6, 272],
+        [7, 7, 245],
+        [8, 8, 201],
+        [9, 9, 172],
+        [10, 10, 150],
+        [11, 11, 135],
+        [12, 12, 91],
+        [13, 13, 80],
+        [14, 14, 71],
+        [15, 15, 87],
+        [16, 31, 639],
+        [32, 63, 324],
+        [64, 127, 126],
+        [128, 255, 56],
+        [256, 511, 12],
+        [512, 1023, 3],
+        [1024, 2047, 1],
+        [2048, 4095, 1],
+    ],
     "subdirs_per_parent": [
-        [1, 1, 465], [2, 2, 221], [3, 3, 94], [4, 4, 70], [5, 5, 45], [6, 6, 22], [7, 7, 21],
-        [8, 8, 18], [9, 9, 10], [10, 10, 11], [11, 11, 5], [12, 12, 7], [13, 13, 5], [14, 14, 4],
-        [15, 15, 6], [16, 31, 44], [32, 63, 15], [64, 127, 9], [128, 255, 1]],
+        [1, 1, 465],
+        [2, 2, 221],
+        [3, 3, 94],
+        [4, 4, 70],
+        [5, 5, 45],
+        [6, 6, 22],
+        [7, 7, 21],
+        [8, 8, 18],
+        [9, 9, 10],
+        [10, 10, 11],
+        [11, 11, 5],
+        [12, 12, 7],
+        [13, 13, 5],
+        [14, 14, 4],
+        [15, 15, 6],
+        [16, 31, 44],
+        [32, 63, 15],
+        [64, 127, 9],
+        [128, 255, 1],
+    ],
     # file size quantiles: (cumulative probability, bytes)
     "size_quantiles": [
-        (0.0, 0), (0.0005, 10), (0.001, 14), (0.002, 26), (0.005, 48), (0.01, 73), (0.02, 125),
-        (0.05, 254), (0.1, 446), (0.15, 687), (0.2, 959), (0.25, 1280), (0.3, 1621), (0.35, 2038),
-        (0.4, 2525), (0.45, 3129), (0.5, 3874), (0.55, 4787), (0.6, 5910), (0.65, 7264),
-        (0.7, 9044), (0.75, 11416), (0.8, 14832), (0.85, 19904), (0.9, 28758), (0.92, 34363),
-        (0.94, 42596), (0.95, 48085), (0.96, 55875), (0.97, 66614), (0.98, 83935), (0.985, 98095),
-        (0.99, 124603), (0.9925, 147476), (0.995, 191187), (0.9965, 252777), (0.998, 402767),
-        (0.9985, 688553), (0.999, 1119149), (0.9993, 1486409), (0.9995, 2103101),
-        (0.9997, 5131730), (0.9998, 6510386), (0.99985, 6831284), (0.9999, 11368060),
-        (0.99995, 14151728), (1.0, 23944620)],
+        (0.0, 0),
+        (0.0005, 10),
+        (0.001, 14),
+        (0.002, 26),
+        (0.005, 48),
+        (0.01, 73),
+        (0.02, 125),
+        (0.05, 254),
+        (0.1, 446),
+        (0.15, 687),
+        (0.2, 959),
+        (0.25, 1280),
+        (0.3, 1621),
+        (0.35, 2038),
+        (0.4, 2525),
+        (0.45, 3129),
+        (0.5, 3874),
+        (0.55, 4787),
+        (0.6, 5910),
+        (0.65, 7264),
+        (0.7, 9044),
+        (0.75, 11416),
+        (0.8, 14832),
+        (0.85, 19904),
+        (0.9, 28758),
+        (0.92, 34363),
+        (0.94, 42596),
+        (0.95, 48085),
+        (0.96, 55875),
+        (0.97, 66614),
+        (0.98, 83935),
+        (0.985, 98095),
+        (0.99, 124603),
+        (0.9925, 147476),
+        (0.995, 191187),
+        (0.9965, 252777),
+        (0.998, 402767),
+        (0.9985, 688553),
+        (0.999, 1119149),
+        (0.9993, 1486409),
+        (0.9995, 2103101),
+        (0.9997, 5131730),
+        (0.9998, 6510386),
+        (0.99985, 6831284),
+        (0.9999, 11368060),
+        (0.99995, 14151728),
+        (1.0, 23944620),
+    ],
     # basename length quantiles (characters)
-    "file_name_quantiles": [(0.0, 2), (0.01, 4), (0.1, 6), (0.25, 8), (0.5, 12), (0.75, 16),
-                            (0.9, 21), (0.99, 32), (1.0, 60)],
-    "dir_name_quantiles": [(0.0, 1), (0.01, 2), (0.1, 3), (0.25, 4), (0.5, 5), (0.75, 7),
-                           (0.9, 10), (0.99, 16), (1.0, 23)],
+    "file_name_quantiles": [
+        (0.0, 2),
+        (0.01, 4),
+        (0.1, 6),
+        (0.25, 8),
+        (0.5, 12),
+        (0.75, 16),
+        (0.9, 21),
+        (0.99, 32),
+        (1.0, 60),
+    ],
+    "dir_name_quantiles": [
+        (0.0, 1),
+        (0.01, 2),
+        (0.1, 3),
+        (0.25, 4),
+        (0.5, 5),
+        (0.75, 7),
+        (0.9, 10),
+        (0.99, 16),
+        (1.0, 23),
+    ],
 }
 
 NAME_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_-."
 POOL_BYTES = 1 << 20
-TOKENS = ["static", "int", "struct", "return", "if", "(", ")", "{", "}", ";", "*", "=", "->",
-          "unsigned", "long", "void", "const", "0", "1", "NULL", "err", "dev", "\n", "\n\t",
-          "\n\t\t", " ", " ", " ", "#include", "<linux/", ".h>", "/*", "*/", "u32", "ret", "goto"]
+TOKENS = [
+    "static",
+    "int",
+    "struct",
+    "return",
+    "if",
+    "(",
+    ")",
+    "{",
+    "}",
+    ";",
+    "*",
+    "=",
+    "->",
+    "unsigned",
+    "long",
+    "void",
+    "const",
+    "0",
+    "1",
+    "NULL",
+    "err",
+    "dev",
+    "\n",
+    "\n\t",
+    "\n\t\t",
+    " ",
+    " ",
+    " ",
+    "#include",
+    "<linux/",
+    ".h>",
+    "/*",
+    "*/",
+    "u32",
+    "ret",
+    "goto",
+]
 
 
 def total_entries():
@@ -88,6 +221,7 @@ def total_entries():
 
 
 # ---- drawing the tree --------------------------------------------------------------------------
+
 
 class Node:
     __slots__ = ("name", "kind", "size", "mode", "children", "target", "pool_offset", "parent", "depth")
@@ -116,6 +250,7 @@ def _from_buckets(rng, buckets, n):
         low, high, _ = buckets[min(bisect.bisect_left(edges, u), len(buckets) - 1)]
         value = low if low == high else min(high, int(low * ((high + 1) / low) ** rng.random()))
         return value, low, high
+
     return _stratified(rng, n, value_at)
 
 
@@ -239,8 +374,9 @@ def _add_symlinks(rng, dirs, files):
         common = 0
         while common < min(len(here), len(there) - 1) and here[common] == there[common]:
             common += 1
-        link = Node(_unique_name(rng, {c.name for c in directory.children},
-                                 MODEL["file_name_quantiles"]), "symlink", directory)
+        link = Node(
+            _unique_name(rng, {c.name for c in directory.children}, MODEL["file_name_quantiles"]), "symlink", directory
+        )
         link.mode = 0o777
         link.target = "/".join([".."] * (len(here) - common) + there[common:])
         directory.children.append(link)
@@ -262,6 +398,7 @@ def draw_tree(seed):
 
 
 # ---- writing the tarball -----------------------------------------------------------------------
+
 
 def text_pool(seed):
     """POOL_BYTES of seeded C-like text: file contents are slices of it."""
@@ -289,7 +426,7 @@ class PoolReader(io.RawIOBase):
         parts = []
         while n > 0:
             take = min(n, len(self.pool) - self.pos)
-            parts.append(self.pool[self.pos:self.pos + take])
+            parts.append(self.pool[self.pos : self.pos + take])
             self.pos = (self.pos + take) % len(self.pool)
             self.left -= take
             n -= take
@@ -329,6 +466,7 @@ def generate(path, seed, count=None, progress=None):
 
 
 # ---- measuring a real tree ---------------------------------------------------------------------
+
 
 def _bucket_histogram(values, exact_below=16):
     """[low, high, count] buckets: one per value below exact_below, then powers of two."""
@@ -373,14 +511,17 @@ def measure(tar_path):
                 symlinks += 1
     depths = max(depth_of.values()) + 1
     return {
-        "files": len(sizes), "dirs": len(depth_of), "symlinks": symlinks, "file_bytes": sum(sizes),
+        "files": len(sizes),
+        "dirs": len(depth_of),
+        "symlinks": symlinks,
+        "file_bytes": sum(sizes),
         "mtime": max(mtimes, key=mtimes.get),
         "exec_file_fraction": round(sum(modes) / len(modes), 6),
         "dirs_per_depth": [sum(1 for d in depth_of.values() if d == k) for k in range(depths)],
-        "files_per_depth": [sum(n for p, n in files_in.items() if depth_of.get(p) == k)
-                            for k in range(depths)],
-        "parents_per_depth": [sum(1 for p, d in depth_of.items() if d == k and subdirs_in[p])
-                              for k in range(depths - 1)],
+        "files_per_depth": [sum(n for p, n in files_in.items() if depth_of.get(p) == k) for k in range(depths)],
+        "parents_per_depth": [
+            sum(1 for p, d in depth_of.items() if d == k and subdirs_in[p]) for k in range(depths - 1)
+        ],
         "files_per_dir": _bucket_histogram(files_in.values()),
         "subdirs_per_parent": _bucket_histogram([n for n in subdirs_in.values() if n]),
         "size_quantiles": _quantiles(sizes, SIZE_PROBS),
@@ -397,8 +538,7 @@ def _compare(real_path, seed, out_path):
 
 
 def _main(argv):
-    ap = argparse.ArgumentParser(prog="python -m workloads.synthetic_tree",
-                                 description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m workloads.synthetic_tree", description=__doc__.split("\n\n")[0])
     ap.add_argument("--measure", metavar="TARBALL", help="print MODEL's figures for a real tarball")
     ap.add_argument("--compare", metavar="TARBALL", help="real vs synthetic figures side by side")
     ap.add_argument("--generate", metavar="OUT.tar", help="write the synthetic tarball")

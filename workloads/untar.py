@@ -24,8 +24,7 @@ import subprocess
 import tarfile
 
 from . import synthetic_tree
-from .common import (Progress, UsageError, WorkloadError, WorkloadParser, engine_path,
-                     parse_size, run_main, write_result)
+from .common import Progress, UsageError, WorkloadError, WorkloadParser, engine_path, parse_size, run_main, write_result
 
 NAME = "untar"
 PHASES = ["extract", "sync"]
@@ -33,7 +32,7 @@ UNIT = "entry"  # compare's unit of work: counts per archive entry (the result's
 DEFAULT_CACHE_DIR = "/var/tmp/fsprof/cache"
 KERNEL_SOURCES = "/usr/src/linux-source-*.tar.xz"
 GNU_TAR_RECORD = 10240  # GNU tar's default record (-b 20): its read and write size
-CACHE_FORMAT = 1        # bump when the cache's sidecar layout changes
+CACHE_FORMAT = 1  # bump when the cache's sidecar layout changes
 # The whole kernel tree takes about 1.5 GB on ext4: the scratch image this workload needs (for
 # `fsprof run` to use when --image-size is not given, once it reads workloads' IMAGE_SIZE).
 IMAGE_SIZE = "3G"
@@ -41,24 +40,42 @@ IMAGE_SIZE = "3G"
 
 def parser():
     ap = WorkloadParser(prog=NAME)
-    ap.add_argument("--files", default="all", metavar="N|FRACTION",
-                    help="extract only the first N entries, or this fraction of them (e.g. 0.1); default all")
-    ap.add_argument("--synthetic", action="store_true",
-                    help="use the seeded synthetic tree even when the kernel source is installed")
+    ap.add_argument(
+        "--files",
+        default="all",
+        metavar="N|FRACTION",
+        help="extract only the first N entries, or this fraction of them (e.g. 0.1); default all",
+    )
+    ap.add_argument(
+        "--synthetic",
+        action="store_true",
+        help="use the seeded synthetic tree even when the kernel source is installed",
+    )
     ap.add_argument("--seed", type=int, default=1, help="the synthetic tree's seed (default 1)")
     ap.add_argument("--source", help="the kernel source .tar.xz (default: the newest " + KERNEL_SOURCES + ")")
-    ap.add_argument("--cache-dir", default=DEFAULT_CACHE_DIR,
-                    help="where the plain tarball is kept between runs (default %(default)s)")
-    ap.add_argument("--record-size", type=parse_size, default=GNU_TAR_RECORD,
-                    help="file data is written in the pieces records of this size cut it into, as GNU "
-                         "tar's reads do (default 10240, GNU tar's -b 20)")
-    ap.add_argument("--no-same-owner", action="store_true",
-                    help="extract as GNU tar does for an ordinary user: files owned by the extracting "
-                         "user, modes masked by the umask (default as root: owners and modes restored)")
+    ap.add_argument(
+        "--cache-dir",
+        default=DEFAULT_CACHE_DIR,
+        help="where the plain tarball is kept between runs (default %(default)s)",
+    )
+    ap.add_argument(
+        "--record-size",
+        type=parse_size,
+        default=GNU_TAR_RECORD,
+        help="file data is written in the pieces records of this size cut it into, as GNU "
+        "tar's reads do (default 10240, GNU tar's -b 20)",
+    )
+    ap.add_argument(
+        "--no-same-owner",
+        action="store_true",
+        help="extract as GNU tar does for an ordinary user: files owned by the extracting "
+        "user, modes masked by the umask (default as root: owners and modes restored)",
+    )
     return ap
 
 
 # ---- parameters ---------------------------------------------------------------------------------
+
 
 def files_spec(text):
     """'all' -> None; '2000' -> 2000 (entries); '0.1' -> 0.1 (a fraction of the tree)."""
@@ -110,10 +127,13 @@ def entries_wanted(spec, total, tree_name):
 
 # ---- the tarball: cached plain tar of the kernel source, or the synthetic tree -------------------
 
+
 def newest_kernel_source():
     """The highest-versioned /usr/src/linux-source-*.tar.xz, or None."""
+
     def version(path):
         return [int(n) for n in re.findall(r"\d+", os.path.basename(path))]
+
     found = sorted(glob.glob(KERNEL_SOURCES), key=version)
     return found[-1] if found else None
 
@@ -138,7 +158,8 @@ def remove_stale_files(cache_dir):
         tmp = re.fullmatch(r"\..+\.(\d+)\.tmp", name)
         old = re.match(r"synthetic-v(\d+)-", name)
         if (tmp and not os.path.exists(f"/proc/{tmp.group(1)}")) or (
-                old and int(old.group(1)) != synthetic_tree.GENERATOR_VERSION):
+            old and int(old.group(1)) != synthetic_tree.GENERATOR_VERSION
+        ):
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(cache_dir, name))
 
@@ -192,16 +213,21 @@ def kernel_tarball(source, cache_dir):
     tar_path = os.path.join(cache_dir, os.path.basename(source).removesuffix(".xz"))
     st = os.stat(source)
     meta = read_sidecar(tar_path)
-    if meta and [meta["source"], meta["source_bytes"], meta["source_mtime_ns"]] == [source, st.st_size,
-                                                                                     st.st_mtime_ns]:
+    if meta and [meta["source"], meta["source_bytes"], meta["source_mtime_ns"]] == [source, st.st_size, st.st_mtime_ns]:
         return tar_path, meta
     progress = Progress(f"{NAME}: decompressing {os.path.basename(source)} into {cache_dir}", after=0.5)
     try:
         decompress(source, tar_path, progress)
         progress.update("counting entries")
-        meta = {"cache_format": CACHE_FORMAT, "kind": "kernel", "source": source,
-                "source_bytes": st.st_size, "source_mtime_ns": st.st_mtime_ns,
-                "tar_bytes": os.path.getsize(tar_path), **count_entries(tar_path)}
+        meta = {
+            "cache_format": CACHE_FORMAT,
+            "kind": "kernel",
+            "source": source,
+            "source_bytes": st.st_size,
+            "source_mtime_ns": st.st_mtime_ns,
+            "tar_bytes": os.path.getsize(tar_path),
+            **count_entries(tar_path),
+        }
         write_json_atomically(tar_path + ".json", meta)
     finally:
         progress.done()
@@ -213,26 +239,34 @@ def synthetic_tarball(seed, entries, cache_dir):
     cached, serves any count: the first N entries of it are the tree of N entries."""
     stem = f"synthetic-v{synthetic_tree.GENERATOR_VERSION}-seed{seed}"
     full = os.path.join(cache_dir, f"{stem}.tar")
-    if (meta := read_sidecar(full)):
+    if meta := read_sidecar(full):
         for partial in glob.glob(os.path.join(cache_dir, f"{stem}-first*.tar*")):  # served by the full tree
             with contextlib.suppress(OSError):
                 os.unlink(partial)
         return full, meta
     total = synthetic_tree.total_entries()
     tar_path = full if entries >= total else os.path.join(cache_dir, f"{stem}-first{entries}.tar")
-    if (meta := read_sidecar(tar_path)):
+    if meta := read_sidecar(tar_path):
         return tar_path, meta
     progress = Progress(f"{NAME}: generating the synthetic tree (seed {seed}) into {cache_dir}", after=0.5)
     try:
         with atomic_output(tar_path) as tmp:
             counts = synthetic_tree.generate(
-                tmp, seed, None if entries >= total else entries,
-                progress=lambda done, n: progress.update(f"{done:,}/{n:,} entries"))
+                tmp,
+                seed,
+                None if entries >= total else entries,
+                progress=lambda done, n: progress.update(f"{done:,}/{n:,} entries"),
+            )
             with open(tmp, "rb+") as f:
                 os.fsync(f.fileno())
-        meta = {"cache_format": CACHE_FORMAT, "kind": "synthetic", "seed": seed,
-                "generator_version": synthetic_tree.GENERATOR_VERSION,
-                "tar_bytes": os.path.getsize(tar_path), **counts}
+        meta = {
+            "cache_format": CACHE_FORMAT,
+            "kind": "synthetic",
+            "seed": seed,
+            "generator_version": synthetic_tree.GENERATOR_VERSION,
+            "tar_bytes": os.path.getsize(tar_path),
+            **counts,
+        }
         write_json_atomically(tar_path + ".json", meta)
     finally:
         progress.done()
@@ -251,20 +285,25 @@ def prepare_tree(args):
         total = synthetic_tree.total_entries()
         wanted = entries_wanted(spec, total, "the synthetic tree")
         tar_path, meta = synthetic_tarball(args.seed, wanted, args.cache_dir)
-        why = ("asked for with --synthetic" if args.synthetic
-               else f"there is no {KERNEL_SOURCES} (Debian package linux-source-6.1)")
+        why = (
+            "asked for with --synthetic"
+            if args.synthetic
+            else f"there is no {KERNEL_SOURCES} (Debian package linux-source-6.1)"
+        )
         return tar_path, meta, wanted, why
     except OSError as e:
-        raise WorkloadError(f"{NAME}: cannot prepare the tarball in the cache directory {args.cache_dir}: "
-                            f"{e.strerror or e} (the kernel tree needs about 1.4 GB there)")
+        raise WorkloadError(
+            f"{NAME}: cannot prepare the tarball in the cache directory {args.cache_dir}: "
+            f"{e.strerror or e} (the kernel tree needs about 1.4 GB there)"
+        )
 
 
 # ---- the measured part: the engine ---------------------------------------------------------------
 
+
 def run_engine(tar_path, entries, args):
     progress = Progress(f"{NAME}: extracting")
-    argv = [engine_path("untar"), "--tar", tar_path, "--entries", str(entries),
-            "--record-size", str(args.record_size)]
+    argv = [engine_path("untar"), "--tar", tar_path, "--entries", str(entries), "--record-size", str(args.record_size)]
     argv += ["--progress"] if progress.tty else []
     argv += ["--no-owner"] if args.no_same_owner else []
     last = None
@@ -301,13 +340,17 @@ def failure_sentence(error, entries, meta):
     if error["errname"] == "EDQUOT":
         what = "quota"
     data = f" and {human_bytes(meta['bytes'])} of file data" if entries == meta["entries"] else ""
-    hint = {"inodes": "more inodes: fsprof run --mkfs-options, --image-size",
-            "space": "fsprof run --image-size 3G holds the whole kernel tree",
-            "quota": "a larger quota"}[what]
-    return (f"{NAME}: the filesystem ran out of {what} {where} (creating {error['path']}): "
-            f"inodes {inodes_used:,}/{st.f_files:,} used, space {human_bytes(bytes_used)}/"
-            f"{human_bytes(st.f_blocks * st.f_frsize)} used; these {entries:,} entries need "
-            f"{entries:,} inodes{data} ({hint}).")
+    hint = {
+        "inodes": "more inodes: fsprof run --mkfs-options, --image-size",
+        "space": "fsprof run --image-size 3G holds the whole kernel tree",
+        "quota": "a larger quota",
+    }[what]
+    return (
+        f"{NAME}: the filesystem ran out of {what} {where} (creating {error['path']}): "
+        f"inodes {inodes_used:,}/{st.f_files:,} used, space {human_bytes(bytes_used)}/"
+        f"{human_bytes(st.f_blocks * st.f_frsize)} used; these {entries:,} entries need "
+        f"{entries:,} inodes{data} ({hint})."
+    )
 
 
 def main(args):
@@ -324,18 +367,46 @@ def main(args):
 def build_result(args, tar_path, meta, entries, synthetic_why, raw):
     extract_s = raw["extract_ns"] / 1e9
     return {
-        "workload": NAME, "phases": PHASES,
-        "params": {"files": args.files, "entries_requested": entries,
-                   "synthetic": synthetic_why is not None, "seed": args.seed if synthetic_why else None,
-                   "cache_dir": args.cache_dir, "record_size": args.record_size,
-                   "same_owner": raw["restore_owner"]},
-        "tree": {"kind": meta["kind"], "synthetic_because": synthetic_why, "source": meta.get("source"),
-                 "entries": synthetic_tree.total_entries() if synthetic_why else meta["entries"],
-                 "tarball": tar_path, "tarball_entries": meta["entries"],
-                 "tarball_file_bytes": meta["bytes"]},
-        **{k: raw[k] for k in ("entries", "files", "dirs", "symlinks", "hardlinks", "other", "bytes",
-                               "warnings", "extract_ns", "extract_cpu_ns", "sync_ns", "dirty_kb",
-                               "writeback_kb", "dirty_after_sync_kb", "writeback_after_sync_kb")},
+        "workload": NAME,
+        "phases": PHASES,
+        "params": {
+            "files": args.files,
+            "entries_requested": entries,
+            "synthetic": synthetic_why is not None,
+            "seed": args.seed if synthetic_why else None,
+            "cache_dir": args.cache_dir,
+            "record_size": args.record_size,
+            "same_owner": raw["restore_owner"],
+        },
+        "tree": {
+            "kind": meta["kind"],
+            "synthetic_because": synthetic_why,
+            "source": meta.get("source"),
+            "entries": synthetic_tree.total_entries() if synthetic_why else meta["entries"],
+            "tarball": tar_path,
+            "tarball_entries": meta["entries"],
+            "tarball_file_bytes": meta["bytes"],
+        },
+        **{
+            k: raw[k]
+            for k in (
+                "entries",
+                "files",
+                "dirs",
+                "symlinks",
+                "hardlinks",
+                "other",
+                "bytes",
+                "warnings",
+                "extract_ns",
+                "extract_cpu_ns",
+                "sync_ns",
+                "dirty_kb",
+                "writeback_kb",
+                "dirty_after_sync_kb",
+                "writeback_after_sync_kb",
+            )
+        },
         "sync_call": "syncfs",
         "elapsed_ns": raw["extract_ns"] + raw["sync_ns"],
         "entries_per_s": raw["entries"] / extract_s if extract_s else None,
@@ -347,12 +418,21 @@ def build_result(args, tar_path, meta, entries, synthetic_why, raw):
 def render(result):
     tree = result["tree"]
     name = os.path.basename(tree["tarball"])
-    origin = (f"SYNTHETIC tree, seed {result['params']['seed']}: {tree['synthetic_because']}"
-              if tree["kind"] == "synthetic" else f"from {tree['source']}")
-    part = ("all entries" if result["entries"] == tree["entries"]
-            else f"first {result['entries']:,} of {tree['entries']:,} entries")
-    owner = ("owners, modes and mtimes restored" if result["params"]["same_owner"]
-             else "mtimes restored, modes under the umask")
+    origin = (
+        f"SYNTHETIC tree, seed {result['params']['seed']}: {tree['synthetic_because']}"
+        if tree["kind"] == "synthetic"
+        else f"from {tree['source']}"
+    )
+    part = (
+        "all entries"
+        if result["entries"] == tree["entries"]
+        else f"first {result['entries']:,} of {tree['entries']:,} entries"
+    )
+    owner = (
+        "owners, modes and mtimes restored"
+        if result["params"]["same_owner"]
+        else "mtimes restored, modes under the umask"
+    )
     lines = [
         f"untar: {name} ({origin}), {part}; as GNU tar -xf: {owner}",
         f"  extracted  {result['entries']:,} entries ({result['files']:,} files, {result['dirs']:,} dirs, "

@@ -40,8 +40,11 @@ def workers(fs, records, stacks, names, runs=()):
                 b["oncpu_ns"] = max(b["wall_ns"] - b["offcpu_ns"], 0)
                 b["requests"] = attribution.merge_requests(r["requests"] for r in rs)
             return b
-        out[kind] = {"all": part(), "phases": {_name(names, i): part(i)
-                                               for i in sorted({r["phase"] for r in mine + made})}}
+
+        out[kind] = {
+            "all": part(),
+            "phases": {_name(names, i): part(i) for i in sorted({r["phase"] for r in mine + made})},
+        }
     return out
 
 
@@ -52,16 +55,24 @@ def _records(raw, target):
     sb_dev = target.sb_dev
     mine = lambda recs: [r for r in recs if r["dev"] == sb_dev]  # noqa: E731
     ours = lambda recs: [r for r in recs if r["dev"] == sb_dev or r["dev"] in target.block_devs]  # noqa: E731
-    return {"ops": mine(raw["ops"]), "unresolved": [r for r in raw["ops"] if r["dev"] == 0],
-            "offcpu": attribution.split_unwalked(mine(raw["offcpu"])), "samples": mine(raw["samples"]),
-            "workers": attribution.split_unwalked(ours(raw.get("workers", []))),
-            "worker_runs": ours(raw.get("worker_runs", [])), "op_requests": mine(raw.get("op_requests", []))}
+    return {
+        "ops": mine(raw["ops"]),
+        "unresolved": [r for r in raw["ops"] if r["dev"] == 0],
+        "offcpu": attribution.split_unwalked(mine(raw["offcpu"])),
+        "samples": mine(raw["samples"]),
+        "workers": attribution.split_unwalked(ours(raw.get("workers", []))),
+        "worker_runs": ours(raw.get("worker_runs", [])),
+        "op_requests": mine(raw.get("op_requests", [])),
+    }
 
 
 def _stacks(raw, recs):
     """The symbolised stacks the records (and the behind modules) name."""
-    used = {r["stack"] for r in recs["offcpu"] + recs["samples"] + recs["workers"]} | \
-        {r["waker_stack"] for r in recs["offcpu"]} | set(behind.stack_ids(raw.get("behind", {})))
+    used = (
+        {r["stack"] for r in recs["offcpu"] + recs["samples"] + recs["workers"]}
+        | {r["waker_stack"] for r in recs["offcpu"]}
+        | set(behind.stack_ids(raw.get("behind", {})))
+    )
     return symbols.symbolize({sid: a for sid, a in raw["stacks"].items() if sid in used})
 
 
@@ -71,17 +82,24 @@ def _phase(raw, recs, fs, index, stacks, spans):
     breakdown = {}
     for op, wall in p_ops.items():
         breakdown[op] = attribution.attribute(
-            fs, wall, [r for r in recs["offcpu"] if r["phase"] == index and r["op"] == op],
-            [r for r in recs["samples"] if r["phase"] == index and r["op"] == op], stacks, spans.get((index, op)))
+            fs,
+            wall,
+            [r for r in recs["offcpu"] if r["phase"] == index and r["op"] == op],
+            [r for r in recs["samples"] if r["phase"] == index and r["op"] == op],
+            stacks,
+            spans.get((index, op)),
+        )
         if raw.get("requests_per_op", False):  # none of the per-op requests where the kernel lacks block_getrq
             breakdown[op]["requests"] = attribution.merge_requests(
-                r["requests"] for r in recs["op_requests"] if r["phase"] == index and r["op"] == op)
+                r["requests"] for r in recs["op_requests"] if r["phase"] == index and r["op"] == op
+            )
     return {
         "index": index,
         "syscalls": {op: hist.summarize(r) for op, r in sorted(p_ops.items())},
         # The traced processes' ops with no filesystem told (io_uring_enter, io_submit, sync, ...).
-        "unresolved_syscalls": {r["op"]: hist.summarize(r) for r in sorted(recs["unresolved"], key=lambda r: r["op"])
-                                if r["phase"] == index},
+        "unresolved_syscalls": {
+            r["op"]: hist.summarize(r) for r in sorted(recs["unresolved"], key=lambda r: r["op"]) if r["phase"] == index
+        },
         "attribution": breakdown,
         "block": {dev: by_phase.get(index, {}) for dev, by_phase in raw["block"].items()},
     }
@@ -92,8 +110,10 @@ def _phases(raw, recs, fs, names, end_ns, stacks, spans):
     indexes = {r["phase"] for r in recs["ops"] + recs["unresolved"]} | {i for dev in raw["block"].values() for i in dev}
     phases = {_name(names, index): _phase(raw, recs, fs, index, stacks, spans) for index in sorted(indexes)}
     for name, secs in phase_elapsed(raw["phase_start_ns"], names, end_ns).items():
-        phases.setdefault(name, {"index": names.index(name), "syscalls": {}, "unresolved_syscalls": {},
-                                 "attribution": {}, "block": {}})
+        phases.setdefault(
+            name,
+            {"index": names.index(name), "syscalls": {}, "unresolved_syscalls": {}, "attribution": {}, "block": {}},
+        )
         phases[name]["elapsed_s"] = secs
     return dict(sorted(phases.items(), key=lambda kv: kv[1]["index"]))
 
@@ -114,11 +134,29 @@ def _trace(raw, recs, stacks):
     """The aggregates the figures come from, for flame graphs and re-analysis."""
     return {
         "sample_hz": raw["sample_hz"],
-        "offcpu": [{k: r[k] for k in ("phase", "op", "stack", "runnable", "waker_stack", "waker_comm",
-                                      "count", "total_ns", "estimated_ns") if k in r} for r in recs["offcpu"]],
+        "offcpu": [
+            {
+                k: r[k]
+                for k in (
+                    "phase",
+                    "op",
+                    "stack",
+                    "runnable",
+                    "waker_stack",
+                    "waker_comm",
+                    "count",
+                    "total_ns",
+                    "estimated_ns",
+                )
+                if k in r
+            }
+            for r in recs["offcpu"]
+        ],
         "samples": [{k: r[k] for k in ("phase", "op", "stack", "count")} for r in recs["samples"]],
-        "workers": [{k: r[k] for k in ("phase", "kind", "stack", "runnable", "count", "total_ns", "estimated_ns")
-                     if k in r} for r in recs["workers"]],
+        "workers": [
+            {k: r[k] for k in ("phase", "kind", "stack", "runnable", "count", "total_ns", "estimated_ns") if k in r}
+            for r in recs["workers"]
+        ],
         "stacks": {str(k): v for k, v in stacks.items()},
     }
 
@@ -140,10 +178,13 @@ def assemble(raw, target, names, end_ns):
         # The model's own error bar: the share of off-CPU time no rule explained.
         "other_wait_share": other / off if off else 0.0,
         "syscalls": {op: hist.merge([r for r in ops if r["op"] == op]) for op in all_ops},
-        "unresolved_syscalls": {op: hist.merge([r for r in unresolved if r["op"] == op])
-                                for op in sorted({r["op"] for r in unresolved})},
-        "attribution": {op: attribution.merge([p["attribution"][op] for p in phases.values()
-                                               if op in p["attribution"]]) for op in all_ops},
+        "unresolved_syscalls": {
+            op: hist.merge([r for r in unresolved if r["op"] == op]) for op in sorted({r["op"] for r in unresolved})
+        },
+        "attribution": {
+            op: attribution.merge([p["attribution"][op] for p in phases.values() if op in p["attribution"]])
+            for op in all_ops
+        },
         "phases": phases,
         "block": _block_totals(raw),
         "trace": _trace(raw, recs, stacks),
@@ -152,10 +193,17 @@ def assemble(raw, target, names, end_ns):
     if raw.get("stack_sampling"):
         estimated = sum(b.get("offcpu_estimated_ns", 0) for b in breakdowns)
         entry["stack_sampling"] = {**raw["stack_sampling"], "estimated_share": estimated / off if off else 0.0}
-    ctx = behind.Context(fs=fs, sb_dev=sb_dev, block_devs=target.block_devs, phase_names=list(names),
-                         elapsed_s=sum(p.get("elapsed_s", 0) for p in phases.values()), syscalls=entry["syscalls"],
-                         phases=phases, workers=workers(fs, recs["workers"], stacks, names, recs["worker_runs"]),
-                         stacks=stacks)
+    ctx = behind.Context(
+        fs=fs,
+        sb_dev=sb_dev,
+        block_devs=target.block_devs,
+        phase_names=list(names),
+        elapsed_s=sum(p.get("elapsed_s", 0) for p in phases.values()),
+        syscalls=entry["syscalls"],
+        phases=phases,
+        workers=workers(fs, recs["workers"], stacks, names, recs["worker_runs"]),
+        stacks=stacks,
+    )
     entry["behind"] = {m.NAME: m.summarize(raw.get("behind", {}).get(m.NAME, {}), ctx) for m in behind.MODULES}
     entry["behind"]["workers"] = ctx.workers
     return entry

@@ -45,7 +45,7 @@ class Rule:
         """frames: innermost first. True when a frame matches and (if `within`) an outer one does too."""
         for i, f in enumerate(frames):
             if self.frames.match(f):
-                if self.within is None or any(self.within.match(g) for g in frames[i + 1:]):
+                if self.within is None or any(self.within.match(g) for g in frames[i + 1 :]):
                     return True
         return False
 
@@ -57,13 +57,18 @@ class Rules:
         common = tomllib.loads((RULES_DIR / "common.toml").read_text())
         own_name = RULE_TABLE_OF.get(fs)
         own = tomllib.loads((RULES_DIR / f"{own_name}.toml").read_text()) if own_name else {}
-        self.offcpu = sorted([Rule(s, "common") for s in common.get("offcpu", [])] +
-                             [Rule(s, own_name) for s in own.get("offcpu", [])], key=lambda r: r.order)
-        self.oncpu = [Rule(s, own_name) for s in own.get("oncpu", [])] + \
-                     [Rule(s, "common") for s in common.get("oncpu", [])]
+        self.offcpu = sorted(
+            [Rule(s, "common") for s in common.get("offcpu", [])] + [Rule(s, own_name) for s in own.get("offcpu", [])],
+            key=lambda r: r.order,
+        )
+        self.oncpu = [Rule(s, own_name) for s in own.get("oncpu", [])] + [
+            Rule(s, "common") for s in common.get("oncpu", [])
+        ]
         # Filesystem workers' own off-CPU time inside their windows (a jbd2 commit, ...).
-        self.worker = sorted([Rule(s, "common") for s in common.get("worker", [])] +
-                             [Rule(s, own_name) for s in own.get("worker", [])], key=lambda r: r.order)
+        self.worker = sorted(
+            [Rule(s, "common") for s in common.get("worker", [])] + [Rule(s, own_name) for s in own.get("worker", [])],
+            key=lambda r: r.order,
+        )
         self.generic = _patterns(common.get("generic_frames", []))
         self.fs_frames = _patterns(own.get("fs_frames", []))
 
@@ -106,8 +111,19 @@ def rules_for(fs):
 
 
 # A wakeup from interrupt context runs on whatever task the interrupt found: its stack shows it.
-_IRQ_FRAMES = _patterns(["asm_sysvec_*", "asm_common_interrupt", "common_interrupt", "sysvec_*",
-                         "__irq_exit_rcu", "irq_exit_rcu", "handle_softirqs", "__do_softirq", "do_softirq*"])
+_IRQ_FRAMES = _patterns(
+    [
+        "asm_sysvec_*",
+        "asm_common_interrupt",
+        "common_interrupt",
+        "sysvec_*",
+        "__irq_exit_rcu",
+        "irq_exit_rcu",
+        "handle_softirqs",
+        "__do_softirq",
+        "do_softirq*",
+    ]
+)
 _KWORKER_SUFFIX = re.compile(r"^(kworker/[^:]*):.*$")
 
 
@@ -223,8 +239,12 @@ def attribute(fs, wall, offcpu, samples, stacks, spans=None):
             causes[UNSAMPLED_CPU] = causes.get(UNSAMPLED_CPU, 0) + on_ns
     total = sum(causes.values())
     out = {
-        "count": wall["count"], "wall_ns": wall["total_ns"], "offcpu_ns": off_ns, "offcpu_intervals": off_count,
-        "oncpu_ns": max(wall["total_ns"] - off_ns, 0), "oncpu_samples": sum(r["count"] for r in samples),
+        "count": wall["count"],
+        "wall_ns": wall["total_ns"],
+        "offcpu_ns": off_ns,
+        "offcpu_intervals": off_count,
+        "oncpu_ns": max(wall["total_ns"] - off_ns, 0),
+        "oncpu_samples": sum(r["count"] for r in samples),
         "causes": dict(sorted(causes.items(), key=lambda kv: -kv[1])),
         "other_wait_frames": dict(sorted(other.items(), key=lambda kv: -kv[1])),
         # Who ended the blocked time of each cause: {cause: {waker: ns}}.
@@ -256,9 +276,12 @@ def attribute_worker(fs, offcpu, stacks):
             other[detail] = other.get(detail, 0) + rec["total_ns"]
         off_ns += rec["total_ns"]
         count += rec["count"]
-    out = {"offcpu_ns": off_ns, "offcpu_intervals": count,
-           "causes": dict(sorted(causes.items(), key=lambda kv: -kv[1])),
-           "other_wait_frames": dict(sorted(other.items(), key=lambda kv: -kv[1]))}
+    out = {
+        "offcpu_ns": off_ns,
+        "offcpu_intervals": count,
+        "causes": dict(sorted(causes.items(), key=lambda kv: -kv[1])),
+        "other_wait_frames": dict(sorted(other.items(), key=lambda kv: -kv[1])),
+    }
     estimated = sum(rec.get("estimated_ns", 0) for rec in offcpu)
     if estimated:
         out["offcpu_estimated_ns"] = estimated
@@ -279,8 +302,18 @@ def merge_requests(parts):
 def merge(breakdowns):
     """Sum of several breakdowns of the same syscall (e.g. over phases)."""
     breakdowns = list(breakdowns)
-    out = {"count": 0, "wall_ns": 0, "offcpu_ns": 0, "offcpu_intervals": 0, "oncpu_ns": 0, "oncpu_samples": 0,
-           "causes": {}, "other_wait_frames": {}, "wakers": {}, "waits": {}}
+    out = {
+        "count": 0,
+        "wall_ns": 0,
+        "offcpu_ns": 0,
+        "offcpu_intervals": 0,
+        "oncpu_ns": 0,
+        "oncpu_samples": 0,
+        "causes": {},
+        "other_wait_frames": {},
+        "wakers": {},
+        "waits": {},
+    }
     if breakdowns and all("requests" in b for b in breakdowns):
         out["requests"] = merge_requests(b["requests"] for b in breakdowns)
     for b in breakdowns:

@@ -34,15 +34,16 @@ from .evidence import elsewhere_pairs, evidence_pairs, assign_evidence, mechanis
 # wait has none: the fsync waits for iclog I/O the CIL push submits but does not wait on): a
 # column of causes.py.
 WORKER_OF_CAUSE = {c.name: c.worker for c in CAUSES.values() if c.worker}
-MIN_SHARE = 0.05       # below 5% of the op's time (and 1 us) a cause "does not differ"
+MIN_SHARE = 0.05  # below 5% of the op's time (and 1 us) a cause "does not differ"
 MIN_US = 1.0
 
 
 @dataclass
 class Group:
     """One configuration: one filesystem entry, or its repeats."""
+
     name: str
-    entries: list = field(default_factory=list)   # (result, fs entry)
+    entries: list = field(default_factory=list)  # (result, fs entry)
 
     @property
     def fs(self):
@@ -111,8 +112,14 @@ def namesakes(paths, fs_filter=None):
     path] per filesystem], so that ext4 is set against ext4 and XFS against XFS; None otherwise."""
     if len(paths) < 2 or not all((Path(p) / RESULT_FILE).is_file() for p in paths):
         return None
-    labels = [[fs["label"] for fs in load(p)["filesystems"]
-               if not fs_filter or fs["label"] in fs_filter or fs["fs"] in fs_filter] for p in paths]
+    labels = [
+        [
+            fs["label"]
+            for fs in load(p)["filesystems"]
+            if not fs_filter or fs["label"] in fs_filter or fs["fs"] in fs_filter
+        ]
+        for p in paths
+    ]
     if len(labels[0]) < 2 or any(sorted(ls) != sorted(labels[0]) for ls in labels):
         return None
     return [groups_of([Path(p) / label for p in paths]) for label in labels[0]]
@@ -134,16 +141,18 @@ def by_workload(groups):
     for g in groups:
         kinds = {_workload_of(r) for r, _ in g.entries}
         if len(kinds) > 1:
-            raise FsprofError(f"{g.name} names runs of different workloads; give their directories apart",
-                              exit_code=2)
+            raise FsprofError(f"{g.name} names runs of different workloads; give their directories apart", exit_code=2)
         found.setdefault(kinds.pop(), (_workload_name(g.entries[0][0]), []))[1].append(g)
     return list(found.values())
 
 
 def _plain_runs(paths):
     """Whether every path is one run's directory, or one filesystem of one (not a spec's output)."""
-    return all((Path(p) / RESULT_FILE).is_file() or
-               ((Path(p).parent / RESULT_FILE).is_file() and not (Path(p) / INDEX_FILE).is_file()) for p in paths)
+    return all(
+        (Path(p) / RESULT_FILE).is_file()
+        or ((Path(p).parent / RESULT_FILE).is_file() and not (Path(p) / INDEX_FILE).is_file())
+        for p in paths
+    )
 
 
 def _command_words(result):
@@ -158,8 +167,10 @@ def workload_difference(results):
     {"name": [...], "words": [[base's], [other's], ...]}, the shared words left out."""
     runs = [_command_words(r) for r in results]
     shared = set(runs[0]).intersection(*runs[1:])
-    return {"name": [" ".join(words) for words in runs],
-            "words": [[w for w in words if w not in shared] for words in runs]}
+    return {
+        "name": [" ".join(words) for words in runs],
+        "words": [[w for w in words if w not in shared] for words in runs],
+    }
 
 
 def _gib(n):
@@ -213,8 +224,11 @@ def main_op(groups, op=None):
         raise FsprofError("these runs traced no filesystem syscall", exit_code=2)
     # The op with the most time among those every configuration made (a run of another command
     # may make ops the base never did).
-    common = [name for name in ops if all(any(fs["attribution"].get(name, {}).get("count") for _, fs in g.entries)
-                                          for g in groups)]
+    common = [
+        name
+        for name in ops
+        if all(any(fs["attribution"].get(name, {}).get("count") for _, fs in g.entries) for g in groups)
+    ]
     return max(common or ops, key=ops.get)
 
 
@@ -276,21 +290,36 @@ def phase_view(fs, phase):
     give no per-op evidence; the phase's evidence is its own block requests."""
     p = fs.get("phases", {}).get(phase)
     if p is None:
-        raise FsprofError(f"{fs['label']} has no phase {phase!r}; it has {', '.join(fs.get('phases', {}))}",
-                          exit_code=2)
+        raise FsprofError(
+            f"{fs['label']} has no phase {phase!r}; it has {', '.join(fs.get('phases', {}))}", exit_code=2
+        )
     zero = {"count": 0, "bytes": 0}  # a phase lists only the classes it issued
-    block = {dev: {cls: p["block"].get(dev, {}).get(cls, zero) for cls in classes}
-             for dev, classes in fs["block"].items()}
-    return {**fs, "attribution": p["attribution"], "syscalls": p["syscalls"], "block": block,
-            "unresolved_syscalls": p.get("unresolved_syscalls", {}), "workload_cpu": None,
-            "elapsed_s": p.get("elapsed_s", 0.0), "phases": {}, "phase_view": phase}
+    block = {
+        dev: {cls: p["block"].get(dev, {}).get(cls, zero) for cls in classes} for dev, classes in fs["block"].items()
+    }
+    return {
+        **fs,
+        "attribution": p["attribution"],
+        "syscalls": p["syscalls"],
+        "block": block,
+        "unresolved_syscalls": p.get("unresolved_syscalls", {}),
+        "workload_cpu": None,
+        "elapsed_s": p.get("elapsed_s", 0.0),
+        "phases": {},
+        "phase_view": phase,
+    }
 
 
 def compare_pair(base, other, op, unit=None):
     """The explanation of `other` against `base` as plain data: the workload's time first."""
-    lat = lambda fs: fs["attribution"][op]["wall_ns"] / fs["attribution"][op]["count"] / 1e3 \
-        if fs["attribution"].get(op, {}).get("count") else None  # noqa: E731
-    p50 = lambda fs: fs["syscalls"].get(op, {}).get("p50_ns", 0) / 1e3  # noqa: E731
+
+    def lat(fs):
+        att = fs["attribution"].get(op, {})
+        return att["wall_ns"] / att["count"] / 1e3 if att.get("count") else None
+
+    def p50(fs):
+        return fs["syscalls"].get(op, {}).get("p50_ns", 0) / 1e3
+
     p99 = lambda fs: fs["syscalls"].get(op, {}).get("p99_ns", 0) / 1e3  # noqa: E731
     a, b = base.mean(lat), other.mean(lat)
     if a is None or b is None:
@@ -305,22 +334,30 @@ def compare_pair(base, other, op, unit=None):
             for cause, us in expanded_causes(fs, op).items():
                 causes.setdefault(cause, [0.0, 0.0])[side] += us / len(g.entries)
     cmp = {
-        "base": base.name, "other": other.name, "op": op, "repeats": min(len(base.entries), len(other.entries)),
-        "workload_time": workload_time.decompose([fs for _, fs in base.entries], [fs for _, fs in other.entries],
-                                                 unit),
-        "us_per_op": [a, b], "ratio": _ratio(a, b), "us_per_repeat": per_repeat,
+        "base": base.name,
+        "other": other.name,
+        "op": op,
+        "repeats": min(len(base.entries), len(other.entries)),
+        "workload_time": workload_time.decompose([fs for _, fs in base.entries], [fs for _, fs in other.entries], unit),
+        "us_per_op": [a, b],
+        "ratio": _ratio(a, b),
+        "us_per_repeat": per_repeat,
         "statistics": {k: verdict[k] for k in ("median", "p", "ratio_ci", "separated", "measured")},
         "significant": verdict["significant"],
-        "p50_us": [base.mean(p50), other.mean(p50)], "p99_us": [base.mean(p99), other.mean(p99)],
+        "p50_us": [base.mean(p50), other.mean(p50)],
+        "p99_us": [base.mean(p99), other.mean(p99)],
         "elapsed_s": [base.mean(lambda fs: fs["elapsed_s"]), other.mean(lambda fs: fs["elapsed_s"])],
         **decompose(causes, b - a, threshold),
         "phases": phase_times(base, other),
         "settings_differ": settings_difference(base, other),
         "evidence": evidence_pairs(base, other, op),
         # How each side did its I/O per call, where its calls own the device's requests.
-        "mechanism": [mechanism(g.entries[0][1], op) if all(owns_the_device(fs, op) for h in (base, other)
-                                                            for _, fs in h.entries) else None
-                      for g in (base, other)],
+        "mechanism": [
+            mechanism(g.entries[0][1], op)
+            if all(owns_the_device(fs, op) for h in (base, other) for _, fs in h.entries)
+            else None
+            for g in (base, other)
+        ],
         **dict(zip(("elsewhere", "elsewhere_not_linkable", "kernel_threads"), elsewhere_pairs(base, other, op))),
     }
     cmp["evidence_by_cause"] = assign_evidence(cmp)
@@ -340,21 +377,29 @@ def decompose(causes, diff, threshold):
     for c, (x, y) in ranked:
         d = y - x
         if abs(d) >= threshold:
-            listed.append({"cause": c, "us_per_op": [x, y], "diff_us": d,
-                           "share_of_gross": d / up if d > 0 else -d / down})
+            listed.append(
+                {"cause": c, "us_per_op": [x, y], "diff_us": d, "share_of_gross": d / up if d > 0 else -d / down}
+            )
         elif max(x, y) >= MIN_US or d:
             rest.append({"cause": c, "us_per_op": [x, y], "diff_us": d})
     explained = sum(y - x for _, (x, y) in ranked)
-    return {"causes": listed, "not_different": rest, "gross_us": [up, down],
-            "not_different_us": sum(r["diff_us"] for r in rest), "residual_us": diff - explained}
+    return {
+        "causes": listed,
+        "not_different": rest,
+        "gross_us": [up, down],
+        "not_different_us": sum(r["diff_us"] for r in rest),
+        "residual_us": diff - explained,
+    }
 
 
 # Causes whose time a loop device over a buffered file does not measure as a disk would.
 FLUSH_CAUSE_WORDS = ("flush", "FUA")
 READ_CAUSE_WORDS = ("read I/O",)
 SEEK_CAUSE_WORDS = ("read I/O", "writeback", "flush", "FUA", "log block writes")
-SPACE_CAUSE_WORDS = ("space reservation",)   # btrfs tickets, XFS "log space reservation"
-SMALL_FILESYSTEM = 4 << 30  # below this a filesystem reserves for space sooner (btrfs: 16 GiB vs 2 GiB, 9,804 tickets vs 36)
+SPACE_CAUSE_WORDS = ("space reservation",)  # btrfs tickets, XFS "log space reservation"
+SMALL_FILESYSTEM = (
+    4 << 30
+)  # below this a filesystem reserves for space sooner (btrfs: 16 GiB vs 2 GiB, 9,804 tickets vs 36)
 
 
 def test_bed_notes(base, other, cmp):
@@ -383,26 +428,34 @@ def test_bed_notes(base, other, cmp):
             space = fs.get("space") or {}
             size, used = space.get("size_bytes"), space.get("used_bytes_end")
             if size and used is not None and (size < SMALL_FILESYSTEM or used > size / 2):
-                notes.append(f"{g.name}: a {_gib(size)} filesystem, {used / size:.0%} full at the end: waits for "
-                             "space (reservation tickets, log or allocation-group space) grow as a filesystem "
-                             "gets small or full; the scratch image's size (`--image-size`) can make this "
-                             "difference, not the filesystem alone.")
+                notes.append(
+                    f"{g.name}: a {_gib(size)} filesystem, {used / size:.0%} full at the end: waits for "
+                    "space (reservation tickets, log or allocation-group space) grow as a filesystem "
+                    "gets small or full; the scratch image's size (`--image-size`) can make this "
+                    "difference, not the filesystem alone."
+                )
     loops = ", ".join(sorted(buffered))
     disks = ", ".join(sorted(set(buffered.values())))
     if buffered and has(FLUSH_CAUSE_WORDS):
-        notes.append(f"{loops}: a loop device over a buffered image file: its cache flush is an fsync of the image "
-                     f"file, whose pages the host writes back to {disks}; with barriers off nothing reaches "
-                     f"{disks} at all. Flush times here are the host's, not a disk write cache's "
-                     "(`--loop-io direct` passes I/O through).")
+        notes.append(
+            f"{loops}: a loop device over a buffered image file: its cache flush is an fsync of the image "
+            f"file, whose pages the host writes back to {disks}; with barriers off nothing reaches "
+            f"{disks} at all. Flush times here are the host's, not a disk write cache's "
+            "(`--loop-io direct` passes I/O through)."
+        )
     if buffered and has(READ_CAUSE_WORDS):
-        notes.append(f"{loops}: reads of a buffered image may be served from the host's page cache (drop_caches "
-                     "keeps the image's dirty pages): read waits can be shorter than a disk's, and cold reads "
-                     "warm (`--loop-io direct` makes them reach the disk).")
+        notes.append(
+            f"{loops}: reads of a buffered image may be served from the host's page cache (drop_caches "
+            "keeps the image's dirty pages): read waits can be shorter than a disk's, and cold reads "
+            "warm (`--loop-io direct` makes them reach the disk)."
+        )
     if ram and (has(FLUSH_CAUSE_WORDS) or has(READ_CAUSE_WORDS)):
         notes.append(f"{', '.join(sorted(ram))}: a RAM device (zram): no write cache to flush, no seeks.")
     if no_seek and has(SEEK_CAUSE_WORDS):
-        notes.append(f"{', '.join(sorted(no_seek))} does not rotate: differences that a rotating disk's seeks "
-                     "would make do not show here.")
+        notes.append(
+            f"{', '.join(sorted(no_seek))} does not rotate: differences that a rotating disk's seeks "
+            "would make do not show here."
+        )
     return notes
 
 
@@ -417,9 +470,12 @@ def _sampling_warnings(*groups):
     sampled = {name: n for name, n in every.items() if n > 1}
     if not sampled:
         return []
-    return ["stacks were sampled in " + ", ".join(f"{name} (1 in {n} calls)" for name, n in sampled.items())
-            + ": how its waits divide among causes is an estimate from the walked calls (counts and times "
-              "are not); differences of a few points in a wait's share can come from that"]
+    return [
+        "stacks were sampled in "
+        + ", ".join(f"{name} (1 in {n} calls)" for name, n in sampled.items())
+        + ": how its waits divide among causes is an estimate from the walked calls (counts and times "
+        "are not); differences of a few points in a wait's share can come from that"
+    ]
 
 
 def spec_unit(groups):
@@ -457,8 +513,9 @@ def compare(paths, op=None, phase=None, unit=None, fs_filter=None):
                 g.entries = [(r, phase_view(fs, phase)) for r, fs in g.entries]
     if not any(_comparable(gs) for _, gs in workloads):
         if len(workloads) > 1:
-            raise FsprofError("these runs ran different workloads (or options); compare runs of the same one",
-                              exit_code=2)
+            raise FsprofError(
+                "these runs ran different workloads (or options); compare runs of the same one", exit_code=2
+            )
         raise FsprofError("compare needs two runs (or two filesystems in one run)", exit_code=2)
     comparisons = []
     for name, groups in workloads:
@@ -474,13 +531,14 @@ def compare(paths, op=None, phase=None, unit=None, fs_filter=None):
             raise
         wl_unit = unit or spec_unit(groups) or workload_time.declared_unit([fs for g in groups for _, fs in g.entries])
         for g in groups[1:]:
-            cmp = {"workload": name, **compare_pair(groups[0], g, wl_op, wl_unit),
-                   "warnings": _warnings(groups[0]) + _warnings(g) + _sampling_warnings(groups[0], g),
-                   "workloads_differ": differ}
+            cmp = {
+                "workload": name,
+                **compare_pair(groups[0], g, wl_op, wl_unit),
+                "warnings": _warnings(groups[0]) + _warnings(g) + _sampling_warnings(groups[0], g),
+                "workloads_differ": differ,
+            }
             cmp["test_bed_notes"] = test_bed_notes(groups[0], g, cmp) if cmp["significant"] else []
             comparisons.append(cmp)
     if not comparisons:
         raise FsprofError(f"no workload of these runs has {op} calls", exit_code=2)
     return comparisons
-
-

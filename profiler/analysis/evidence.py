@@ -21,8 +21,8 @@ def class_words(cls):
     return cls.replace("_", " ")
 
 
-OWNER_SHARE = 0.95      # a call owns the device's requests when 95% of those linked to calls are its,
-LINKED_COVERAGE = 0.5   # and at least half of the device's requests are linked to a call at all
+OWNER_SHARE = 0.95  # a call owns the device's requests when 95% of those linked to calls are its,
+LINKED_COVERAGE = 0.5  # and at least half of the device's requests are linked to a call at all
 
 
 def causes_ended_by(kind):
@@ -67,8 +67,11 @@ def _device_counts(fs):
     """The device under test's requests by class; {} for a bio-based device (zram), where zero
     would be a figure never observed."""
     dev = fs["device"]["name"]
-    return fs.get("block", {}).get(dev, {}) if Path(f"/sys/block/{dev}/mq").exists() or \
-        fs["device"].get("request_based") else {}
+    return (
+        fs.get("block", {}).get(dev, {})
+        if Path(f"/sys/block/{dev}/mq").exists() or fs["device"].get("request_based")
+        else {}
+    )
 
 
 def evidence(fs, op, per_call=False):
@@ -85,8 +88,9 @@ def evidence(fs, op, per_call=False):
     if n and "requests" in b:
         for cls in BLK_CLASSES:
             if cls in b["requests"] or cls in _SCOPED_CLASSES:
-                out[f"{class_words(cls)} requests made in its calls, per {op}"] = \
+                out[f"{class_words(cls)} requests made in its calls, per {op}"] = (
                     b["requests"].get(cls, {}).get("count", 0) / n
+                )
     workers = fs.get("behind", {}).get("workers", {})
     for cause, waits in b.get("waits", {}).items() if n else ():
         out[f"times blocked in {cause}, per {op}"] = waits / n
@@ -95,8 +99,9 @@ def evidence(fs, op, per_call=False):
         if w.get("windows") and "requests" in w:
             for cls in BLK_CLASSES:
                 if cls in w["requests"] or cls in _WORKER_CLASSES:
-                    out[f"{class_words(cls)} requests per {kind} (the work that ends its {cause})"] = \
+                    out[f"{class_words(cls)} requests per {kind} (the work that ends its {cause})"] = (
                         w["requests"].get(cls, {}).get("count", 0) / w["windows"]
+                    )
     secs = fs.get("elapsed_s") or 0
     counts = _device_counts(fs)
     # Where no call's requests were counted (a kernel without block_getrq, an older run), whether
@@ -105,8 +110,9 @@ def evidence(fs, op, per_call=False):
     scope = f"{wide(fs)}; no one call owns them" if linked else wide(fs)
     for cls in ("flush", "fua_write", "preflush_write", "sync_write", "async_write", "read"):
         if cls in counts and per_call and n:
-            out[f"{class_words(cls)} requests to the device per {op} (all of the device's: its calls own them)"] = \
+            out[f"{class_words(cls)} requests to the device per {op} (all of the device's: its calls own them)"] = (
                 counts[cls]["count"] / n
+            )
         elif cls in counts and secs:
             out[f"{class_words(cls)} requests to the device per second ({scope})"] = counts[cls]["count"] / secs
     written = sum(h.get("bytes", 0) for name, h in fs["syscalls"].items() if "write" in name)
@@ -159,8 +165,11 @@ def work_elsewhere(fs, op):
             secs = fs.get("elapsed_s") or 0
             out[kind] = {"link": None, "us_per_s": w["wall_ns"] / 1e3 / secs if secs else None}
         elif n:
-            out[kind] = {"link": how, "us_per_op": w["wall_ns"] * share / n / 1e3,
-                         "cpu_us_per_op": w.get("oncpu_ns", 0) * share / n / 1e3}
+            out[kind] = {
+                "link": how,
+                "us_per_op": w["wall_ns"] * share / n / 1e3,
+                "cpu_us_per_op": w.get("oncpu_ns", 0) * share / n / 1e3,
+            }
     return out
 
 
@@ -173,8 +182,9 @@ def elsewhere_pairs(base, other, op):
         for _, fs in g.entries:
             for kind, e in work_elsewhere(fs, op).items():
                 if e["link"]:
-                    row = linked.setdefault(kind, {"kind": kind, "us_per_op": [0.0, 0.0],
-                                                   "cpu_us_per_op": [0.0, 0.0], "link": e["link"]})
+                    row = linked.setdefault(
+                        kind, {"kind": kind, "us_per_op": [0.0, 0.0], "cpu_us_per_op": [0.0, 0.0], "link": e["link"]}
+                    )
                     row["us_per_op"][side] += e["us_per_op"] / len(g.entries)
                     row["cpu_us_per_op"][side] += e["cpu_us_per_op"] / len(g.entries)
                 elif e["us_per_s"] is not None:
@@ -184,10 +194,14 @@ def elsewhere_pairs(base, other, op):
             for name, t in fs.get("kernel_threads", {}).items() if secs else ():
                 row = threads.setdefault(name, {"thread": name, "cpu_us_per_s": [0.0, 0.0]})
                 row["cpu_us_per_s"][side] += t["cpu_ns"] / 1e3 / secs / len(g.entries)
-    ranked = sorted((r for r in linked.values() if any(r["us_per_op"])),
-                    key=lambda r: -abs(r["us_per_op"][1] - r["us_per_op"][0]))
-    return (ranked, [r for k, r in sorted(unlinked.items()) if k not in linked],
-            sorted(threads.values(), key=lambda r: -abs(r["cpu_us_per_s"][1] - r["cpu_us_per_s"][0])))
+    ranked = sorted(
+        (r for r in linked.values() if any(r["us_per_op"])), key=lambda r: -abs(r["us_per_op"][1] - r["us_per_op"][0])
+    )
+    return (
+        ranked,
+        [r for k, r in sorted(unlinked.items()) if k not in linked],
+        sorted(threads.values(), key=lambda r: -abs(r["cpu_us_per_s"][1] - r["cpu_us_per_s"][0])),
+    )
 
 
 def assign_evidence(cmp):
@@ -199,15 +213,19 @@ def assign_evidence(cmp):
     moved = [k for k, (x, y) in both.items() if abs(y - x) > 0.05 * max(abs(x), abs(y), 1e-9)]
     used, by_cause = set(), {}
     for c in cmp["causes"]:
-        words = EVIDENCE_WORDS.get(c["cause"].split(" > ")[0], []) + \
-            ([c["cause"].rsplit(": ", 1)[-1]] if " > " in c["cause"] else [])
+        words = EVIDENCE_WORDS.get(c["cause"].split(" > ")[0], []) + (
+            [c["cause"].rsplit(": ", 1)[-1]] if " > " in c["cause"] else []
+        )
         mine = [k for k in moved if k not in used and any(w in k.replace(f" per {op}", "") for w in words)]
         used.update(mine)
         by_cause[c["cause"]] = mine
-    return {"causes": by_cause, "other_moved": [k for k in moved if k not in used],
-            "only": [[k for k, v in ev.items() if v[side] and v[1 - side] is None] for side in (0, 1)],
-            "steady": [k for k, (x, y) in both.items() if (x or y) and k not in moved],
-            "zero": [k for k, (x, y) in both.items() if not x and not y and k.startswith(_SCOPED_ZERO_SHOWN)]}
+    return {
+        "causes": by_cause,
+        "other_moved": [k for k in moved if k not in used],
+        "only": [[k for k, v in ev.items() if v[side] and v[1 - side] is None] for side in (0, 1)],
+        "steady": [k for k, (x, y) in both.items() if (x or y) and k not in moved],
+        "zero": [k for k, (x, y) in both.items() if not x and not y and k.startswith(_SCOPED_ZERO_SHOWN)],
+    }
 
 
 def mechanism(fs, op):
@@ -226,9 +244,11 @@ def mechanism(fs, op):
     requests = {}
     for cls, rows in block.get("submitters", {}).items():
         device = block.get("classes", {}).get(cls, {}).get("device", {})
-        requests[cls] = {"per_call": sum(r["count"] for r in rows) / n,
-                         "by": {r["who"]: r["count"] / n for r in rows},
-                         "device_us": device.get("avg_ns", 0) / 1e3 if device.get("count") else None}
+        requests[cls] = {
+            "per_call": sum(r["count"] for r in rows) / n,
+            "by": {r["who"]: r["count"] / n for r in rows},
+            "device_us": device.get("avg_ns", 0) / 1e3 if device.get("count") else None,
+        }
     waits = {c: w / n for c, w in fs["attribution"][op].get("waits", {}).items()}
     return {"requests": requests, "waits": waits, "workers": _worker_rounds(fs, op, n)}
 
@@ -241,8 +261,9 @@ def _worker_rounds(fs, op, n):
     for kind, w in fs.get("behind", {}).get("workers", {}).items():
         windows, share = in_scope(w, fs).get("windows", 0), wait_shares(fs, kind).get(op, 0.0)
         if windows and share:
-            blocked = sum(r["count"] for r in fs.get("trace", {}).get("workers", [])
-                          if r["kind"] == kind and not r["runnable"])
+            blocked = sum(
+                r["count"] for r in fs.get("trace", {}).get("workers", []) if r["kind"] == kind and not r["runnable"]
+            )
             out[kind] = {"windows_per_call": windows * share / n, "blocked_per_window": blocked / windows}
     return out
 

@@ -20,9 +20,9 @@ import math
 import random
 import statistics
 
-ALPHA = 0.10           # three repeats each, every one beyond the other side's: significant
+ALPHA = 0.10  # three repeats each, every one beyond the other side's: significant
 BOOTSTRAP_RESAMPLES = 2000
-EXACT_LIMIT = 16       # pooled repeats enumerated exactly; beyond, the normal approximation
+EXACT_LIMIT = 16  # pooled repeats enumerated exactly; beyond, the normal approximation
 
 
 def u_statistic(a, b):
@@ -97,6 +97,12 @@ def judge(a, b, min_effect):
     ma, mb = statistics.median(a), statistics.median(b)
     p = rank_test(a, b)
     large = abs(mb - ma) >= min_effect
-    return {"repeats": [len(a), len(b)], "median": [ma, mb], "p": p, "ratio_ci": ratio_interval(a, b),
-            "separated": separated(a, b) if p is not None else 0, "measured": p is not None,
-            "significant": large and (p is None or p <= ALPHA + 1e-9)}
+    return {
+        "repeats": [len(a), len(b)],
+        "median": [ma, mb],
+        "p": p,
+        "ratio_ci": ratio_interval(a, b),
+        "separated": separated(a, b) if p is not None else 0,
+        "measured": p is not None,
+        "significant": large and (p is None or p <= ALPHA + 1e-9),
+    }

@@ -19,7 +19,7 @@ from ..errors import FsprofError
 from ..work_unit import Unit
 
 UNPLACED = "(not placed on a filesystem)"
-OVERLAP_SLACK = 1.01   # traced time above 101% of the wall time: concurrent threads overlapped
+OVERLAP_SLACK = 1.01  # traced time above 101% of the wall time: concurrent threads overlapped
 
 
 def declared_unit(entries):
@@ -41,8 +41,11 @@ def units_done(fs, unit):
             if isinstance(figures.get(key), (int, float)) and not isinstance(figures.get(key), bool):
                 return figures[key]
     keys = ", ".join(sorted(reported)) or "none"
-    raise FsprofError(f"--unit {unit.name}: {fs['label']}'s workload reported no {unit.name} count "
-                      f"(its RESULT keys: {keys}); give one as --unit {unit.name}=N", exit_code=2)
+    raise FsprofError(
+        f"--unit {unit.name}: {fs['label']}'s workload reported no {unit.name} count "
+        f"(its RESULT keys: {keys}); give one as --unit {unit.name}=N",
+        exit_code=2,
+    )
 
 
 def call_totals(fs):
@@ -69,10 +72,12 @@ def _side(entries, unit):
             c[0] += n / len(entries)
             c[1] += ns / 1e9 / len(entries)
     cpus = [(fs.get("workload_cpu") or {}).get("user_s") for fs in entries]
-    return {"elapsed_s": _mean(fs["elapsed_s"] for fs in entries),
-            "user_cpu_s": _mean(cpus) if None not in cpus else None,
-            "calls": calls,
-            "units": _mean(units_done(fs, unit) for fs in entries) if unit else None}
+    return {
+        "elapsed_s": _mean(fs["elapsed_s"] for fs in entries),
+        "user_cpu_s": _mean(cpus) if None not in cpus else None,
+        "calls": calls,
+        "units": _mean(units_done(fs, unit) for fs in entries) if unit else None,
+    }
 
 
 def decompose(base_entries, other_entries, unit=None):
@@ -89,9 +94,19 @@ def decompose(base_entries, other_entries, unit=None):
             count_s, latency_s = (nb - na) * la, nb * (lb - la)
         else:  # calls one side never made: all of it is their number
             count_s, latency_s = tb - ta, 0.0
-        parts.append({"kind": "calls", "call": op, "placed": not op.endswith(UNPLACED),
-                      "count": [na, nb], "latency_us": [x * 1e6 if x is not None else None for x in (la, lb)],
-                      "total_s": [ta, tb], "count_s": count_s, "latency_s": latency_s, "diff_s": tb - ta})
+        parts.append(
+            {
+                "kind": "calls",
+                "call": op,
+                "placed": not op.endswith(UNPLACED),
+                "count": [na, nb],
+                "latency_us": [x * 1e6 if x is not None else None for x in (la, lb)],
+                "total_s": [ta, tb],
+                "count_s": count_s,
+                "latency_s": latency_s,
+                "diff_s": tb - ta,
+            }
+        )
     cpu = None
     if a["user_cpu_s"] is not None and b["user_cpu_s"] is not None:
         cpu = [a["user_cpu_s"], b["user_cpu_s"]]
@@ -102,15 +117,28 @@ def decompose(base_entries, other_entries, unit=None):
         rest.append(side["elapsed_s"] - traced)
         concurrency.append(traced / side["elapsed_s"] if side["elapsed_s"] else None)
     overlapped = any(c and c > OVERLAP_SLACK for c in concurrency)
-    parts.append({"kind": "not traced", "total_s": rest, "diff_s": rest[1] - rest[0],
-                  "includes_user_cpu": cpu is None, "overlap": overlapped})
+    parts.append(
+        {
+            "kind": "not traced",
+            "total_s": rest,
+            "diff_s": rest[1] - rest[0],
+            "includes_user_cpu": cpu is None,
+            "overlap": overlapped,
+        }
+    )
     parts.sort(key=lambda p: -abs(p["diff_s"]))
     diff = b["elapsed_s"] - a["elapsed_s"]
     phase = {fs.get("phase_view") for fs in [*base_entries, *other_entries]}.pop()
-    return {"figure": "elapsed_s", "phase": phase, "elapsed_s": [a["elapsed_s"], b["elapsed_s"]], "diff_s": diff,
-            "ratio": b["elapsed_s"] / a["elapsed_s"] if a["elapsed_s"] else None,
-            "unit": {"name": unit.name, "count": [a["units"], b["units"]]} if unit else None,
-            "traced_concurrency": concurrency, "parts": parts}
+    return {
+        "figure": "elapsed_s",
+        "phase": phase,
+        "elapsed_s": [a["elapsed_s"], b["elapsed_s"]],
+        "diff_s": diff,
+        "ratio": b["elapsed_s"] / a["elapsed_s"] if a["elapsed_s"] else None,
+        "unit": {"name": unit.name, "count": [a["units"], b["units"]]} if unit else None,
+        "traced_concurrency": concurrency,
+        "parts": parts,
+    }
 
 
 def per_unit(count, units):

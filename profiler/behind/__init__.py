@@ -28,24 +28,26 @@ MODULES = (ext4, xfs, btrfs, block, writeback)
 @dataclass
 class Target:
     """One filesystem under test, as the probes need to recognise it in tracepoint fields."""
-    fs: str                      # ext4, xfs, btrfs, ...
-    sb_dev: int                  # kernel dev_t of the superblock (st_dev of its files)
-    block_devs: dict             # {kernel dev_t: name} of the block devices it sits on
+
+    fs: str  # ext4, xfs, btrfs, ...
+    sb_dev: int  # kernel dev_t of the superblock (st_dev of its files)
+    block_devs: dict  # {kernel dev_t: name} of the block devices it sits on
     mountpoint: str = ""
 
 
 @dataclass
 class Context:
     """What a module's summarize() may use besides its own snapshot."""
+
     fs: str
     sb_dev: int
-    block_devs: dict             # {kernel dev_t: name}
-    phase_names: list            # index -> name
+    block_devs: dict  # {kernel dev_t: name}
+    phase_names: list  # index -> name
     elapsed_s: float
-    syscalls: dict               # the entry's "syscalls" (per op: count, total_ns, percentiles)
-    phases: dict                 # the entry's "phases" (per phase: syscalls, attribution, ...)
+    syscalls: dict  # the entry's "syscalls" (per op: count, total_ns, percentiles)
+    phases: dict  # the entry's "phases" (per phase: syscalls, attribution, ...)
     workers: dict = field(default_factory=dict)  # {worker kind: {phase name: breakdown}} (assemble)
-    stacks: dict = field(default_factory=dict)   # {stack id: [function, ...]} of every stack id in the snapshot
+    stacks: dict = field(default_factory=dict)  # {stack id: [function, ...]} of every stack id in the snapshot
 
     def phase_name(self, index):
         return self.phase_names[index] if index < len(self.phase_names) else f"phase-{index}"
@@ -67,6 +69,7 @@ def cpu_spans(raw, devs):
 
 def stack_ids(snapshot):
     """Stack ids a probe's snapshot refers to: the int value of any key "stack" or "*_stack"."""
+
     def walk(x):
         if isinstance(x, dict):
             for k, v in x.items():
@@ -77,4 +80,5 @@ def stack_ids(snapshot):
         elif isinstance(x, list):
             for v in x:
                 yield from walk(v)
+
     return walk(snapshot)

@@ -26,9 +26,24 @@ FIGURES = {
 }
 
 SUBMITTER_LEN = 32
-DEV_TRACED, DEV_FUA = 1, 2   # traced_devs value bits (bpf/block.bpf.c)
-COUNTERS = ("count", "bytes", "completed", "unissued", "merged", "requeued", "lost", "submitted", "fua",
-            "preflush", "meta", "flush_asked", "wait_ns", "life_ns", "unissued_life_ns")
+DEV_TRACED, DEV_FUA = 1, 2  # traced_devs value bits (bpf/block.bpf.c)
+COUNTERS = (
+    "count",
+    "bytes",
+    "completed",
+    "unissued",
+    "merged",
+    "requeued",
+    "lost",
+    "submitted",
+    "fua",
+    "preflush",
+    "meta",
+    "flush_asked",
+    "wait_ns",
+    "life_ns",
+    "unissued_life_ns",
+)
 FSYNC_OPS = ("fsync", "fdatasync")
 WRITE_OPS = ("write", "pwrite64", "writev", "pwritev", "pwritev2")
 TOP_SUBMITTERS = 5
@@ -43,9 +58,19 @@ class SubVal(c.Structure):
 
 
 class RqInfo(c.Structure):
-    _fields_ = [("born_ns", c.c_uint64), ("start_ns", c.c_uint64), ("insert_ns", c.c_uint64), ("issue_ns", c.c_uint64),
-                ("dev", c.c_uint32), ("cls", c.c_uint16), ("phase", c.c_uint16), ("device_done", c.c_uint8),
-                ("ended", c.c_uint8), ("pad", c.c_uint16 * 3), ("who", c.c_char * SUBMITTER_LEN)]
+    _fields_ = [
+        ("born_ns", c.c_uint64),
+        ("start_ns", c.c_uint64),
+        ("insert_ns", c.c_uint64),
+        ("issue_ns", c.c_uint64),
+        ("dev", c.c_uint32),
+        ("cls", c.c_uint16),
+        ("phase", c.c_uint16),
+        ("device_done", c.c_uint8),
+        ("ended", c.c_uint8),
+        ("pad", c.c_uint16 * 3),
+        ("who", c.c_char * SUBMITTER_LEN),
+    ]
 
 
 def _fua(name):
@@ -72,8 +97,8 @@ class Probe:
         self.stats = obj.map("blk_stats", maps.BlkKey, maps.BlkVal)
         self.submitters = obj.map("blk_submitters", SubKey, SubVal)
         self.rqs = obj.map("rqs", c.c_uint64, RqInfo)
-        self.names = {}     # kdev -> name of the devices under test
-        self.backing = {}   # kdev -> {"name", "for": [loop names], "files": [...], "direct_io": [...]}
+        self.names = {}  # kdev -> name of the devices under test
+        self.backing = {}  # kdev -> {"name", "for": [loop names], "files": [...], "direct_io": [...]}
 
     def set_targets(self, targets):
         self.devs.clear()
@@ -111,16 +136,27 @@ class Probe:
             by_cls = dev["submitters"].setdefault(k.phase, {}).setdefault(maps.BLK_CLASSES[k.cls], {})
             by_cls[who] = {"count": v.count, "bytes": v.bytes}
         devices = {name: per_dev.get(kdev, {"phases": {}, "submitters": {}}) for kdev, name in self.names.items()}
-        backing = {b["name"]: {"for": b["for"], "files": b["files"], "direct_io": b["direct_io"],
-                               **per_dev.get(kdev, {"phases": {}, "submitters": {}})}
-                   for kdev, b in self.backing.items()}
-        counts = {name: {phase: {cls: {"count": s["count"], "bytes": s["bytes"]} for cls, s in classes.items()}
-                         for phase, classes in dev["phases"].items()}
-                  for name, dev in devices.items()}
+        backing = {
+            b["name"]: {
+                "for": b["for"],
+                "files": b["files"],
+                "direct_io": b["direct_io"],
+                **per_dev.get(kdev, {"phases": {}, "submitters": {}}),
+            }
+            for kdev, b in self.backing.items()
+        }
+        counts = {
+            name: {
+                phase: {cls: {"count": s["count"], "bytes": s["bytes"]} for cls, s in classes.items()}
+                for phase, classes in dev["phases"].items()
+            }
+            for name, dev in devices.items()
+        }
         return {"counts": counts, "devices": devices, "backing": backing}
 
 
 # Summary: plain data in, plain data out.
+
 
 def _merge_stats(stats):
     """One STAT-like summary from several (a class over phases): counters summed, histograms merged."""
@@ -215,6 +251,7 @@ def as_sys_block_stat(classes):
     """Our figures in the terms of /sys/block/<dev>/stat: requests completed and their ticks (ms,
     start to end). The kernel counts an empty flush request (served by a flush, never issued) as a
     write, and the flush request itself as a flush."""
+
     def ios(names):  # a lost completion (see bpf/block.bpf.c) still ended the request
         return sum(classes[c]["completed"] + classes[c]["lost"] for c in names if c in classes)
 
@@ -222,11 +259,16 @@ def as_sys_block_stat(classes):
         return sum(classes[c]["life_ns"] for c in names if c in classes) / 1e6
 
     flush = classes.get("flush", {})
-    return {"read_ios": ios(["read"]), "read_ticks_ms": ms(["read"]),
-            "write_ios": ios(maps.BLK_WRITE_CLASSES) + flush.get("unissued", 0),
-            "write_ticks_ms": ms(maps.BLK_WRITE_CLASSES) + flush.get("unissued_life_ns", 0) / 1e6,
-            "discard_ios": ios(["discard"]), "discard_ticks_ms": ms(["discard"]),
-            "flush_ios": ios(["flush"]), "flush_ticks_ms": ms(["flush"])}
+    return {
+        "read_ios": ios(["read"]),
+        "read_ticks_ms": ms(["read"]),
+        "write_ios": ios(maps.BLK_WRITE_CLASSES) + flush.get("unissued", 0),
+        "write_ticks_ms": ms(maps.BLK_WRITE_CLASSES) + flush.get("unissued_life_ns", 0) / 1e6,
+        "discard_ios": ios(["discard"]),
+        "discard_ticks_ms": ms(["discard"]),
+        "flush_ios": ios(["flush"]),
+        "flush_ticks_ms": ms(["flush"]),
+    }
 
 
 def _device(dev, ctx, with_syscalls):
@@ -239,8 +281,12 @@ def _device(dev, ctx, with_syscalls):
             entry["explain"] = explain(classes, ctx.phases.get(name, {}).get("syscalls", {}))
         phases[name] = entry
     classes = _classes(dev.get("phases", {}))
-    out = {"classes": classes, "as_sys_block_stat": as_sys_block_stat(classes),
-           "submitters": _submitters(dev.get("submitters", {})), "phases": phases}
+    out = {
+        "classes": classes,
+        "as_sys_block_stat": as_sys_block_stat(classes),
+        "submitters": _submitters(dev.get("submitters", {})),
+        "phases": phases,
+    }
     if with_syscalls:
         out["explain"] = explain(classes, ctx.syscalls)
     return out
@@ -269,8 +315,10 @@ def summarize(raw, ctx):
 # before 6.5: 6.1 ends it in __blk_mq_end_request), which /sys/block counts as a write.
 NEEDS = {
     "on_io_start": ("explain", ("fua_writes", "fua_writes_per_fsync", "flushes_asked", "requests_per_flush")),
-    "on_io_done": ("as_sys_block_stat", ("write_ios", "read_ticks_ms", "write_ticks_ms", "discard_ticks_ms",
-                                         "flush_ticks_ms")),
+    "on_io_done": (
+        "as_sys_block_stat",
+        ("write_ios", "read_ticks_ms", "write_ticks_ms", "discard_ticks_ms", "flush_ticks_ms"),
+    ),
 }
 
 
@@ -312,8 +360,10 @@ def _class_rows(d, fsyncs=0):
             continue
         label = cls.replace("_", " ")
         if cls == "flush":
-            extra = [f"{s['count'] / fsyncs:.2f}/fsync" if fsyncs else "",
-                     f"+{s['unissued']} empty requests" if s["unissued"] else ""]
+            extra = [
+                f"{s['count'] / fsyncs:.2f}/fsync" if fsyncs else "",
+                f"+{s['unissued']} empty requests" if s["unissued"] else "",
+            ]
             label += f" ({', '.join(x for x in extra if x)})" if any(extra) else ""
             who = _who(d["submitters"].get(cls, []))
             who = f"asked by {who}" if who else ""
@@ -325,8 +375,10 @@ def _class_rows(d, fsyncs=0):
             who += f" [{s['lost']} completions untraced]"
         size = _size(s["avg_bytes"]) if s["count"] and cls != "flush" else "-"
         q, dv = s["queue"], s["device"]
-        rows.append(f"     {label:<42} {s['count']:>7} {size:>10} {_us(q['avg_ns'] if q['count'] else None):>10} "
-                    f"{_us(dv['avg_ns'] if dv['count'] else None):>11}   {who}")
+        rows.append(
+            f"     {label:<42} {s['count']:>7} {size:>10} {_us(q['avg_ns'] if q['count'] else None):>10} "
+            f"{_us(dv['avg_ns'] if dv['count'] else None):>11}   {who}"
+        )
     return rows
 
 
@@ -346,8 +398,13 @@ def report_lines(section, fs):
             f"of flush device time), {_per(e['fua_writes_per_fsync'])} FUA writes; per flush: "
             f"{_per(e['fsyncs_per_flush'])} fsyncs, {_per(e['requests_per_flush'])} requests asking; "
             "write amplification "
-            + (f"{amp:.2f} ({_size(e['device_bytes_written'])} on {name} / "
-               f"{_size(e['bytes_written_by_syscalls'])} written by syscalls)" if amp is not None else "n/a"))
+            + (
+                f"{amp:.2f} ({_size(e['device_bytes_written'])} on {name} / "
+                f"{_size(e['bytes_written_by_syscalls'])} written by syscalls)"
+                if amp is not None
+                else "n/a"
+            )
+        )
     for name, b in section.get("backing", {}).items():
         how = "direct I/O" if all(b["direct_io"]) else "buffered"
         lines.append(_header(f"backing {name} (under {', '.join(b['for'])}, {how})"))

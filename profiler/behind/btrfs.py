@@ -35,8 +35,18 @@ FIGURES = {
 }
 
 # enum btrfs_event of bpf/btrfs.bpf.c, in order.
-EVENTS = ("sync_file", "commit", "oe_add", "oe_start", "oe_finish", "oe_remove", "ticket", "flush_space",
-          "trigger_flush", "super_write")
+EVENTS = (
+    "sync_file",
+    "commit",
+    "oe_add",
+    "oe_start",
+    "oe_finish",
+    "oe_remove",
+    "ticket",
+    "flush_space",
+    "trigger_flush",
+    "super_write",
+)
 # enum btrfs_hist of bpf/btrfs.bpf.c, in order.
 HISTS = ("commit", "ticket_wait", "oe_life")
 ORDERED_TYPES = ("regular", "nocow", "prealloc", "compressed", "direct")
@@ -55,8 +65,7 @@ COMMITTERS = (
     ("fsync", ("btrfs_sync_file",)),
     ("btrfs-transaction", ("transaction_kthread",)),
     ("sync/syncfs", ("btrfs_sync_fs", "sync_filesystem", "ksys_sync", "iterate_supers")),
-    ("space flushing", ("flush_space", "btrfs_async_reclaim_*", "btrfs_preempt_reclaim_*",
-                        "priority_reclaim_*")),
+    ("space flushing", ("flush_space", "btrfs_async_reclaim_*", "btrfs_preempt_reclaim_*", "priority_reclaim_*")),
     ("aborted (cleanup)", ("cleanup_transaction", "btrfs_cleanup_transaction")),
 )
 # What wrote a superblock: a tree-log sync (btrfs_sync_log writes the primary copy only) or a commit.
@@ -68,8 +77,13 @@ class FsidKey(c.Structure):
 
 
 class BtKey(c.Structure):
-    _fields_ = [("dev", c.c_uint32), ("phase", c.c_uint16), ("event", c.c_uint16), ("arg", c.c_uint32),
-                ("stackid", c.c_int32)]
+    _fields_ = [
+        ("dev", c.c_uint32),
+        ("phase", c.c_uint16),
+        ("event", c.c_uint16),
+        ("arg", c.c_uint32),
+        ("stackid", c.c_int32),
+    ]
 
 
 class BtVal(c.Structure):
@@ -81,8 +95,13 @@ class HistKey(c.Structure):
 
 
 class OeKey(c.Structure):
-    _fields_ = [("dev", c.c_uint32), ("pad", c.c_uint32), ("root", c.c_uint64), ("ino", c.c_uint64),
-                ("file_offset", c.c_uint64)]
+    _fields_ = [
+        ("dev", c.c_uint32),
+        ("pad", c.c_uint32),
+        ("root", c.c_uint64),
+        ("ino", c.c_uint64),
+        ("file_offset", c.c_uint64),
+    ]
 
 
 class OeVal(c.Structure):
@@ -148,6 +167,7 @@ def commit_stats(fsid):
 
 # --- collection --------------------------------------------------------------------------------
 
+
 class Probe:
     def __init__(self, obj):
         self.obj = obj
@@ -159,7 +179,7 @@ class Probe:
         self.resv = obj.map("space_resv", ResvKey, BtVal)
         self.commit_last = obj.map("commit_last", c.c_uint32, CommitSeen)
         self.interleaved = obj.map("commit_interleaved", c.c_uint32, c.c_uint64)
-        self.targets = {}   # superblock dev -> fsid
+        self.targets = {}  # superblock dev -> fsid
         self._interleaved_at_reset = 0
 
     def set_targets(self, targets):
@@ -193,26 +213,50 @@ class Probe:
         collector fetches the stacks it names (its "stack" keys)."""
         events = []
         for k, v in self.counts.items():
-            events.append({"dev": k.dev, "phase": k.phase, "event": EVENTS[k.event] if k.event < len(EVENTS) else str(k.event),
-                           "arg": k.arg, "stack": k.stackid, "count": v.count,
-                           "bytes": v.bytes, "total_ns": v.total_ns, "max_ns": v.max_ns})
+            events.append(
+                {
+                    "dev": k.dev,
+                    "phase": k.phase,
+                    "event": EVENTS[k.event] if k.event < len(EVENTS) else str(k.event),
+                    "arg": k.arg,
+                    "stack": k.stackid,
+                    "count": v.count,
+                    "bytes": v.bytes,
+                    "total_ns": v.total_ns,
+                    "max_ns": v.max_ns,
+                }
+            )
         hists = []
         for k, v in self.hists.items():
             hists.append({"dev": k.dev, "phase": k.phase, "which": HISTS[k.which], **maps.snapshot_hist(v)})
-        resv = [{"dev": k.dev, "phase": k.phase, "reserve": bool(k.reserve),
-                 "type": k.type.decode(errors="replace"), "count": v.count,
-                 "bytes": v.bytes} for k, v in self.resv.items()]
+        resv = [
+            {
+                "dev": k.dev,
+                "phase": k.phase,
+                "reserve": bool(k.reserve),
+                "type": k.type.decode(errors="replace"),
+                "count": v.count,
+                "bytes": v.bytes,
+            }
+            for k, v in self.resv.items()
+        ]
         inflight = {}
         for k, _ in self.inflight.items():
             inflight[k.dev] = inflight.get(k.dev, 0) + 1
         last = {str(k.value): v.last_ns for k, v in self.commit_last.items()}
-        return {"fsids": {str(dev): fsid for dev, fsid in self.targets.items()}, "events": events,
-                "hists": hists, "space_reservation": resv,
-                "oe_inflight": {str(d): n for d, n in inflight.items()}, "commit_last_ns": last,
-                "commit_interleaved": self._read_interleaved() - self._interleaved_at_reset}
+        return {
+            "fsids": {str(dev): fsid for dev, fsid in self.targets.items()},
+            "events": events,
+            "hists": hists,
+            "space_reservation": resv,
+            "oe_inflight": {str(d): n for d, n in inflight.items()},
+            "commit_last_ns": last,
+            "commit_interleaved": self._read_interleaved() - self._interleaved_at_reset,
+        }
 
 
 # --- summary -----------------------------------------------------------------------------------
+
 
 @lru_cache(maxsize=4)
 def kernel_enum(name):
@@ -277,19 +321,21 @@ class Figures:
 
     def fsyncs(self):
         recs = self.of("sync_file")
-        return {"count": sum(e["count"] for e in recs),
-                "datasync": sum(e["count"] for e in recs if e["arg"])}
+        return {"count": sum(e["count"] for e in recs), "datasync": sum(e["count"] for e in recs if e["arg"])}
 
     def commits(self):
         by = {}
         for e in self.of("commit"):
             _add(by, classify(self.frames.get(e["stack"]), COMMITTERS), e["count"])
         timed = self.hist("commit")
-        return {"count": self.count("commit"), "by_committer": dict(sorted(by.items(), key=lambda kv: -kv[1])),
-                # The kernel's commit timer (commit_stats), per commit: from the start of the
-                # commit's critical section (after waiting for the previous commit) to its
-                # superblock being written.
-                "time": timed}
+        return {
+            "count": self.count("commit"),
+            "by_committer": dict(sorted(by.items(), key=lambda kv: -kv[1])),
+            # The kernel's commit timer (commit_stats), per commit: from the start of the
+            # commit's critical section (after waiting for the previous commit) to its
+            # superblock being written.
+            "time": timed,
+        }
 
     def super_writes(self):
         """Superblock writes by what wrote them and by copy; log syncs = primary copies written by
@@ -301,8 +347,12 @@ class Figures:
             _add(by_mirror, "primary" if e["arg"] == 0 else f"mirror {e['arg']}", e["count"])
             if writer == "tree-log sync" and e["arg"] == 0:
                 _add(per_dev_log, e["dev"], e["count"])
-        return {"count": self.count("super_write"), "by_writer": by_writer, "by_copy": by_mirror,
-                "tree_log_syncs": max(per_dev_log.values(), default=0)}
+        return {
+            "count": self.count("super_write"),
+            "by_writer": by_writer,
+            "by_copy": by_mirror,
+            "tree_log_syncs": max(per_dev_log.values(), default=0),
+        }
 
     def ordered_extents(self):
         added = self.of("oe_add")
@@ -311,20 +361,25 @@ class Figures:
         for e in added:
             _add(by_type, ORDERED_TYPES[e["arg"]] if e["arg"] < len(ORDERED_TYPES) else str(e["arg"]), e["count"])
         finished = self.of("oe_finish")
-        return {"added": n, "bytes": nbytes, "avg_bytes": _per(nbytes, n), "by_type": by_type,
-                "started_and_waited": self.count("oe_start"),
-                # bio completions over ordered extents' ranges: a large extent completes in several.
-                "io_completions": None if self.finish_unseen else sum(e["count"] for e in finished),
-                "io_failed": None if self.finish_unseen else sum(e["count"] for e in finished if not e["arg"]),
-                "removed": self.count("oe_remove"),
-                # added -> removed: data I/O plus the completion work (file extent item, csums).
-                "life": self.hist("oe_life")}
+        return {
+            "added": n,
+            "bytes": nbytes,
+            "avg_bytes": _per(nbytes, n),
+            "by_type": by_type,
+            "started_and_waited": self.count("oe_start"),
+            # bio completions over ordered extents' ranges: a large extent completes in several.
+            "io_completions": None if self.finish_unseen else sum(e["count"] for e in finished),
+            "io_failed": None if self.finish_unseen else sum(e["count"] for e in finished if not e["arg"]),
+            "removed": self.count("oe_remove"),
+            # added -> removed: data I/O plus the completion work (file extent item, csums).
+            "life": self.hist("oe_life"),
+        }
 
     def reservations(self):
         tickets = self.of("ticket")
         by_kind = {}
         for e in tickets:
-            kind = f"{SPACE_KINDS.get((e['arg'] >> 8) & 0xff, 'mixed')} {flush_name(e['arg'] & 0xff)}"
+            kind = f"{SPACE_KINDS.get((e['arg'] >> 8) & 0xFF, 'mixed')} {flush_name(e['arg'] & 0xFF)}"
             k = by_kind.setdefault(kind, {"count": 0, "bytes": 0, "wait_ns": 0, "max_ns": 0, "failed": 0})
             k["count"] += e["count"]
             k["bytes"] += e["bytes"]
@@ -333,7 +388,7 @@ class Figures:
             k["failed"] += e["count"] if e["arg"] >> 16 else 0
         flushes = {}
         for e in self.of("flush_space"):
-            name = flush_state_name(e["arg"] & 0xff) + (" (preemptive)" if e["arg"] & 0x100 else "")
+            name = flush_state_name(e["arg"] & 0xFF) + (" (preemptive)" if e["arg"] & 0x100 else "")
             f = flushes.setdefault(name, {"count": 0, "bytes": 0, "failed": 0})
             f["count"] += e["count"]
             f["bytes"] += e["bytes"]
@@ -347,10 +402,16 @@ class Figures:
             side = t.setdefault("reserve" if r["reserve"] else "release", {"count": 0, "bytes": 0})
             side["count"] += r["count"]
             side["bytes"] += r["bytes"]
-        return {"tickets": sum(e["count"] for e in tickets), "ticket_bytes": sum(e["bytes"] for e in tickets),
-                "ticket_wait_ns": sum(e["total_ns"] for e in tickets),
-                "ticket_wait": self.hist("ticket_wait"), "tickets_by_kind": by_kind,
-                "flush_space": flushes, "flushes_triggered": triggers, "space_reservation": resv}
+        return {
+            "tickets": sum(e["count"] for e in tickets),
+            "ticket_bytes": sum(e["bytes"] for e in tickets),
+            "ticket_wait_ns": sum(e["total_ns"] for e in tickets),
+            "ticket_wait": self.hist("ticket_wait"),
+            "tickets_by_kind": by_kind,
+            "flush_space": flushes,
+            "flushes_triggered": triggers,
+            "space_reservation": resv,
+        }
 
     def hist(self, which):
         recs = [h for h in self.hists if h["which"] == which]
@@ -405,15 +466,23 @@ def many_to_one(fig, fsync_attr, elapsed_s):
         "commit_wait_us_per_fsync": wait_us(COMMIT_CAUSE),
         "cache_flush_us_per_fsync": wait_us(FLUSH_CAUSE),
         "reservation_wait_us_per_fsync": wait_us(RESERVATION_CAUSE),
-        "wakers": {cause: fsync_attr["wakers"][cause] for cause in (LOG_SYNC_CAUSE, COMMIT_CAUSE, FLUSH_CAUSE)
-                   if cause in fsync_attr["wakers"]},
+        "wakers": {
+            cause: fsync_attr["wakers"][cause]
+            for cause in (LOG_SYNC_CAUSE, COMMIT_CAUSE, FLUSH_CAUSE)
+            if cause in fsync_attr["wakers"]
+        },
     }
 
 
 def figures(events, hists, resv, frames, fsync_attr, elapsed_s, left_out=()):
     f = Figures(events, hists, resv, frames, left_out)
-    out = {"fsyncs": f.fsyncs(), "commits": f.commits(), "superblock_writes": f.super_writes(),
-           "ordered_extents": f.ordered_extents(), "reservations": f.reservations()}
+    out = {
+        "fsyncs": f.fsyncs(),
+        "commits": f.commits(),
+        "superblock_writes": f.super_writes(),
+        "ordered_extents": f.ordered_extents(),
+        "reservations": f.reservations(),
+    }
     out["many_to_one"] = many_to_one(out, fsync_attr, elapsed_s)
     return out
 
@@ -431,12 +500,22 @@ def summarize(raw, ctx):
         name = ctx.phase_name(index)
         phase = ctx.phases.get(name, {})
         pick = lambda recs: [r for r in recs if r["phase"] == index]  # noqa: E731
-        phases[name] = figures(pick(events), pick(hists), pick(resv), frames,
-                               fsync_breakdown(phase.get("attribution", {})), phase.get("elapsed_s"),
-                               raw.get("left_out", ()))
+        phases[name] = figures(
+            pick(events),
+            pick(hists),
+            pick(resv),
+            frames,
+            fsync_breakdown(phase.get("attribution", {})),
+            phase.get("elapsed_s"),
+            raw.get("left_out", ()),
+        )
     all_attr = [fsync_breakdown(p.get("attribution", {})) for p in ctx.phases.values()]
-    total_attr = {"count": sum(a["count"] for a in all_attr), "wall_ns": sum(a["wall_ns"] for a in all_attr),
-                  "causes": {}, "wakers": {}}
+    total_attr = {
+        "count": sum(a["count"] for a in all_attr),
+        "wall_ns": sum(a["wall_ns"] for a in all_attr),
+        "causes": {},
+        "wakers": {},
+    }
     for a in all_attr:
         for cause, ns in a["causes"].items():
             _add(total_attr["causes"], cause, ns)
@@ -457,6 +536,7 @@ def summarize(raw, ctx):
 
 # --- terminal view -----------------------------------------------------------------------------
 
+
 def _kib(n):
     return f"{n / 1024:.1f} KiB"
 
@@ -474,31 +554,47 @@ def report_lines(section, fs):
         return []
     fsyncs, commits, m = a["fsyncs"]["count"], a["commits"], a["many_to_one"]
     who = ", ".join(f"{n} by {name}" for name, n in commits["by_committer"].items())
-    lines = [f"   behind btrfs: {fsyncs} fsyncs -> {m['tree_log_syncs']} tree-log syncs "
-             f"({_fmt(m['fsyncs_per_tree_log_sync'], '.2f')} fsyncs per log sync), "
-             f"{commits['count']} full transaction commits ({_fmt(m['commits_per_fsync'])} per fsync"
-             + (f"; {who}" if who else "") + ")"]
+    lines = [
+        f"   behind btrfs: {fsyncs} fsyncs -> {m['tree_log_syncs']} tree-log syncs "
+        f"({_fmt(m['fsyncs_per_tree_log_sync'], '.2f')} fsyncs per log sync), "
+        f"{commits['count']} full transaction commits ({_fmt(m['commits_per_fsync'])} per fsync"
+        + (f"; {who}" if who else "")
+        + ")"
+    ]
     if m["fsyncs_served_by_others"]:
-        lines.append(f"     {m['fsyncs_served_by_others']} fsyncs synced neither the log nor a commit themselves "
-                     "(served by another fsync's log sync or commit)")
+        lines.append(
+            f"     {m['fsyncs_served_by_others']} fsyncs synced neither the log nor a commit themselves "
+            "(served by another fsync's log sync or commit)"
+        )
     t = commits["time"]
     if t and t["count"]:
-        lines.append(f"     transaction commits: {_fmt(m['commits_per_s'], '.2f')}/s, avg {_us(t['avg_ns'])}, "
-                     f"max {_us(t['max_ns'])} (the kernel's commit timer, per commit)")
+        lines.append(
+            f"     transaction commits: {_fmt(m['commits_per_s'], '.2f')}/s, avg {_us(t['avg_ns'])}, "
+            f"max {_us(t['max_ns'])} (the kernel's commit timer, per commit)"
+        )
     if m["fsync_syscalls"]:
-        lines.append(f"     per fsync: tree-log sync {_fmt(m['tree_log_sync_us_per_fsync'], '.1f')} us, "
-                     f"commit wait {_fmt(m['commit_wait_us_per_fsync'], '.1f')} us, "
-                     f"cache flush {_fmt(m['cache_flush_us_per_fsync'], '.1f')} us, "
-                     f"reservation wait {_fmt(m['reservation_wait_us_per_fsync'], '.1f')} us")
+        lines.append(
+            f"     per fsync: tree-log sync {_fmt(m['tree_log_sync_us_per_fsync'], '.1f')} us, "
+            f"commit wait {_fmt(m['commit_wait_us_per_fsync'], '.1f')} us, "
+            f"cache flush {_fmt(m['cache_flush_us_per_fsync'], '.1f')} us, "
+            f"reservation wait {_fmt(m['reservation_wait_us_per_fsync'], '.1f')} us"
+        )
         for cause, by in m["wakers"].items():
             total = sum(by.values()) or 1
-            lines.append(f"     {cause} ended by: " +
-                         ", ".join(f"{w} {100 * ns / total:.0f}%" for w, ns in list(by.items())[:3]))
+            lines.append(
+                f"     {cause} ended by: " + ", ".join(f"{w} {100 * ns / total:.0f}%" for w, ns in list(by.items())[:3])
+            )
     oe, r = a["ordered_extents"], a["reservations"]
     life = oe["life"]
-    lines.append(f"     {oe['added']} ordered extents ({_kib(oe['avg_bytes'] or 0)} avg"
-                 + (f", added -> removed avg {_us(life['avg_ns'])}" if life else "") + "); "
-                 f"{r['tickets']} reservation tickets"
-                 + (f" ({_us(r['ticket_wait_ns'])} waited, max {_us(r['ticket_wait']['max_ns'])})"
-                    if r["tickets"] and r["ticket_wait"] else ""))
+    lines.append(
+        f"     {oe['added']} ordered extents ({_kib(oe['avg_bytes'] or 0)} avg"
+        + (f", added -> removed avg {_us(life['avg_ns'])}" if life else "")
+        + "); "
+        f"{r['tickets']} reservation tickets"
+        + (
+            f" ({_us(r['ticket_wait_ns'])} waited, max {_us(r['ticket_wait']['max_ns'])})"
+            if r["tickets"] and r["ticket_wait"]
+            else ""
+        )
+    )
     return lines

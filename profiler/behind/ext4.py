@@ -53,12 +53,27 @@ N_CPH = len(COMMIT_PHASES)
 # The kernel's EXT4_FC_STATUS_* (fs/ext4/fast_commit.h, the same values in this kernel's BTF).
 FC_STATUS = ("ok", "ineligible", "skipped", "failed")
 # enum da_event of bpf/ext4.bpf.c, in order.
-DA_EVENTS = ("da_write_begin", "nodelalloc_write_begin", "reserve", "release", "claim", "map_extent",
-             "request", "alloc_delalloc", "alloc_other", "mballoc", "free")
+DA_EVENTS = (
+    "da_write_begin",
+    "nodelalloc_write_begin",
+    "reserve",
+    "release",
+    "claim",
+    "map_extent",
+    "request",
+    "alloc_delalloc",
+    "alloc_other",
+    "mballoc",
+    "free",
+)
 # enum span_event of bpf/ext4.bpf.c: (what, on CPU throughout or switched out), and the CPU cause
 # a span on CPU throughout is.
-SPAN_EVENTS = (("extent_removal", "on_cpu"), ("extent_removal", "switched"),
-               ("page_cache_freeing", "on_cpu"), ("page_cache_freeing", "switched"))
+SPAN_EVENTS = (
+    ("extent_removal", "on_cpu"),
+    ("extent_removal", "switched"),
+    ("page_cache_freeing", "on_cpu"),
+    ("page_cache_freeing", "switched"),
+)
 SPAN_KINDS = ("on_cpu", "switched")
 SPAN_CAUSES = {"extent_removal": known_cause("block freeing"), "page_cache_freeing": known_cause("page cache freeing")}
 WHO_SYSCALL, WHO_USER, WHO_KTHREAD = range(3)
@@ -75,23 +90,47 @@ class Jbd2Key(c.Structure):
 
 
 class Jbd2Val(c.Structure):
-    _fields_ = [("commits", c.c_uint64), ("timed", c.c_uint64), ("sync_commits", c.c_uint64),
-                ("phase_ns", c.c_uint64 * N_CPH), ("phase_max_ns", c.c_uint64 * N_CPH),
-                ("kernel_ns", c.c_uint64),
-                ("commit_blocks", c.c_uint64), ("commit_block_ns", c.c_uint64), ("commit_block_offcpu_ns", c.c_uint64),
-                ("rs_wait", c.c_uint64), ("rs_request_delay", c.c_uint64), ("rs_running", c.c_uint64),
-                ("rs_locked", c.c_uint64), ("rs_flushing", c.c_uint64), ("rs_logging", c.c_uint64),
-                ("handles", c.c_uint64), ("blocks", c.c_uint64), ("blocks_logged", c.c_uint64),
-                ("intervals", c.c_uint64), ("interval_ns", c.c_uint64), ("interval_max_ns", c.c_uint64),
-                ("checkpoints", c.c_uint64), ("checkpoint_errors", c.c_uint64),
-                ("chp_transactions", c.c_uint64), ("chp_time_j", c.c_uint64), ("chp_written", c.c_uint64),
-                ("chp_dropped", c.c_uint64), ("chp_forced", c.c_uint64),
-                ("commit", maps.Hist)]
+    _fields_ = [
+        ("commits", c.c_uint64),
+        ("timed", c.c_uint64),
+        ("sync_commits", c.c_uint64),
+        ("phase_ns", c.c_uint64 * N_CPH),
+        ("phase_max_ns", c.c_uint64 * N_CPH),
+        ("kernel_ns", c.c_uint64),
+        ("commit_blocks", c.c_uint64),
+        ("commit_block_ns", c.c_uint64),
+        ("commit_block_offcpu_ns", c.c_uint64),
+        ("rs_wait", c.c_uint64),
+        ("rs_request_delay", c.c_uint64),
+        ("rs_running", c.c_uint64),
+        ("rs_locked", c.c_uint64),
+        ("rs_flushing", c.c_uint64),
+        ("rs_logging", c.c_uint64),
+        ("handles", c.c_uint64),
+        ("blocks", c.c_uint64),
+        ("blocks_logged", c.c_uint64),
+        ("intervals", c.c_uint64),
+        ("interval_ns", c.c_uint64),
+        ("interval_max_ns", c.c_uint64),
+        ("checkpoints", c.c_uint64),
+        ("checkpoint_errors", c.c_uint64),
+        ("chp_transactions", c.c_uint64),
+        ("chp_time_j", c.c_uint64),
+        ("chp_written", c.c_uint64),
+        ("chp_dropped", c.c_uint64),
+        ("chp_forced", c.c_uint64),
+        ("commit", maps.Hist),
+    ]
 
 
 class JournalState(c.Structure):
-    _fields_ = [("last_start_ns", c.c_uint64), ("ewma_ns", c.c_uint64), ("ewma_commits", c.c_uint64),
-                ("fc_ewma_ns", c.c_uint64), ("fc_ewma_commits", c.c_uint64)]
+    _fields_ = [
+        ("last_start_ns", c.c_uint64),
+        ("ewma_ns", c.c_uint64),
+        ("ewma_commits", c.c_uint64),
+        ("fc_ewma_ns", c.c_uint64),
+        ("fc_ewma_commits", c.c_uint64),
+    ]
 
 
 class CommitKey(c.Structure):
@@ -107,8 +146,15 @@ class FcVal(c.Structure):
 
 
 class DaKey(c.Structure):
-    _fields_ = [("dev", c.c_uint32), ("phase", c.c_uint16), ("event", c.c_uint16), ("who", c.c_uint16),
-                ("nr", c.c_uint16), ("pad", c.c_uint32), ("comm", c.c_char * maps.COMM_LEN)]
+    _fields_ = [
+        ("dev", c.c_uint32),
+        ("phase", c.c_uint16),
+        ("event", c.c_uint16),
+        ("who", c.c_uint16),
+        ("nr", c.c_uint16),
+        ("pad", c.c_uint32),
+        ("comm", c.c_char * maps.COMM_LEN),
+    ]
 
 
 class DaVal(c.Structure):
@@ -120,11 +166,31 @@ class SpanVal(c.Structure):
 
 
 RUN_STATS_J = ("rs_wait", "rs_request_delay", "rs_running", "rs_locked", "rs_flushing", "rs_logging")
-CHECKPOINT_FIELDS = ("checkpoints", "checkpoint_errors", "chp_transactions", "chp_time_j", "chp_written",
-                     "chp_dropped", "chp_forced")
-COUNT_FIELDS = ("commits", "timed", "sync_commits", "kernel_ns", "commit_blocks", "commit_block_ns",
-                "commit_block_offcpu_ns", *RUN_STATS_J, "handles", "blocks",
-                "blocks_logged", "intervals", "interval_ns", *CHECKPOINT_FIELDS)
+CHECKPOINT_FIELDS = (
+    "checkpoints",
+    "checkpoint_errors",
+    "chp_transactions",
+    "chp_time_j",
+    "chp_written",
+    "chp_dropped",
+    "chp_forced",
+)
+COUNT_FIELDS = (
+    "commits",
+    "timed",
+    "sync_commits",
+    "kernel_ns",
+    "commit_blocks",
+    "commit_block_ns",
+    "commit_block_offcpu_ns",
+    *RUN_STATS_J,
+    "handles",
+    "blocks",
+    "blocks_logged",
+    "intervals",
+    "interval_ns",
+    *CHECKPOINT_FIELDS,
+)
 
 
 class Probe:
@@ -137,12 +203,14 @@ class Probe:
         self.da = obj.map("da_events", DaKey, DaVal)
         self.spans = obj.map("freeing_spans", DaKey, SpanVal)
         # Work in progress, by (dev, transaction) or thread: only forgotten at reset.
-        self.inflight = [obj.map("commits_inflight", CommitKey, c.c_uint8 * 48),
-                         obj.map("committing", c.c_uint32, CommitKey),
-                         obj.map("commit_block_wait", c.c_uint32, c.c_uint8 * 24),
-                         obj.map("fc_inflight", c.c_uint32, c.c_uint8 * 16),
-                         obj.map("removing", c.c_uint32, c.c_uint8 * 24),
-                         obj.map("evicting", c.c_uint32, c.c_uint8 * 24)]
+        self.inflight = [
+            obj.map("commits_inflight", CommitKey, c.c_uint8 * 48),
+            obj.map("committing", c.c_uint32, CommitKey),
+            obj.map("commit_block_wait", c.c_uint32, c.c_uint8 * 24),
+            obj.map("fc_inflight", c.c_uint32, c.c_uint8 * 16),
+            obj.map("removing", c.c_uint32, c.c_uint8 * 24),
+            obj.map("evicting", c.c_uint32, c.c_uint8 * 24),
+        ]
         self.hz = kernel_hz()  # jbd2's run statistics are in jiffies
 
     def set_targets(self, targets):
@@ -163,18 +231,43 @@ class Probe:
     def snapshot(self):
         """{"hz", "commits": [...], "journals": [...], "fast_commits": [...], "delalloc": [...]}:
         per (device, phase) rows, as plain data."""
-        return {"hz": self.hz,
-                "commits": [commit_row(k, v) for k, v in self.commits.items()],
-                "journals": [{"dev": k.value, "ewma_ns": v.ewma_ns, "ewma_commits": v.ewma_commits,
-                              "fc_ewma_ns": v.fc_ewma_ns, "fc_ewma_commits": v.fc_ewma_commits}
-                             for k, v in self.journals.items()],
-                "fast_commits": [{"dev": k.dev, "phase": k.phase, "status": name_at(FC_STATUS, k.status),
-                                  "count": v.count, "total_ns": v.total_ns, "max_ns": v.max_ns, "blocks": v.blocks}
-                                 for k, v in self.fc.items()],
-                "delalloc": [da_row(k, v) for k, v in self.da.items()],
-                "freeing_spans": [{**da_row(k, DaVal(count=v.count)), "what": SPAN_EVENTS[k.event][0],
-                                   "kind": SPAN_EVENTS[k.event][1], "ns": v.ns}
-                                  for k, v in self.spans.items() if k.event < len(SPAN_EVENTS)]}
+        return {
+            "hz": self.hz,
+            "commits": [commit_row(k, v) for k, v in self.commits.items()],
+            "journals": [
+                {
+                    "dev": k.value,
+                    "ewma_ns": v.ewma_ns,
+                    "ewma_commits": v.ewma_commits,
+                    "fc_ewma_ns": v.fc_ewma_ns,
+                    "fc_ewma_commits": v.fc_ewma_commits,
+                }
+                for k, v in self.journals.items()
+            ],
+            "fast_commits": [
+                {
+                    "dev": k.dev,
+                    "phase": k.phase,
+                    "status": name_at(FC_STATUS, k.status),
+                    "count": v.count,
+                    "total_ns": v.total_ns,
+                    "max_ns": v.max_ns,
+                    "blocks": v.blocks,
+                }
+                for k, v in self.fc.items()
+            ],
+            "delalloc": [da_row(k, v) for k, v in self.da.items()],
+            "freeing_spans": [
+                {
+                    **da_row(k, DaVal(count=v.count)),
+                    "what": SPAN_EVENTS[k.event][0],
+                    "kind": SPAN_EVENTS[k.event][1],
+                    "ns": v.ns,
+                }
+                for k, v in self.spans.items()
+                if k.event < len(SPAN_EVENTS)
+            ],
+        }
 
 
 def name_at(names, i):
@@ -182,18 +275,29 @@ def name_at(names, i):
 
 
 def commit_row(k, v):
-    row = {"dev": k.dev, "phase": k.phase, **{f: getattr(v, f) for f in COUNT_FIELDS},
-           "interval_max_ns": v.interval_max_ns,
-           "phase_ns": dict(zip(COMMIT_PHASES, v.phase_ns)), "phase_max_ns": dict(zip(COMMIT_PHASES, v.phase_max_ns)),
-           "commit_hist": maps.snapshot_hist(v.commit)}
+    row = {
+        "dev": k.dev,
+        "phase": k.phase,
+        **{f: getattr(v, f) for f in COUNT_FIELDS},
+        "interval_max_ns": v.interval_max_ns,
+        "phase_ns": dict(zip(COMMIT_PHASES, v.phase_ns)),
+        "phase_max_ns": dict(zip(COMMIT_PHASES, v.phase_max_ns)),
+        "commit_hist": maps.snapshot_hist(v.commit),
+    }
     return row
 
 
 def da_row(k, v):
-    return {"dev": k.dev, "phase": k.phase, "event": name_at(DA_EVENTS, k.event), "who": k.who,
-            "syscall": syscalls.name_of(k.nr) if k.who == WHO_SYSCALL else None,
-            "comm": k.comm.decode(errors="replace"),
-            "count": v.count, "blocks": v.blocks}
+    return {
+        "dev": k.dev,
+        "phase": k.phase,
+        "event": name_at(DA_EVENTS, k.event),
+        "who": k.who,
+        "syscall": syscalls.name_of(k.nr) if k.who == WHO_SYSCALL else None,
+        "comm": k.comm.decode(errors="replace"),
+        "count": v.count,
+        "blocks": v.blocks,
+    }
 
 
 # ---- summarize: one snapshot -> the section in result.json ----
@@ -219,12 +323,17 @@ def summarize(raw, ctx):
         return {}
     journals = [r for r in raw.get("journals", []) if r["dev"] in mine]
     devs = sorted({r["dev"] for r in commits})
-    section = {"device": ", ".join(ctx.block_devs.get(d, f"{d >> 20}:{d & 0xfffff}") for d in devs),
-               "hz": raw.get("hz")}
+    section = {
+        "device": ", ".join(ctx.block_devs.get(d, f"{d >> 20}:{d & 0xFFFFF}") for d in devs),
+        "hz": raw.get("hz"),
+    }
+
     def fast_ok(scope):
         return [r for r in fcs if r["status"] == "ok" and (scope is None or ctx.phase_name(r["phase"]) == scope)]
-    section["journal"] = by_scope(ctx, commits, lambda rows, scope: journal_figures(rows, scope, ctx, raw.get("hz"),
-                                                                                     fast_ok(scope)))
+
+    section["journal"] = by_scope(
+        ctx, commits, lambda rows, scope: journal_figures(rows, scope, ctx, raw.get("hz"), fast_ok(scope))
+    )
     if journals:
         # The kernel's running average, weighted to the newest commits: over the whole trace only.
         busiest = max(journals, key=lambda j: j["ewma_commits"])
@@ -232,8 +341,9 @@ def summarize(raw, ctx):
     if fcs:
         section["fast_commits"] = by_scope(ctx, fcs, lambda rows, scope: fast_commit_figures(rows, scope, ctx))
         fc_journal = max(journals, key=lambda j: j["fc_ewma_commits"], default=None)
-        section["fast_commits"]["all"]["ewma_commit_ns"] = (fc_journal["fc_ewma_ns"] if fc_journal and
-                                                            fc_journal["fc_ewma_commits"] else None)
+        section["fast_commits"]["all"]["ewma_commit_ns"] = (
+            fc_journal["fc_ewma_ns"] if fc_journal and fc_journal["fc_ewma_commits"] else None
+        )
     if das:
         section["delalloc"] = by_scope(ctx, das, lambda rows, scope: delalloc_figures(rows))
     if spans or any(r["event"] == "free" for r in das):
@@ -314,8 +424,11 @@ def sum_rows(rows, field):
 
 
 def merged_commit_hist(rows):
-    return hist.merge([r["commit_hist"] for r in rows]) if rows else hist.summarize(
-        {"count": 0, "total_ns": 0, "max_ns": 0, "fine": {}})
+    return (
+        hist.merge([r["commit_hist"] for r in rows])
+        if rows
+        else hist.summarize({"count": 0, "total_ns": 0, "max_ns": 0, "fine": {}})
+    )
 
 
 def journal_figures(rows, scope, ctx, hz, fast_ok=()):
@@ -323,26 +436,36 @@ def journal_figures(rows, scope, ctx, hz, fast_ok=()):
     commit = merged_commit_hist(rows)
     elapsed = scope_elapsed(ctx, scope)
     out = {
-        "commits": commits,                     # what /proc/fs/jbd2/<dev>-8/info counts
-        "timed_commits": timed,                 # seen whole, start to end: the times below
+        "commits": commits,  # what /proc/fs/jbd2/<dev>-8/info counts
+        "timed_commits": timed,  # seen whole, start to end: the times below
         "sync_commits": sum_rows(rows, "sync_commits"),
         "commits_per_s": ratio(commits, elapsed),
         "commit_ns": commit,
         "phases": commit_phases(rows, timed),
-        "kernel_commit_ns": {"total_ns": sum_rows(rows, "kernel_ns"), "avg_ns": ratio(sum_rows(rows, "kernel_ns"), timed)},
+        "kernel_commit_ns": {
+            "total_ns": sum_rows(rows, "kernel_ns"),
+            "avg_ns": ratio(sum_rows(rows, "kernel_ns"), timed),
+        },
         "totals": {f: sum_rows(rows, f) for f in ("handles", "blocks", "blocks_logged")},
         "per_commit": {f: ratio(sum_rows(rows, f), commits) for f in ("handles", "blocks", "blocks_logged")},
         "run_stats": run_stats(rows, commits, hz),
-        "interval": {"count": sum_rows(rows, "intervals"), "avg_ns": ratio(sum_rows(rows, "interval_ns"), sum_rows(rows, "intervals")),
-                     "max_ns": max((r["interval_max_ns"] for r in rows), default=0)},
+        "interval": {
+            "count": sum_rows(rows, "intervals"),
+            "avg_ns": ratio(sum_rows(rows, "interval_ns"), sum_rows(rows, "intervals")),
+            "max_ns": max((r["interval_max_ns"] for r in rows), default=0),
+        },
         "checkpoint": {f: sum_rows(rows, f) for f in CHECKPOINT_FIELDS},
-        "commit_block": {"count": sum_rows(rows, "commit_blocks"), "total_ns": sum_rows(rows, "commit_block_ns"),
-                         "offcpu_ns": sum_rows(rows, "commit_block_offcpu_ns"),
-                         "avg_ns": ratio(sum_rows(rows, "commit_block_ns"), sum_rows(rows, "commit_blocks"))},
+        "commit_block": {
+            "count": sum_rows(rows, "commit_blocks"),
+            "total_ns": sum_rows(rows, "commit_block_ns"),
+            "offcpu_ns": sum_rows(rows, "commit_block_offcpu_ns"),
+            "avg_ns": ratio(sum_rows(rows, "commit_block_ns"), sum_rows(rows, "commit_blocks")),
+        },
         "thread": commit_thread(ctx, scope, commit["total_ns"], timed, sum_rows(rows, "commit_block_offcpu_ns")),
     }
-    out.update(many_to_one(ctx, scope, commits, commit["total_ns"], sum_rows(fast_ok, "count"),
-                           sum_rows(fast_ok, "total_ns")))
+    out.update(
+        many_to_one(ctx, scope, commits, commit["total_ns"], sum_rows(fast_ok, "count"), sum_rows(fast_ok, "total_ns"))
+    )
     return out
 
 
@@ -350,15 +473,24 @@ def commit_phases(rows, timed):
     out = {}
     for name in COMMIT_PHASES:
         total = sum(r["phase_ns"][name] for r in rows)
-        out[name] = {"total_ns": total, "avg_ns": ratio(total, timed),
-                     "max_ns": max((r["phase_max_ns"][name] for r in rows), default=0)}
+        out[name] = {
+            "total_ns": total,
+            "avg_ns": ratio(total, timed),
+            "max_ns": max((r["phase_max_ns"][name] for r in rows), default=0),
+        }
     return out
 
 
 def run_stats(rows, commits, hz):
     """jbd2_run_stats sums in jiffies and, as info prints them, the average per commit in ms."""
-    names = {"rs_wait": "wait", "rs_request_delay": "request_delay", "rs_running": "running",
-             "rs_locked": "locked", "rs_flushing": "flushing", "rs_logging": "logging"}
+    names = {
+        "rs_wait": "wait",
+        "rs_request_delay": "request_delay",
+        "rs_running": "running",
+        "rs_locked": "locked",
+        "rs_flushing": "flushing",
+        "rs_logging": "logging",
+    }
     jiffies = {names[f]: sum_rows(rows, f) for f in RUN_STATS_J}
     avg_ms = {k: (1000.0 * v / hz / commits if hz and commits else None) for k, v in jiffies.items()}
     return {"jiffies": jiffies, "avg_ms": avg_ms}
@@ -367,8 +499,12 @@ def run_stats(rows, commits, hz):
 def commit_thread(ctx, scope, window_ns, timed, commit_block_offcpu):
     """The commit thread's time inside its commits: off-CPU by cause ([[worker]] rules), the
     journal block waits split into the commit block's and the other log blocks', and CPU."""
-    b = worker_breakdown(ctx, JBD2_WORKER, scope) or {"offcpu_ns": 0, "offcpu_intervals": 0, "causes": {},
-                                                     "other_wait_frames": {}}
+    b = worker_breakdown(ctx, JBD2_WORKER, scope) or {
+        "offcpu_ns": 0,
+        "offcpu_intervals": 0,
+        "causes": {},
+        "other_wait_frames": {},
+    }
     causes = dict(b["causes"])
     block_wait = causes.pop(JOURNAL_BLOCK_WAIT, 0)
     commit_block = min(commit_block_offcpu, block_wait)
@@ -380,9 +516,14 @@ def commit_thread(ctx, scope, window_ns, timed, commit_block_offcpu):
     if cpu:
         causes[CPU] = cpu
     causes = dict(sorted(causes.items(), key=lambda kv: -kv[1]))
-    return {"window_ns": window_ns, "offcpu_ns": b["offcpu_ns"], "cpu_ns": cpu,
-            "causes": causes, "avg_ns": {k: v / timed for k, v in causes.items()} if timed else {},
-            "other_wait_frames": b.get("other_wait_frames", {})}
+    return {
+        "window_ns": window_ns,
+        "offcpu_ns": b["offcpu_ns"],
+        "cpu_ns": cpu,
+        "causes": causes,
+        "avg_ns": {k: v / timed for k, v in causes.items()} if timed else {},
+        "other_wait_frames": b.get("other_wait_frames", {}),
+    }
 
 
 def many_to_one(ctx, scope, commits, commit_ns, fast, fast_ns):
@@ -396,11 +537,20 @@ def many_to_one(ctx, scope, commits, commit_ns, fast, fast_ns):
     attribution = scope_attribution(ctx, scope)
     waited = sum(b["causes"].get(COMMIT_WAIT_CAUSE, 0) for op in FSYNC_OPS for b in attribution.get(op, []))
     served_by, served_ns = commits + fast, commit_ns + fast_ns
-    return {"fsyncs": fsyncs, "fsyncs_per_commit": ratio(fsyncs, served_by), "commits_per_fsync": ratio(served_by, fsyncs),
-            "waiter_view": {"fsyncs": fsyncs, "commit_wait_ns": waited, "commit_wait_per_fsync_ns": ratio(waited, fsyncs)},
-            "event_view": {"commits": commits, "fast_commits": fast, "commit_ns": served_ns,
-                           "commit_ns_per_fsync": ratio(served_ns, fsyncs), "fsyncs_served_per_commit": ratio(fsyncs, served_by)},
-            "waiters_per_commit_time": ratio(waited, served_ns)}
+    return {
+        "fsyncs": fsyncs,
+        "fsyncs_per_commit": ratio(fsyncs, served_by),
+        "commits_per_fsync": ratio(served_by, fsyncs),
+        "waiter_view": {"fsyncs": fsyncs, "commit_wait_ns": waited, "commit_wait_per_fsync_ns": ratio(waited, fsyncs)},
+        "event_view": {
+            "commits": commits,
+            "fast_commits": fast,
+            "commit_ns": served_ns,
+            "commit_ns_per_fsync": ratio(served_ns, fsyncs),
+            "fsyncs_served_per_commit": ratio(fsyncs, served_by),
+        },
+        "waiters_per_commit_time": ratio(waited, served_ns),
+    }
 
 
 def fast_commit_figures(rows, scope, ctx):
@@ -419,14 +569,20 @@ def fast_commit_figures(rows, scope, ctx):
     if window - b["offcpu_ns"] > 0:
         causes[CPU] = window - b["offcpu_ns"]
     calls = sum(e["count"] for e in by_status.values())
-    return {"calls": calls, "fast": ok.get("count", 0),
-            "fell_back_to_full": sum(by_status.get(s, {}).get("count", 0) for s in ("ineligible", "failed")),
-            "skipped": by_status.get("skipped", {}).get("count", 0),
-            "blocks_per_fast_commit": ratio(ok.get("blocks", 0), ok.get("count", 0)),
-            "by_status": by_status,
-            "thread": {"window_ns": window, "offcpu_ns": b["offcpu_ns"],
-                       "causes": dict(sorted(causes.items(), key=lambda kv: -kv[1])),
-                       "other_wait_frames": b.get("other_wait_frames", {})}}
+    return {
+        "calls": calls,
+        "fast": ok.get("count", 0),
+        "fell_back_to_full": sum(by_status.get(s, {}).get("count", 0) for s in ("ineligible", "failed")),
+        "skipped": by_status.get("skipped", {}).get("count", 0),
+        "blocks_per_fast_commit": ratio(ok.get("blocks", 0), ok.get("count", 0)),
+        "by_status": by_status,
+        "thread": {
+            "window_ns": window,
+            "offcpu_ns": b["offcpu_ns"],
+            "causes": dict(sorted(causes.items(), key=lambda kv: -kv[1])),
+            "other_wait_frames": b.get("other_wait_frames", {}),
+        },
+    }
 
 
 def who_label(r):
@@ -456,18 +612,27 @@ def delalloc_figures(rows):
         for r in mine:
             by[who_label(r)] = by.get(who_label(r), 0) + r["blocks"]
             side[traced_or_kernel(r)] = side.get(traced_or_kernel(r), 0) + r["blocks"]
-        return {"count": sum_rows(mine, "count"), "blocks": sum_rows(mine, "blocks"),
-                "by": dict(sorted(by.items(), key=lambda kv: -kv[1])), "side": side}
+        return {
+            "count": sum_rows(mine, "count"),
+            "blocks": sum_rows(mine, "blocks"),
+            "by": dict(sorted(by.items(), key=lambda kv: -kv[1])),
+            "side": side,
+        }
 
     events = {name: event(name) for name in DA_EVENTS}
     da, noda = events["da_write_begin"]["count"], events["nodelalloc_write_begin"]["count"]
     events["mballoc"]["groups_scanned"] = events["mballoc"].pop("blocks")
-    return {"enabled": (da > 0) if (da or noda) else None,
-            "write_begin": {"delalloc": da, "nodelalloc": noda},
-            "reserved": events["reserve"], "released": events["release"], "claimed": events["claim"],
-            "mapped_at_writeback": events["map_extent"],
-            "allocated": {"delalloc": events["alloc_delalloc"], "other": events["alloc_other"]},
-            "requests": events["request"], "mballoc": events["mballoc"]}
+    return {
+        "enabled": (da > 0) if (da or noda) else None,
+        "write_begin": {"delalloc": da, "nodelalloc": noda},
+        "reserved": events["reserve"],
+        "released": events["release"],
+        "claimed": events["claim"],
+        "mapped_at_writeback": events["map_extent"],
+        "allocated": {"delalloc": events["alloc_delalloc"], "other": events["alloc_other"]},
+        "requests": events["request"],
+        "mballoc": events["mballoc"],
+    }
 
 
 # ---- report ----
@@ -489,9 +654,11 @@ def report_lines(section, fs):
         if len([p for p in phases.values() if p["commits"]]) > 1:
             for name, p in phases.items():
                 if p["commits"]:
-                    lines.append(f"       phase {name}: {p['commits']} commits, avg {us(p['commit_ns']['avg_ns'])}, "
-                                 f"{num(p['fsyncs_per_commit'])} fsyncs per commit, "
-                                 f"{num(p['per_commit']['blocks_logged'], '{:.1f}')} blocks logged per commit")
+                    lines.append(
+                        f"       phase {name}: {p['commits']} commits, avg {us(p['commit_ns']['avg_ns'])}, "
+                        f"{num(p['fsyncs_per_commit'])} fsyncs per commit, "
+                        f"{num(p['per_commit']['blocks_logged'], '{:.1f}')} blocks logged per commit"
+                    )
     fc = section.get("fast_commits", {}).get("all")
     if fc:
         lines.extend(fast_commit_lines(fc))
@@ -506,11 +673,18 @@ def report_lines(section, fs):
 
 def freeing_lines(f):
     """Blocks freed, and the spans timed inside the calls that freed them."""
+
     def spans(what):
-        return "; ".join(f"{who} {v['on_cpu']['count']} on CPU throughout ({us(v['on_cpu']['ns'])})"
-                         + (f", {v['switched']['count']} switched out ({us(v['switched']['ns'])} wall)"
-                            if v["switched"]["count"] else "")
-                         for who, v in f[what].items())
+        return "; ".join(
+            f"{who} {v['on_cpu']['count']} on CPU throughout ({us(v['on_cpu']['ns'])})"
+            + (
+                f", {v['switched']['count']} switched out ({us(v['switched']['ns'])} wall)"
+                if v["switched"]["count"]
+                else ""
+            )
+            for who, v in f[what].items()
+        )
+
     by = ", ".join(f"{who} {n}" for who, n in sorted(f["blocks_freed"].items(), key=lambda kv: -kv[1]))
     lines = [f"     blocks freed: {by or 'none'}"]
     if f["extent_removal"]:
@@ -526,8 +700,10 @@ def journal_lines(j, device):
     parts = " + ".join(f"{name} {us(p['avg_ns'] or 0)}" for name, p in j["phases"].items())
     fast = j["event_view"].get("fast_commits", 0)
     also = f" + {fast} fast commits" if fast else ""
-    lines = [f"   behind journal commit wait (jbd2 on {device}): {j['commits']} commits{rate}{also}, "
-             f"{num(j['fsyncs_per_commit'])} fsyncs per commit"]
+    lines = [
+        f"   behind journal commit wait (jbd2 on {device}): {j['commits']} commits{rate}{also}, "
+        f"{num(j['fsyncs_per_commit'])} fsyncs per commit"
+    ]
     if not j["timed_commits"]:
         return lines + many_to_one_lines(j)
     lines.append(f"     avg commit {us(t['avg_ns'])} = {parts}; p99 {us(t['p99_ns'])}, max {us(t['max_ns'])}")
@@ -537,9 +713,11 @@ def journal_lines(j, device):
         top = [(c, ns) for c, ns in thread["avg_ns"].items() if ns >= 0.01 * (t["avg_ns"] or 1)][:5]
         lines.append("     commit thread per commit: " + ", ".join(f"{cause} {us(ns)}" for cause, ns in top))
     pc = j["per_commit"]
-    lines.append(f"     per commit: {num(pc['blocks_logged'], '{:.1f}')} blocks logged, {num(pc['blocks'], '{:.1f}')} blocks, "
-                 f"{num(pc['handles'], '{:.1f}')} handles; interval between commits avg "
-                 f"{us(j['interval']['avg_ns'] or 0)}")
+    lines.append(
+        f"     per commit: {num(pc['blocks_logged'], '{:.1f}')} blocks logged, {num(pc['blocks'], '{:.1f}')} blocks, "
+        f"{num(pc['handles'], '{:.1f}')} handles; interval between commits avg "
+        f"{us(j['interval']['avg_ns'] or 0)}"
+    )
     return lines + many_to_one_lines(j)
 
 
@@ -547,16 +725,24 @@ def many_to_one_lines(j):
     w, e = j["waiter_view"], j["event_view"]
     if not w["fsyncs"]:
         return []
-    return [f"     waiter's view: {us(w['commit_wait_per_fsync_ns'])} of commit wait per fsync; event's view: "
-            f"{us(e['commit_ns_per_fsync'])} of commit per fsync, {num(e['fsyncs_served_per_commit'])} fsyncs "
-            f"served per commit"]
+    return [
+        f"     waiter's view: {us(w['commit_wait_per_fsync_ns'])} of commit wait per fsync; event's view: "
+        f"{us(e['commit_ns_per_fsync'])} of commit per fsync, {num(e['fsyncs_served_per_commit'])} fsyncs "
+        f"served per commit"
+    ]
 
 
 def fast_commit_lines(fc):
     ok = fc["by_status"].get("ok", {})
-    line = (f"     fast commits: {fc['fast']} of {fc['calls']} fsync commits"
-            + (f" (avg {us(ok['avg_ns'])}, {num(fc['blocks_per_fast_commit'], '{:.1f}')} blocks each)" if fc["fast"] else "")
-            + f", {fc['fell_back_to_full']} fell back to a full commit, {fc['skipped']} skipped (already committed)")
+    line = (
+        f"     fast commits: {fc['fast']} of {fc['calls']} fsync commits"
+        + (
+            f" (avg {us(ok['avg_ns'])}, {num(fc['blocks_per_fast_commit'], '{:.1f}')} blocks each)"
+            if fc["fast"]
+            else ""
+        )
+        + f", {fc['fell_back_to_full']} fell back to a full commit, {fc['skipped']} skipped (already committed)"
+    )
     top = list(fc["thread"]["causes"].items())[:3]
     total = fc["thread"]["window_ns"] or 1
     lines = [line]
@@ -569,12 +755,16 @@ def delalloc_lines(da):
     if da["enabled"] is None:
         return []
     if not da["enabled"]:
-        return [f"     delayed allocation off: {da['write_begin']['nodelalloc']} buffered writes allocated at write time "
-                f"({da['allocated']['other']['blocks']} blocks)"]
+        return [
+            f"     delayed allocation off: {da['write_begin']['nodelalloc']} buffered writes allocated at write time "
+            f"({da['allocated']['other']['blocks']} blocks)"
+        ]
     alloc = da["allocated"]["delalloc"]
     by = ", ".join(f"{who} {n}" for who, n in list(alloc["by"].items())[:3])
-    return [f"     delayed allocation on: {da['reserved']['blocks']} blocks reserved at write time, "
-            f"{alloc['blocks']} allocated at writeback" + (f" (by {by})" if by else "")]
+    return [
+        f"     delayed allocation on: {da['reserved']['blocks']} blocks reserved at write time, "
+        f"{alloc['blocks']} allocated at writeback" + (f" (by {by})" if by else "")
+    ]
 
 
 def thread_causes(section):

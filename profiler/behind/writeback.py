@@ -40,13 +40,26 @@ WHO_NAMES = {WHO_USER: "user (no syscall)", WHO_FLUSHER: "flusher", WHO_KTHREAD:
 INODE_EVENTS = ("writeback_started", "written", "folio_waits")
 # global_dirty_state's fields, in the tracepoint's (and the BPF struct's) order; the first five
 # also keep their minimum and maximum.
-GDS_FIELDS = ("nr_dirty", "nr_writeback", "background_thresh", "dirty_thresh", "dirty_limit",
-              "nr_dirtied", "nr_written")
+GDS_FIELDS = (
+    "nr_dirty",
+    "nr_writeback",
+    "background_thresh",
+    "dirty_thresh",
+    "dirty_limit",
+    "nr_dirtied",
+    "nr_written",
+)
 GDS_RANGED = GDS_FIELDS[:5]
 WRITE_OPS = ("write", "pwrite64", "writev", "pwritev", "pwritev2")
 THROTTLE_CAUSE = known_cause("dirty throttling")
-DIRTY_SYSCTLS = ("dirty_bytes", "dirty_ratio", "dirty_background_bytes", "dirty_background_ratio",
-                 "dirty_writeback_centisecs", "dirty_expire_centisecs")
+DIRTY_SYSCTLS = (
+    "dirty_bytes",
+    "dirty_ratio",
+    "dirty_background_bytes",
+    "dirty_background_ratio",
+    "dirty_writeback_centisecs",
+    "dirty_expire_centisecs",
+)
 SYS_CLASS_BDI = Path("/sys/class/bdi")
 SYS_FS_BTRFS = Path("/sys/fs/btrfs")
 
@@ -56,37 +69,75 @@ class BdiName(c.Structure):
 
 
 THROTTLE_SUMS = ("checks", "sleeps", "planned_ms", "dirtied", "dirty_sum")
-THROTTLE_LAST = ("limit_last", "setpoint_last", "dirty_last", "wb_dirty_last", "wb_setpoint_last",
-                 "task_ratelimit_last", "dirty_ratelimit_last")
+THROTTLE_LAST = (
+    "limit_last",
+    "setpoint_last",
+    "dirty_last",
+    "wb_dirty_last",
+    "wb_setpoint_last",
+    "task_ratelimit_last",
+    "dirty_ratelimit_last",
+)
 
 
 class ThrottleVal(c.Structure):
-    _fields_ = [("checks", c.c_uint64), ("sleeps", c.c_uint64), ("planned_ms", c.c_uint64),
-                ("dirtied", c.c_uint64), ("last_ns", c.c_uint64),
-                ("limit_last", c.c_uint64), ("limit_min", c.c_uint64), ("limit_max", c.c_uint64),
-                ("setpoint_last", c.c_uint64),
-                ("dirty_last", c.c_uint64), ("dirty_min", c.c_uint64), ("dirty_max", c.c_uint64),
-                ("dirty_sum", c.c_uint64), ("wb_dirty_last", c.c_uint64), ("wb_setpoint_last", c.c_uint64),
-                ("task_ratelimit_last", c.c_uint64), ("dirty_ratelimit_last", c.c_uint64)]
+    _fields_ = [
+        ("checks", c.c_uint64),
+        ("sleeps", c.c_uint64),
+        ("planned_ms", c.c_uint64),
+        ("dirtied", c.c_uint64),
+        ("last_ns", c.c_uint64),
+        ("limit_last", c.c_uint64),
+        ("limit_min", c.c_uint64),
+        ("limit_max", c.c_uint64),
+        ("setpoint_last", c.c_uint64),
+        ("dirty_last", c.c_uint64),
+        ("dirty_min", c.c_uint64),
+        ("dirty_max", c.c_uint64),
+        ("dirty_sum", c.c_uint64),
+        ("wb_dirty_last", c.c_uint64),
+        ("wb_setpoint_last", c.c_uint64),
+        ("task_ratelimit_last", c.c_uint64),
+        ("dirty_ratelimit_last", c.c_uint64),
+    ]
 
 
 class DirtyStateVal(c.Structure):
-    _fields_ = [("count", c.c_uint64), ("first_ns", c.c_uint64), ("last_ns", c.c_uint64),
-                ("first", c.c_uint64 * len(GDS_FIELDS)), ("last", c.c_uint64 * len(GDS_FIELDS)),
-                ("min", c.c_uint64 * len(GDS_RANGED)), ("max", c.c_uint64 * len(GDS_RANGED))]
+    _fields_ = [
+        ("count", c.c_uint64),
+        ("first_ns", c.c_uint64),
+        ("last_ns", c.c_uint64),
+        ("first", c.c_uint64 * len(GDS_FIELDS)),
+        ("last", c.c_uint64 * len(GDS_FIELDS)),
+        ("min", c.c_uint64 * len(GDS_RANGED)),
+        ("max", c.c_uint64 * len(GDS_RANGED)),
+    ]
 
 
 class WorkKey(c.Structure):
-    _fields_ = [("bdi", c.c_uint16), ("phase", c.c_uint16), ("reason", c.c_uint8), ("integrity", c.c_uint8),
-                ("pad", c.c_uint16)]
+    _fields_ = [
+        ("bdi", c.c_uint16),
+        ("phase", c.c_uint16),
+        ("reason", c.c_uint8),
+        ("integrity", c.c_uint8),
+        ("pad", c.c_uint16),
+    ]
 
 
 WORK_COUNTS = ("queued", "executed", "runs", "passes", "pages", "run_ns", "waits")
 
 
 class WorkVal(c.Structure):
-    _fields_ = [("queued", c.c_uint64), ("executed", c.c_uint64), ("runs", c.c_uint64), ("passes", c.c_uint64),
-                ("pages", c.c_uint64), ("run_ns", c.c_uint64), ("pass_max_ns", c.c_uint64), ("waits", c.c_uint64)]
+    _fields_ = [
+        ("queued", c.c_uint64),
+        ("executed", c.c_uint64),
+        ("runs", c.c_uint64),
+        ("passes", c.c_uint64),
+        ("pages", c.c_uint64),
+        ("run_ns", c.c_uint64),
+        ("pass_max_ns", c.c_uint64),
+        ("waits", c.c_uint64),
+    ]
 
 
 class GapKey(c.Structure):
@@ -109,8 +160,13 @@ class FlushVal(c.Structure):
 
 
 class InodeKey(c.Structure):
-    _fields_ = [("bdi", c.c_uint16), ("phase", c.c_uint16), ("event", c.c_uint8), ("who", c.c_uint8),
-                ("nr", c.c_uint16)]
+    _fields_ = [
+        ("bdi", c.c_uint16),
+        ("phase", c.c_uint16),
+        ("event", c.c_uint8),
+        ("who", c.c_uint8),
+        ("nr", c.c_uint16),
+    ]
 
 
 class InodeVal(c.Structure):
@@ -118,6 +174,7 @@ class InodeVal(c.Structure):
 
 
 # ---- what the kernel calls things ----
+
 
 def reason_names(fmt_file=tracefs.TRACEFS / "events/writeback/writeback_start/format"):
     """{value: name} of enum wb_reason, from this kernel's own tracepoint format: its print fmt
@@ -129,7 +186,7 @@ def reason_names(fmt_file=tracefs.TRACEFS / "events/writeback/writeback_start/fo
     start = text.find("__print_symbolic(REC->reason")
     if start < 0:
         return {}
-    symbols = text[start:text.index(")", start)]
+    symbols = text[start : text.index(")", start)]
     return {int(v): name for v, name in re.findall(r'\{\s*(\d+)\s*,\s*"([^"]*)"\s*\}', symbols)}
 
 
@@ -183,6 +240,7 @@ def who_name(who, nr):
 
 # ---- the probe ----
 
+
 class Probe:
     def __init__(self, obj):
         self.obj = obj
@@ -200,7 +258,7 @@ class Probe:
         self.flush = m("wb_flush", FlushKey, FlushVal)
         self.inodes = m("inode_events", InodeKey, InodeVal)
         self.reasons = reason_names()
-        self.bdis = {}     # id -> {"name", "device", "sb_devs": [superblocks writing through it]}
+        self.bdis = {}  # id -> {"name", "device", "sb_devs": [superblocks writing through it]}
 
     def set_targets(self, targets):
         self.bdis_map.clear()
@@ -220,7 +278,16 @@ class Probe:
 
     def reset(self):
         # `pauses` and `flushers` hold work in flight, not aggregates: they resolve themselves.
-        for m in (self.throttle, self.pause_slept, self.dirty_state, self.work, self.gaps, self.last_run, self.flush, self.inodes):
+        for m in (
+            self.throttle,
+            self.pause_slept,
+            self.dirty_state,
+            self.work,
+            self.gaps,
+            self.last_run,
+            self.flush,
+            self.inodes,
+        ):
             m.clear()
 
     def reason(self, value):
@@ -234,33 +301,63 @@ class Probe:
             "page_size": os.sysconf("SC_PAGE_SIZE"),
             "sysctls": read_dirty_sysctls(),
             "throttle": throttle_rows(self.throttle.items(), self.pause_slept.items()),
-            "dirty_state": [dirty_state_row(k.value, v) for k, v in self.dirty_state.items()
-                            if any(x.count for x in v)],
-            "work": [{"bdi": k.bdi, "phase": k.phase, "reason": reason(k.reason), "integrity": bool(k.integrity),
-                      **{f: getattr(v, f) for f in WORK_COUNTS},
-                      "pass_max_ns": v.pass_max_ns} for k, v in self.work.items()],
-            "run_gaps": [{"bdi": k.bdi, "phase": k.phase, "reason": reason(k.reason), **maps.snapshot_hist(v)}
-                         for k, v in self.gaps.items()],
-            "flush": [{"bdi": k.bdi, "phase": k.phase, **{f: getattr(v, f) for f in FLUSH_COUNTS}}
-                      for k, v in self.flush.items()],
-            "inodes": [{"bdi": k.bdi, "phase": k.phase, "event": INODE_EVENTS[k.event], "who": who_name(k.who, k.nr),
-                        "count": v.count, "pages": v.pages}
-                       for k, v in self.inodes.items() if k.event < len(INODE_EVENTS)],
+            "dirty_state": [
+                dirty_state_row(k.value, v) for k, v in self.dirty_state.items() if any(x.count for x in v)
+            ],
+            "work": [
+                {
+                    "bdi": k.bdi,
+                    "phase": k.phase,
+                    "reason": reason(k.reason),
+                    "integrity": bool(k.integrity),
+                    **{f: getattr(v, f) for f in WORK_COUNTS},
+                    "pass_max_ns": v.pass_max_ns,
+                }
+                for k, v in self.work.items()
+            ],
+            "run_gaps": [
+                {"bdi": k.bdi, "phase": k.phase, "reason": reason(k.reason), **maps.snapshot_hist(v)}
+                for k, v in self.gaps.items()
+            ],
+            "flush": [
+                {"bdi": k.bdi, "phase": k.phase, **{f: getattr(v, f) for f in FLUSH_COUNTS}}
+                for k, v in self.flush.items()
+            ],
+            "inodes": [
+                {
+                    "bdi": k.bdi,
+                    "phase": k.phase,
+                    "event": INODE_EVENTS[k.event],
+                    "who": who_name(k.who, k.nr),
+                    "count": v.count,
+                    "pages": v.pages,
+                }
+                for k, v in self.inodes.items()
+                if k.event < len(INODE_EVENTS)
+            ],
         }
 
 
 def throttle_rows(throttle, pauses):
     """One row per (bdi, phase, who) of balance_dirty_pages (one value for all CPUs:
     bpf/writeback.bpf.c), with its pauses' sleeps (pause_slept, under the same key)."""
-    slept = {bytes(k): v for k, v in pauses}   # ctypes keys compare by their bytes
+    slept = {bytes(k): v for k, v in pauses}  # ctypes keys compare by their bytes
     rows = []
     for k, v in throttle:
         seen, p = v.checks > 0, slept.get(bytes(k), maps.PauseVal())
-        rows.append({"bdi": k.bdi, "phase": k.phase, "who": who_name(k.who, k.nr), "last_ns": v.last_ns,
-                     **{f: getattr(v, f) for f in THROTTLE_SUMS},
-                     **{f: getattr(v, f) if seen else 0 for f in THROTTLE_LAST},
-                     **{f: getattr(v, f) if seen else 0 for f in ("limit_min", "limit_max", "dirty_min", "dirty_max")},
-                     "unmatched": p.unmatched, "slept": maps.snapshot_hist(p.slept)})
+        rows.append(
+            {
+                "bdi": k.bdi,
+                "phase": k.phase,
+                "who": who_name(k.who, k.nr),
+                "last_ns": v.last_ns,
+                **{f: getattr(v, f) for f in THROTTLE_SUMS},
+                **{f: getattr(v, f) if seen else 0 for f in THROTTLE_LAST},
+                **{f: getattr(v, f) if seen else 0 for f in ("limit_min", "limit_max", "dirty_min", "dirty_max")},
+                "unmatched": p.unmatched,
+                "slept": maps.snapshot_hist(p.slept),
+            }
+        )
     return rows
 
 
@@ -268,14 +365,20 @@ def dirty_state_row(phase, per_cpu):
     seen = [v for v in per_cpu if v.count]
     first = min(seen, key=lambda v: v.first_ns)
     last = max(seen, key=lambda v: v.last_ns)
-    return {"phase": phase, "count": sum(v.count for v in seen),
-            "first_ns": first.first_ns, "last_ns": last.last_ns,
-            "first": dict(zip(GDS_FIELDS, first.first)), "last": dict(zip(GDS_FIELDS, last.last)),
-            "min": {f: min(v.min[i] for v in seen) for i, f in enumerate(GDS_RANGED)},
-            "max": {f: max(v.max[i] for v in seen) for i, f in enumerate(GDS_RANGED)}}
+    return {
+        "phase": phase,
+        "count": sum(v.count for v in seen),
+        "first_ns": first.first_ns,
+        "last_ns": last.last_ns,
+        "first": dict(zip(GDS_FIELDS, first.first)),
+        "last": dict(zip(GDS_FIELDS, last.last)),
+        "min": {f: min(v.min[i] for v in seen) for i, f in enumerate(GDS_RANGED)},
+        "max": {f: max(v.max[i] for v in seen) for i, f in enumerate(GDS_RANGED)},
+    }
 
 
 # ---- summary ----
+
 
 def summarize(raw, ctx):
     """The section of result.json: per phase and in total ("all"), for the bdis of ctx's filesystem."""
@@ -283,15 +386,21 @@ def summarize(raw, ctx):
         return {}
     bdis = {int(k): b for k, b in raw.get("bdis", {}).items() if ctx.sb_dev in b["sb_devs"]}
     names = {k: b["name"] for k, b in bdis.items()}
-    rows = {part: [r for r in raw.get(part, []) if r["bdi"] in bdis]
-            for part in ("throttle", "work", "run_gaps", "flush", "inodes")}
+    rows = {
+        part: [r for r in raw.get(part, []) if r["bdi"] in bdis]
+        for part in ("throttle", "work", "run_gaps", "flush", "inodes")
+    }
     rows["dirty_state"] = raw.get("dirty_state", [])  # global: every phase's, whatever the device
     phases = {}
     for index in sorted({r["phase"] for part in rows.values() for r in part}):
         pname = ctx.phase_name(index)
         phase = ctx.phases.get(pname, {})
-        phases[pname] = phase_summary({part: [r for r in rs if r["phase"] == index] for part, rs in rows.items()},
-                                      names, phase.get("syscalls", {}), phase.get("attribution", {}))
+        phases[pname] = phase_summary(
+            {part: [r for r in rs if r["phase"] == index] for part, rs in rows.items()},
+            names,
+            phase.get("syscalls", {}),
+            phase.get("attribution", {}),
+        )
     return {
         "bdis": {b["name"]: {"device": b["device"]} for b in bdis.values()},
         "page_size": raw.get("page_size"),
@@ -355,13 +464,20 @@ def throttle_summary(rows, syscall_hists, attribution):
         "planned_ms": sum(r["planned_ms"] for r in rows),
         "pauses_not_seen_sleeping": sum(r["unmatched"] for r in rows),
         "dirtied_pages": sum(r["dirtied"] for r in rows),
-        "limit": {"last": newest["limit_last"], "min": min((r["limit_min"] for r in rows if r["checks"]), default=0),
-                  "max": max(r["limit_max"] for r in rows)},
-        "dirty": {"last": newest["dirty_last"], "min": min((r["dirty_min"] for r in rows if r["checks"]), default=0),
-                  "max": max(r["dirty_max"] for r in rows),
-                  "avg": sum(r["dirty_sum"] for r in rows) / checks if checks else 0},
+        "limit": {
+            "last": newest["limit_last"],
+            "min": min((r["limit_min"] for r in rows if r["checks"]), default=0),
+            "max": max(r["limit_max"] for r in rows),
+        },
+        "dirty": {
+            "last": newest["dirty_last"],
+            "min": min((r["dirty_min"] for r in rows if r["checks"]), default=0),
+            "max": max(r["dirty_max"] for r in rows),
+            "avg": sum(r["dirty_sum"] for r in rows) / checks if checks else 0,
+        },
         "setpoint_last": newest["setpoint_last"],
-        "wb_dirty_last": newest["wb_dirty_last"], "wb_setpoint_last": newest["wb_setpoint_last"],
+        "wb_dirty_last": newest["wb_dirty_last"],
+        "wb_setpoint_last": newest["wb_setpoint_last"],
         "task_ratelimit_kbps_last": newest["task_ratelimit_last"],
         "dirty_ratelimit_kbps_last": newest["dirty_ratelimit_last"],
         "by_who": by_who,
@@ -399,7 +515,8 @@ def work_summary(rows, bdi_names):
     for r in rows:
         reason = r["reason"] + (" (integrity)" if r["integrity"] else "")
         e = out.setdefault(bdi_names.get(r["bdi"], str(r["bdi"])), {}).setdefault(
-            reason, {**{f: 0 for f in WORK_COUNTS}, "pass_max_ns": 0})
+            reason, {**{f: 0 for f in WORK_COUNTS}, "pass_max_ns": 0}
+        )
         for f in WORK_COUNTS:
             e[f] += r[f]
         e["pass_max_ns"] = max(e["pass_max_ns"], r["pass_max_ns"])
@@ -446,27 +563,37 @@ def report_lines(section, fs):
 def throttle_lines(t, gds, section):
     lines = []
     if t and t["pauses"]:
-        lines.append(f"   dirty throttling: {t['pauses']} pauses (avg {ms(t['avg_ns'])}, max {ms(t['max_ns'])}), "
-                     f"{100 * t['share_of_write_time']:.0f}% of write time "
-                     f"({ms(t['per_write_ns'])} per write; attribution says "
-                     f"{100 * t['attributed_ns'] / max(t['write_syscalls']['wall_ns'], 1):.0f}%)")
+        lines.append(
+            f"   dirty throttling: {t['pauses']} pauses (avg {ms(t['avg_ns'])}, max {ms(t['max_ns'])}), "
+            f"{100 * t['share_of_write_time']:.0f}% of write time "
+            f"({ms(t['per_write_ns'])} per write; attribution says "
+            f"{100 * t['attributed_ns'] / max(t['write_syscalls']['wall_ns'], 1):.0f}%)"
+        )
     if gds:
         sysctls = section.get("sysctls", {})
-        setting = (f"vm.dirty_bytes {sysctls['vm.dirty_bytes']}" if sysctls.get("vm.dirty_bytes")
-                   else f"vm.dirty_ratio {sysctls.get('vm.dirty_ratio', '?')}%")
+        setting = (
+            f"vm.dirty_bytes {sysctls['vm.dirty_bytes']}"
+            if sysctls.get("vm.dirty_bytes")
+            else f"vm.dirty_ratio {sysctls.get('vm.dirty_ratio', '?')}%"
+        )
         last = gds["last"]
-        lines.append(f"   dirty limit {last['dirty_thresh']} pages ({setting}), "
-                     f"background {last['background_thresh']}, "
-                     f"smoothed limit {last['dirty_limit']}; dirty pages up to {gds['max']['nr_dirty']}, "
-                     f"under writeback up to {gds['max']['nr_writeback']} (machine-wide)")
+        lines.append(
+            f"   dirty limit {last['dirty_thresh']} pages ({setting}), "
+            f"background {last['background_thresh']}, "
+            f"smoothed limit {last['dirty_limit']}; dirty pages up to {gds['max']['nr_dirty']}, "
+            f"under writeback up to {gds['max']['nr_writeback']} (machine-wide)"
+        )
     return lines
 
 
 def work_lines(total):
     lines = []
     for bdi, reasons in total["writeback"].items():
-        parts = [f"{reason} {w['runs']} runs {w['pages']} pages {ms(w['run_ns'])}"
-                 for reason, w in sorted(reasons.items(), key=lambda kv: -kv[1]["pages"]) if w["runs"] or w["queued"]]
+        parts = [
+            f"{reason} {w['runs']} runs {w['pages']} pages {ms(w['run_ns'])}"
+            for reason, w in sorted(reasons.items(), key=lambda kv: -kv[1]["pages"])
+            if w["runs"] or w["queued"]
+        ]
         if parts:
             lines.append(f"   writeback of {bdi}: " + ", ".join(parts))
     periodic = total["run_interval"].get("periodic")
@@ -479,8 +606,10 @@ def inode_lines(inodes):
     started = inodes.get("writeback_started", {})
     if not started:
         return []
-    return ["   inode writeback started by: " +
-            ", ".join(f"{who} {v['count']}" for who, v in sorted(started.items(), key=lambda kv: -kv[1]["count"]))]
+    return [
+        "   inode writeback started by: "
+        + ", ".join(f"{who} {v['count']}" for who, v in sorted(started.items(), key=lambda kv: -kv[1]["count"]))
+    ]
 
 
 def evidence(section, fs, op):

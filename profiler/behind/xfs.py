@@ -45,22 +45,31 @@ FIGURES = {
     "on_inodegc_worker": "XFS inodegc worker windows (unlinked inodes' blocks freed in the background)",
     "on_need_inactive": "XFS inodes queued for inodegc, by the op that queued them",
     "on_inactivating": "XFS inodes inactivated, and where",
-    **{f"place_xfs_{event}": "calls by absolute path placed on XFS" for event in
-       ("lookup", "getattr", "setattr", "create", "remove", "rename", "link")},
+    **{
+        f"place_xfs_{event}": "calls by absolute path placed on XFS"
+        for event in ("lookup", "getattr", "setattr", "create", "remove", "rename", "link")
+    },
 }
 
-CIL_PUSH_WORKER = maps.WORKER_KINDS[3]     # "xfs cil push": xlog_cil_push_work runs
-LOG_WORKER = maps.WORKER_KINDS[4]          # "xfs log worker": xfs_log_worker runs
-INODEGC_WORKER = maps.WORKER_KINDS[7]      # "xfs inodegc": xfs_inodegc_worker runs
+CIL_PUSH_WORKER = maps.WORKER_KINDS[3]  # "xfs cil push": xlog_cil_push_work runs
+LOG_WORKER = maps.WORKER_KINDS[4]  # "xfs log worker": xfs_log_worker runs
+INODEGC_WORKER = maps.WORKER_KINDS[7]  # "xfs inodegc": xfs_inodegc_worker runs
 FSYNC_OPS = ("fsync", "fdatasync")
-FORCE_WAIT_CAUSE = known_cause("log force wait")        # the attribution cause of profiler/analysis/rules/xfs.toml
+FORCE_WAIT_CAUSE = known_cause("log force wait")  # the attribution cause of profiler/analysis/rules/xfs.toml
 NO_SYSCALL = 0xFFFF
 
 # enum xfs_hist of bpf/xfs.bpf.c, in order.
 HISTS = ("iclog_write", "cil_push", "grant_sleep", "log_worker")
 # enum alloc_event of bpf/xfs.bpf.c, in order.
-ALLOC_EVENTS = ("delalloc_reserved", "allocated_at_write", "converted_at_writeback", "found_at_writeback",
-                "delalloc_enospc", "inactive_queued", "inactivated")
+ALLOC_EVENTS = (
+    "delalloc_reserved",
+    "allocated_at_write",
+    "converted_at_writeback",
+    "found_at_writeback",
+    "delalloc_enospc",
+    "inactive_queued",
+    "inactivated",
+)
 
 # The xfs_log_force tracepoint fires in four functions; its caller_ip (the traced function's return
 # address) names the function that called it. A caller that is itself a log force function means
@@ -71,13 +80,38 @@ AIL_FUNCTIONS = {"xfsaild_push", "xfsaild"}
 
 
 class XlogCounts(c.Structure):
-    _fields_ = [(n, c.c_uint64) for n in (
-        "iclog_syncs", "iclog_bytes", "iclog_data_bytes", "iclog_flush", "iclog_fua", "iclog_bio_writes",
-        "sync_to_write_ns", "iclog_done", "done_to_clean_ns", "iclog_cleans", "iclog_force",
-        "iclog_force_lsn", "iclog_switch", "iclog_release", "iclog_syncing", "iclog_activate",
-        "force_wait_ns", "force_waits_woken", "log_reserve", "log_regrant", "grant_sleep_reserve",
-        "grant_sleep_write", "grant_sleep_kthread", "grant_sleep_kthread_ns", "grant_wake_up", "cil_throttle",
-        "lost_iclog")]
+    _fields_ = [
+        (n, c.c_uint64)
+        for n in (
+            "iclog_syncs",
+            "iclog_bytes",
+            "iclog_data_bytes",
+            "iclog_flush",
+            "iclog_fua",
+            "iclog_bio_writes",
+            "sync_to_write_ns",
+            "iclog_done",
+            "done_to_clean_ns",
+            "iclog_cleans",
+            "iclog_force",
+            "iclog_force_lsn",
+            "iclog_switch",
+            "iclog_release",
+            "iclog_syncing",
+            "iclog_activate",
+            "force_wait_ns",
+            "force_waits_woken",
+            "log_reserve",
+            "log_regrant",
+            "grant_sleep_reserve",
+            "grant_sleep_write",
+            "grant_sleep_kthread",
+            "grant_sleep_kthread_ns",
+            "grant_wake_up",
+            "cil_throttle",
+            "lost_iclog",
+        )
+    ]
 
 
 COUNT_FIELDS = tuple(n for n, _ in XlogCounts._fields_)
@@ -92,18 +126,40 @@ class HistKey(c.Structure):
 
 
 class ForceKey(c.Structure):
-    _fields_ = [("dev", c.c_uint32), ("phase", c.c_uint16), ("nr", c.c_uint16), ("seq", c.c_uint8),
-                ("kthread", c.c_uint8), ("pad", c.c_uint16), ("pad2", c.c_uint32), ("caller_ip", c.c_uint64)]
+    _fields_ = [
+        ("dev", c.c_uint32),
+        ("phase", c.c_uint16),
+        ("nr", c.c_uint16),
+        ("seq", c.c_uint8),
+        ("kthread", c.c_uint8),
+        ("pad", c.c_uint16),
+        ("pad2", c.c_uint32),
+        ("caller_ip", c.c_uint64),
+    ]
 
 
 class WaitKey(c.Structure):
-    _fields_ = [("dev", c.c_uint32), ("phase", c.c_uint16), ("nr", c.c_uint16), ("slept", c.c_uint8),
-                ("kthread", c.c_uint8), ("pad", c.c_uint16), ("pad2", c.c_uint32), ("caller_ip", c.c_uint64)]
+    _fields_ = [
+        ("dev", c.c_uint32),
+        ("phase", c.c_uint16),
+        ("nr", c.c_uint16),
+        ("slept", c.c_uint8),
+        ("kthread", c.c_uint8),
+        ("pad", c.c_uint16),
+        ("pad2", c.c_uint32),
+        ("caller_ip", c.c_uint64),
+    ]
 
 
 class AllocKey(c.Structure):
-    _fields_ = [("dev", c.c_uint32), ("phase", c.c_uint16), ("nr", c.c_uint16), ("event", c.c_uint8),
-                ("kthread", c.c_uint8), ("pad", c.c_uint16)]
+    _fields_ = [
+        ("dev", c.c_uint32),
+        ("phase", c.c_uint16),
+        ("nr", c.c_uint16),
+        ("event", c.c_uint8),
+        ("kthread", c.c_uint8),
+        ("pad", c.c_uint16),
+    ]
 
 
 class AllocVal(c.Structure):
@@ -124,8 +180,18 @@ def kernel_functions():
 # begins with the log space counters).
 STAT_FIELDS = {
     "log": ("writes", "blocks", "noiclogs", "force", "force_sleep"),
-    "push_ail": ("try_logspace", "sleep_logspace", "push_ail", "success", "pushbuf", "pinned", "locked",
-                 "flushing", "restarts", "flush"),
+    "push_ail": (
+        "try_logspace",
+        "sleep_logspace",
+        "push_ail",
+        "success",
+        "pushbuf",
+        "pinned",
+        "locked",
+        "flushing",
+        "restarts",
+        "flush",
+    ),
     "xstrat": ("quick", "split"),
     "xpc": ("xstrat_bytes", "write_bytes", "read_bytes"),
 }
@@ -152,8 +218,7 @@ def read_mount_stats(name):
 
 
 def stats_delta(before, after):
-    return {line: {f: v - before.get(line, {}).get(f, 0) for f, v in fields.items()}
-            for line, fields in after.items()}
+    return {line: {f: v - before.get(line, {}).get(f, 0) for f, v in fields.items()} for line, fields in after.items()}
 
 
 def who(kthread, nr):
@@ -175,14 +240,21 @@ class Probe:
         self.alloc = obj.map("xfs_alloc", AllocKey, AllocVal)
         # In-flight state (an iclog between sync and clean, a thread in a reservation): kept across
         # reset() so that work started before a run still ends cleanly, dropped with the targets.
-        self.inflight = [obj.map("iclog_io", c.c_uint64, c.c_char * 24),
-                         obj.map("iclog_waiters", c.c_uint64, c.c_char * 24),
-                         obj.map("grant_state", c.c_uint32, c.c_char * 16)]
+        self.inflight = [
+            obj.map("iclog_io", c.c_uint64, c.c_char * 24),
+            obj.map("iclog_waiters", c.c_uint64, c.c_char * 24),
+            obj.map("grant_state", c.c_uint32, c.c_char * 16),
+        ]
         fns = kernel_functions()
         # An address of 0 never matches a work function: that window is then not opened.
-        self.cfg.update(c.c_uint32(0), XfsCfg(cil_push_work=fns.get("xlog_cil_push_work", 0),
-                                              log_worker=fns.get("xfs_log_worker", 0),
-                                              inodegc_worker=fns.get("xfs_inodegc_worker", 0)))
+        self.cfg.update(
+            c.c_uint32(0),
+            XfsCfg(
+                cil_push_work=fns.get("xlog_cil_push_work", 0),
+                log_worker=fns.get("xfs_log_worker", 0),
+                inodegc_worker=fns.get("xfs_inodegc_worker", 0),
+            ),
+        )
 
     def set_targets(self, targets):
         self.devs.clear()
@@ -208,26 +280,68 @@ class Probe:
         counts = []
         for k, v in self.counts.items():
             counts.append({"dev": k.dev, "phase": k.phase, **{f: getattr(v, f) for f in COUNT_FIELDS}})
-        hists = [{"dev": k.dev, "phase": k.phase, "which": HISTS[k.which] if k.which < len(HISTS) else str(k.which),
-                  **maps.snapshot_hist(v)} for k, v in self.hists.items()]
-        forces = [{"dev": k.dev, "phase": k.phase, "seq": bool(k.seq), "who": who(k.kthread, k.nr),
-                   "kthread": bool(k.kthread), "caller": symbols.name(k.caller_ip), "count": v}
-                  for k, v in self.forces.items()]
-        waits = [{"dev": k.dev, "phase": k.phase, "slept": bool(k.slept), "who": who(k.kthread, k.nr),
-                  "kthread": bool(k.kthread), "caller": symbols.name(k.caller_ip), "count": v}
-                 for k, v in self.waits.items()]
-        alloc = [{"dev": k.dev, "phase": k.phase, "event": ALLOC_EVENTS[k.event] if k.event < len(ALLOC_EVENTS)
-                  else str(k.event), "who": who(k.kthread, k.nr), "kthread": bool(k.kthread),
-                  "count": v.count, "blocks": v.blocks}
-                 for k, v in self.alloc.items()]
-        kernel = [{"dev": dev, "name": self.stat_names[dev], **stats_delta(before, after)}
-                  for dev, after in self._read_stats().items()
-                  if after and (before := getattr(self, "stats_at_reset", {}).get(dev))]
-        return {"counts": counts, "hists": hists, "forces": forces, "waits": waits, "alloc": alloc,
-                "kernel_stats": kernel}
+        hists = [
+            {
+                "dev": k.dev,
+                "phase": k.phase,
+                "which": HISTS[k.which] if k.which < len(HISTS) else str(k.which),
+                **maps.snapshot_hist(v),
+            }
+            for k, v in self.hists.items()
+        ]
+        forces = [
+            {
+                "dev": k.dev,
+                "phase": k.phase,
+                "seq": bool(k.seq),
+                "who": who(k.kthread, k.nr),
+                "kthread": bool(k.kthread),
+                "caller": symbols.name(k.caller_ip),
+                "count": v,
+            }
+            for k, v in self.forces.items()
+        ]
+        waits = [
+            {
+                "dev": k.dev,
+                "phase": k.phase,
+                "slept": bool(k.slept),
+                "who": who(k.kthread, k.nr),
+                "kthread": bool(k.kthread),
+                "caller": symbols.name(k.caller_ip),
+                "count": v,
+            }
+            for k, v in self.waits.items()
+        ]
+        alloc = [
+            {
+                "dev": k.dev,
+                "phase": k.phase,
+                "event": ALLOC_EVENTS[k.event] if k.event < len(ALLOC_EVENTS) else str(k.event),
+                "who": who(k.kthread, k.nr),
+                "kthread": bool(k.kthread),
+                "count": v.count,
+                "blocks": v.blocks,
+            }
+            for k, v in self.alloc.items()
+        ]
+        kernel = [
+            {"dev": dev, "name": self.stat_names[dev], **stats_delta(before, after)}
+            for dev, after in self._read_stats().items()
+            if after and (before := getattr(self, "stats_at_reset", {}).get(dev))
+        ]
+        return {
+            "counts": counts,
+            "hists": hists,
+            "forces": forces,
+            "waits": waits,
+            "alloc": alloc,
+            "kernel_stats": kernel,
+        }
 
 
 # ---- summarize: raw records -> the section stored in result.json --------------------------------
+
 
 def force_kind(rec):
     """What an xfs_log_force tracepoint hit was (see FORCE_FUNCTIONS)."""
@@ -248,8 +362,16 @@ def _add(d, key, n):
 
 def log_forces(recs):
     """Forces as xs_log_force counts them, by kind, caller and context."""
-    out = {"count": 0, "to_sequence": 0, "whole_log": 0, "cil_steps": 0, "ail_cil_flushes": 0,
-           "from_kernel_threads": 0, "by_caller": {}, "by_context": {}}
+    out = {
+        "count": 0,
+        "to_sequence": 0,
+        "whole_log": 0,
+        "cil_steps": 0,
+        "ail_cil_flushes": 0,
+        "from_kernel_threads": 0,
+        "by_caller": {},
+        "by_context": {},
+    }
     for r in recs:
         kind = force_kind(r)
         if kind == "cil_step":
@@ -268,8 +390,14 @@ def log_forces(recs):
 
 def force_waits(recs, counts):
     """xlog_wait_on_iclog calls, those that slept (xs_log_force_sleep counts them) and their time."""
-    out = {"calls": sum(r["count"] for r in recs), "slept": 0, "slept_by_caller": {}, "slept_by_context": {},
-           "woken": counts["force_waits_woken"], "wait_ns": counts["force_wait_ns"]}
+    out = {
+        "calls": sum(r["count"] for r in recs),
+        "slept": 0,
+        "slept_by_caller": {},
+        "slept_by_context": {},
+        "woken": counts["force_waits_woken"],
+        "wait_ns": counts["force_wait_ns"],
+    }
     for r in recs:
         if r["slept"]:
             out["slept"] += r["count"]
@@ -281,35 +409,58 @@ def force_waits(recs, counts):
 
 def iclogs(counts, write_hist):
     n = counts["iclog_syncs"]
-    return {"writes": n, "bytes": counts["iclog_bytes"], "blocks": counts["iclog_bytes"] // 512,
-            "data_bytes": counts["iclog_data_bytes"], "avg_bytes": _ratio(counts["iclog_bytes"], n),
-            "with_flush": counts["iclog_flush"], "with_fua": counts["iclog_fua"],
-            "bio_submissions": counts["iclog_bio_writes"], "completed": counts["iclog_done"],
-            "write_time": write_hist,
-            "avg_sync_to_submit_ns": _ratio(counts["sync_to_write_ns"], counts["iclog_bio_writes"]),
-            "avg_completion_ns": _ratio(counts["done_to_clean_ns"], counts["iclog_cleans"]),
-            "switches": counts["iclog_switch"], "releases": counts["iclog_release"],
-            "activations": counts["iclog_activate"], "force_head_checks": counts["iclog_force"],
-            "force_lsn_steps": counts["iclog_force_lsn"], "not_seen_synced": counts["lost_iclog"]}
+    return {
+        "writes": n,
+        "bytes": counts["iclog_bytes"],
+        "blocks": counts["iclog_bytes"] // 512,
+        "data_bytes": counts["iclog_data_bytes"],
+        "avg_bytes": _ratio(counts["iclog_bytes"], n),
+        "with_flush": counts["iclog_flush"],
+        "with_fua": counts["iclog_fua"],
+        "bio_submissions": counts["iclog_bio_writes"],
+        "completed": counts["iclog_done"],
+        "write_time": write_hist,
+        "avg_sync_to_submit_ns": _ratio(counts["sync_to_write_ns"], counts["iclog_bio_writes"]),
+        "avg_completion_ns": _ratio(counts["done_to_clean_ns"], counts["iclog_cleans"]),
+        "switches": counts["iclog_switch"],
+        "releases": counts["iclog_release"],
+        "activations": counts["iclog_activate"],
+        "force_head_checks": counts["iclog_force"],
+        "force_lsn_steps": counts["iclog_force_lsn"],
+        "not_seen_synced": counts["lost_iclog"],
+    }
 
 
 def log_space(counts, sleep_hist):
     sleeps = counts["grant_sleep_reserve"] + counts["grant_sleep_write"]
-    return {"reservations": counts["log_reserve"], "regrants": counts["log_regrant"], "sleeps": sleeps,
-            "sleeps_reserve_head": counts["grant_sleep_reserve"], "sleeps_write_head": counts["grant_sleep_write"],
-            "sleep_time": sleep_hist, "sleeps_of_kernel_threads": counts["grant_sleep_kthread"],
-            "sleep_ns_of_kernel_threads": counts["grant_sleep_kthread_ns"], "waiters_woken": counts["grant_wake_up"],
-            "cil_throttles": counts["cil_throttle"]}
+    return {
+        "reservations": counts["log_reserve"],
+        "regrants": counts["log_regrant"],
+        "sleeps": sleeps,
+        "sleeps_reserve_head": counts["grant_sleep_reserve"],
+        "sleeps_write_head": counts["grant_sleep_write"],
+        "sleep_time": sleep_hist,
+        "sleeps_of_kernel_threads": counts["grant_sleep_kthread"],
+        "sleep_ns_of_kernel_threads": counts["grant_sleep_kthread_ns"],
+        "waiters_woken": counts["grant_wake_up"],
+        "cil_throttles": counts["cil_throttle"],
+    }
 
 
 def window(h, breakdown):
     """A worker's windows: their count and time (the probe's) and the off-CPU causes (assemble's)."""
     breakdown = breakdown or {}
     off = breakdown.get("offcpu_ns", 0)
-    return {"count": h["count"], "total_ns": h["total_ns"], "avg_ns": h["avg_ns"], "time": h,
-            "offcpu_ns": off, "cpu_ns": max(h["total_ns"] - off, 0),
-            "causes": dict(breakdown.get("causes", {})),
-            "other_wait_frames": dict(breakdown.get("other_wait_frames", {}))}
+    return {
+        "count": h["count"],
+        "total_ns": h["total_ns"],
+        "avg_ns": h["avg_ns"],
+        "time": h,
+        "offcpu_ns": off,
+        "cpu_ns": max(h["total_ns"] - off, 0),
+        "causes": dict(breakdown.get("causes", {})),
+        "other_wait_frames": dict(breakdown.get("other_wait_frames", {})),
+    }
 
 
 INODEGC_EVENTS = ("inactive_queued", "inactivated")
@@ -360,29 +511,34 @@ def many_to_one(fig, fsyncs, attributed_wait_ns):
     # An fsync forces the log only when its inode has changes in the log; the others (overwrites
     # of allocated blocks) only flush the device cache. The event's view counts those that forced.
     forcing = sum(n for who, n in fig["log_forces"]["by_context"].items() if who in FSYNC_OPS)
-    return {"fsyncs": fsyncs, "fsyncs_forcing_the_log": forcing,
-            "log_forces_per_fsync": _ratio(forces, fsyncs),
-            "iclog_writes_per_fsync": _ratio(writes, fsyncs),
-            "iclog_writes_per_force": _ratio(writes, forces),
-            "log_bytes_per_fsync": _ratio(fig["iclogs"]["bytes"], fsyncs),
-            "fsyncs_per_iclog_write": _ratio(forcing, writes),
-            "fsyncs_per_cil_push": _ratio(forcing, pushes),
-            "force_wait_ns_per_fsync": _ratio(attributed_wait_ns, fsyncs),
-            "force_waits_slept_per_fsync": _ratio(fig["force_waits"]["slept"], fsyncs)}
+    return {
+        "fsyncs": fsyncs,
+        "fsyncs_forcing_the_log": forcing,
+        "log_forces_per_fsync": _ratio(forces, fsyncs),
+        "iclog_writes_per_fsync": _ratio(writes, fsyncs),
+        "iclog_writes_per_force": _ratio(writes, forces),
+        "log_bytes_per_fsync": _ratio(fig["iclogs"]["bytes"], fsyncs),
+        "fsyncs_per_iclog_write": _ratio(forcing, writes),
+        "fsyncs_per_cil_push": _ratio(forcing, pushes),
+        "force_wait_ns_per_fsync": _ratio(attributed_wait_ns, fsyncs),
+        "force_waits_slept_per_fsync": _ratio(fig["force_waits"]["slept"], fsyncs),
+    }
 
 
 def figures(recs, syscall_hists, attribution, workers):
     """One phase's (or all phases') figures from its records."""
     counts = {f: sum(r[f] for r in recs["counts"]) for f in COUNT_FIELDS}
     hists = {which: hist.merge([h for h in recs["hists"] if h["which"] == which]) for which in HISTS}
-    fig = {"log_forces": log_forces(recs["forces"]),
-           "iclogs": iclogs(counts, hists["iclog_write"]),
-           "force_waits": force_waits(recs["waits"], counts),
-           "cil_push": window(hists["cil_push"], workers.get(CIL_PUSH_WORKER)),
-           "log_worker": window(hists["log_worker"], workers.get(LOG_WORKER)),
-           "log_space": log_space(counts, hists["grant_sleep"]),
-           "delalloc": delalloc(recs["alloc"]),
-           "inodegc": inodegc(recs["alloc"], workers.get(INODEGC_WORKER))}
+    fig = {
+        "log_forces": log_forces(recs["forces"]),
+        "iclogs": iclogs(counts, hists["iclog_write"]),
+        "force_waits": force_waits(recs["waits"], counts),
+        "cil_push": window(hists["cil_push"], workers.get(CIL_PUSH_WORKER)),
+        "log_worker": window(hists["log_worker"], workers.get(LOG_WORKER)),
+        "log_space": log_space(counts, hists["grant_sleep"]),
+        "delalloc": delalloc(recs["alloc"]),
+        "inodegc": inodegc(recs["alloc"], workers.get(INODEGC_WORKER)),
+    }
     fig["per_fsync"] = many_to_one(fig, fsyncs_in(syscall_hists), force_wait_by_attribution(attribution))
     return fig
 
@@ -422,10 +578,16 @@ def summarize(raw, ctx):
     for index in sorted({r["phase"] for part in mine.values() for r in part}):
         name = ctx.phase_name(index)
         p = ctx.phases.get(name, {})
-        phases[name] = figures(_select(mine, lambda r: r["phase"] == index), p.get("syscalls", {}),
-                               p.get("attribution", {}), _worker_breakdowns(ctx, name))
-    section = {"all": figures(mine, ctx.syscalls, force_wait_of_all_phases(ctx), _worker_breakdowns(ctx)),
-               "phases": phases}
+        phases[name] = figures(
+            _select(mine, lambda r: r["phase"] == index),
+            p.get("syscalls", {}),
+            p.get("attribution", {}),
+            _worker_breakdowns(ctx, name),
+        )
+    section = {
+        "all": figures(mine, ctx.syscalls, force_wait_of_all_phases(ctx), _worker_breakdowns(ctx)),
+        "phases": phases,
+    }
     kernel = next((k for k in raw.get("kernel_stats", []) if k["dev"] == ctx.sb_dev), None)
     if kernel:
         section["kernel_counters"] = kernel_counters(kernel, section["all"])
@@ -438,21 +600,34 @@ def kernel_counters(k, fig):
     iclog's write before closing this one (xlog_force_lsn) and for an earlier checkpoint's commit
     record (xlog_cil_force_seq)."""
     log, ail, xstrat, xpc = k.get("log", {}), k.get("push_ail", {}), k.get("xstrat", {}), k.get("xpc", {})
-    return {"source": f"/sys/fs/xfs/{k['name']}/stats/stats",
-            "log_writes": log.get("writes"), "log_blocks": log.get("blocks"), "noiclogs": log.get("noiclogs"),
-            "log_forces": log.get("force"), "force_sleeps": log.get("force_sleep"),
-            "try_logspace": ail.get("try_logspace"), "sleep_logspace": ail.get("sleep_logspace"),
-            "ail_pushes": ail.get("push_ail"), "ail_cil_flushes": ail.get("flush"),
-            "delalloc_conversions": xstrat.get("quick"), "delalloc_converted_bytes": xpc.get("xstrat_bytes"),
-            "ours": {"log_writes": fig["iclogs"]["writes"], "log_blocks": fig["iclogs"]["blocks"],
-                     "log_forces": fig["log_forces"]["count"], "force_sleeps_on_iclogs": fig["force_waits"]["slept"],
-                     "reservations": fig["log_space"]["reservations"] + fig["log_space"]["regrants"],
-                     "sleep_logspace": fig["log_space"]["sleeps"],
-                     "ail_cil_flushes": fig["log_forces"]["ail_cil_flushes"],
-                     "delalloc_conversions": fig["delalloc"]["converted_at_writeback"]["count"],
-                     "delalloc_converted_blocks": fig["delalloc"]["converted_at_writeback"]["blocks"]},
-            "force_sleeps_without_tracepoint": (log["force_sleep"] - fig["force_waits"]["slept"])
-            if "force_sleep" in log else None}
+    return {
+        "source": f"/sys/fs/xfs/{k['name']}/stats/stats",
+        "log_writes": log.get("writes"),
+        "log_blocks": log.get("blocks"),
+        "noiclogs": log.get("noiclogs"),
+        "log_forces": log.get("force"),
+        "force_sleeps": log.get("force_sleep"),
+        "try_logspace": ail.get("try_logspace"),
+        "sleep_logspace": ail.get("sleep_logspace"),
+        "ail_pushes": ail.get("push_ail"),
+        "ail_cil_flushes": ail.get("flush"),
+        "delalloc_conversions": xstrat.get("quick"),
+        "delalloc_converted_bytes": xpc.get("xstrat_bytes"),
+        "ours": {
+            "log_writes": fig["iclogs"]["writes"],
+            "log_blocks": fig["iclogs"]["blocks"],
+            "log_forces": fig["log_forces"]["count"],
+            "force_sleeps_on_iclogs": fig["force_waits"]["slept"],
+            "reservations": fig["log_space"]["reservations"] + fig["log_space"]["regrants"],
+            "sleep_logspace": fig["log_space"]["sleeps"],
+            "ail_cil_flushes": fig["log_forces"]["ail_cil_flushes"],
+            "delalloc_conversions": fig["delalloc"]["converted_at_writeback"]["count"],
+            "delalloc_converted_blocks": fig["delalloc"]["converted_at_writeback"]["blocks"],
+        },
+        "force_sleeps_without_tracepoint": (log["force_sleep"] - fig["force_waits"]["slept"])
+        if "force_sleep" in log
+        else None,
+    }
 
 
 # ---- report -------------------------------------------------------------------------------------
@@ -487,44 +662,62 @@ def report_lines(section, fs):
     wt = i["write_time"]
     fsyncs = per["fsyncs"]
     each = lambda key: f"{_per(per[key])} per fsync, " if fsyncs else ""  # noqa: E731
-    lines = [f"   behind log force wait (XFS log): {f['count']} log forces ("
-             + (f"{_per(per['log_forces_per_fsync'])} per fsync; " if fsyncs else "")
-             + f"{_top(f['by_caller']) or 'none'}), {i['writes']} iclog writes ({each('iclog_writes_per_fsync')}"
-             f"{_per(per['iclog_writes_per_force'])} per force, avg {_kib(i['avg_bytes'])}, "
-             f"{i['with_flush']} with cache flush, {i['with_fua']} FUA)" + _kernel_note(k),
-             f"     iclog write sync→done: avg {_us(wt['avg_ns'] if wt['count'] else None)} "
-             f"(p50 {_us(wt['p50_ns'])}, p99 {_us(wt['p99_ns'])})"
-             + (f", {_per(per['fsyncs_per_iclog_write'])} log-forcing fsyncs per iclog write" if fsyncs else "")
-             + (f" ({fsyncs - per['fsyncs_forcing_the_log']} fsyncs forced no log)"
-                if fsyncs and fsyncs > per["fsyncs_forcing_the_log"] else "")
-             + f"; {w['slept']} force waits slept on an iclog, avg {_us(w['avg_wait_ns'])} to wakeup"
-             + (f" (+{k['force_sleeps_without_tracepoint']} other force sleeps)"
-                if k and k.get("force_sleeps_without_tracepoint") else "")
-             + (f"; {_us(per['force_wait_ns_per_fsync'])} of log force wait per fsync" if fsyncs else "")]
+    lines = [
+        f"   behind log force wait (XFS log): {f['count']} log forces ("
+        + (f"{_per(per['log_forces_per_fsync'])} per fsync; " if fsyncs else "")
+        + f"{_top(f['by_caller']) or 'none'}), {i['writes']} iclog writes ({each('iclog_writes_per_fsync')}"
+        f"{_per(per['iclog_writes_per_force'])} per force, avg {_kib(i['avg_bytes'])}, "
+        f"{i['with_flush']} with cache flush, {i['with_fua']} FUA)" + _kernel_note(k),
+        f"     iclog write sync→done: avg {_us(wt['avg_ns'] if wt['count'] else None)} "
+        f"(p50 {_us(wt['p50_ns'])}, p99 {_us(wt['p99_ns'])})"
+        + (f", {_per(per['fsyncs_per_iclog_write'])} log-forcing fsyncs per iclog write" if fsyncs else "")
+        + (
+            f" ({fsyncs - per['fsyncs_forcing_the_log']} fsyncs forced no log)"
+            if fsyncs and fsyncs > per["fsyncs_forcing_the_log"]
+            else ""
+        )
+        + f"; {w['slept']} force waits slept on an iclog, avg {_us(w['avg_wait_ns'])} to wakeup"
+        + (
+            f" (+{k['force_sleeps_without_tracepoint']} other force sleeps)"
+            if k and k.get("force_sleeps_without_tracepoint")
+            else ""
+        )
+        + (f"; {_us(per['force_wait_ns_per_fsync'])} of log force wait per fsync" if fsyncs else ""),
+    ]
     cil = fig["cil_push"]
     if cil["count"]:
         causes = ", ".join(f"{name} {_us(ns / cil['count'])}" for name, ns in list(cil["causes"].items())[:3])
-        lines.append(f"     CIL pushes: {cil['count']}"
-                     + (f" ({_per(per['fsyncs_per_cil_push'])} log-forcing fsyncs per push)" if fsyncs else "")
-                     + f", avg {_us(cil['avg_ns'])} = on CPU {_us(cil['cpu_ns'] / cil['count'])}"
-                     + (f" + {causes}" if causes else "") + " per push")
+        lines.append(
+            f"     CIL pushes: {cil['count']}"
+            + (f" ({_per(per['fsyncs_per_cil_push'])} log-forcing fsyncs per push)" if fsyncs else "")
+            + f", avg {_us(cil['avg_ns'])} = on CPU {_us(cil['cpu_ns'] / cil['count'])}"
+            + (f" + {causes}" if causes else "")
+            + " per push"
+        )
     s = fig["log_space"]
     d = fig["delalloc"]
     conv = d["converted_at_writeback"]
-    lines.append(f"     log space: {s['sleeps']} reservation waits"
-                 + (f" (avg {_us(s['sleep_time']['avg_ns'])}, {s['sleeps_of_kernel_threads']} by kernel threads)"
-                    if s["sleeps"] else "")
-                 + f", {s['cil_throttles']} CIL throttles; delayed allocation: {d['delalloc_reserved']['count']} "
-                 f"reservations at write, {conv['count']} converted at writeback "
-                 f"({_top(conv['by_context']) or 'none'})")
+    lines.append(
+        f"     log space: {s['sleeps']} reservation waits"
+        + (
+            f" (avg {_us(s['sleep_time']['avg_ns'])}, {s['sleeps_of_kernel_threads']} by kernel threads)"
+            if s["sleeps"]
+            else ""
+        )
+        + f", {s['cil_throttles']} CIL throttles; delayed allocation: {d['delalloc_reserved']['count']} "
+        f"reservations at write, {conv['count']} converted at writeback "
+        f"({_top(conv['by_context']) or 'none'})"
+    )
     gc = fig.get("inodegc", {})
     if gc.get("queued", {}).get("count") or gc.get("worker", {}).get("windows"):
         w = gc.get("worker", {})
-        lines.append(f"     inodegc: {gc['queued']['count']} inodes queued for inactivation "
-                     f"({_top(gc['queued']['by_context']) or 'none'}), {gc['inactivated']['count']} inactivated "
-                     f"({_top(gc['inactivated']['by_context']) or 'none'}); {w.get('windows', 0)} worker runs, "
-                     f"{_us(w.get('wall_ns', 0))} ({_us(w.get('oncpu_ns', 0))} on CPU): the unlinked files' "
-                     "blocks are freed there, after the unlink returned")
+        lines.append(
+            f"     inodegc: {gc['queued']['count']} inodes queued for inactivation "
+            f"({_top(gc['queued']['by_context']) or 'none'}), {gc['inactivated']['count']} inactivated "
+            f"({_top(gc['inactivated']['by_context']) or 'none'}); {w.get('windows', 0)} worker runs, "
+            f"{_us(w.get('wall_ns', 0))} ({_us(w.get('oncpu_ns', 0))} on CPU): the unlinked files' "
+            "blocks are freed there, after the unlink returned"
+        )
     return lines
 
 
@@ -536,8 +729,12 @@ def work_links(section, fs):
     total = queued.get("count", 0)
     if not total:
         return {}
-    return {INODEGC_WORKER: {"by": "by the inodes each queued for inactivation",
-                             "shares": {who: n / total for who, n in queued["by_context"].items()}}}
+    return {
+        INODEGC_WORKER: {
+            "by": "by the inodes each queued for inactivation",
+            "shares": {who: n / total for who, n in queued["by_context"].items()},
+        }
+    }
 
 
 def evidence(section, fs, op):

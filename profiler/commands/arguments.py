@@ -5,9 +5,11 @@ import argparse
 from .. import units
 
 
-STACK_SAMPLE_HELP = ("walk off-CPU and waker stacks in 1 of N calls of each syscall once 64 of its waits have "
-                     "been, and divide the other calls' blocked time in the walked calls' proportions: cheaper, and "
-                     "the report says how much is estimated (default 1: every call)")
+STACK_SAMPLE_HELP = (
+    "walk off-CPU and waker stacks in 1 of N calls of each syscall once 64 of its waits have "
+    "been, and divide the other calls' blocked time in the walked calls' proportions: cheaper, and "
+    "the report says how much is estimated (default 1: every call)"
+)
 
 
 def size(text):
@@ -28,8 +30,9 @@ def sample_hz(text):
     except (OSError, ValueError):
         limit = 100000
     if not 0 <= value <= limit:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a sampling rate from 0 (off) to {limit} Hz "
-                                         f"(kernel.perf_event_max_sample_rate)")
+        raise argparse.ArgumentTypeError(
+            f"'{text}' is not a sampling rate from 0 (off) to {limit} Hz (kernel.perf_event_max_sample_rate)"
+        )
     return value
 
 
@@ -48,4 +51,3 @@ def positive(text):
     if value <= 0:
         raise argparse.ArgumentTypeError(f"'{text}' is not a positive whole number")
     return value
-

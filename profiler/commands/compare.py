@@ -10,14 +10,21 @@ NEEDS_ROOT = False
 
 
 def add_arguments(p):
-    p.add_argument("runs", nargs="+", metavar="RUN_DIR",
-                   help="run directories (each filesystem in them is a configuration; RUN/ext4 is one of them), "
-                        "or a spec's output")
+    p.add_argument(
+        "runs",
+        nargs="+",
+        metavar="RUN_DIR",
+        help="run directories (each filesystem in them is a configuration; RUN/ext4 is one of them), "
+        "or a spec's output",
+    )
     p.add_argument("--op", help="the syscall to explain (default: the one taking the most time)")
     p.add_argument("--phase", help="explain one phase of the workload (e.g. a bonnie phase)")
-    p.add_argument("--unit", metavar="NAME[=N]",
-                   help="counts per unit of work: N units per run (transaction=1000), or NAME alone to take "
-                        "N from the workload's `RESULT NAMEs=N` line or its own count")
+    p.add_argument(
+        "--unit",
+        metavar="NAME[=N]",
+        help="counts per unit of work: N units per run (transaction=1000), or NAME alone to take "
+        "N from the workload's `RESULT NAMEs=N` line or its own count",
+    )
     p.add_argument("--fs", metavar="FS[,FS]", help="only these filesystems (types or labels) of the runs")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
 

@@ -54,6 +54,7 @@ def tracepoint_check(group, needed_events):
         if missing:
             return False, f"{len(events)} events, but missing {', '.join(missing)}"
         return True, f"{len(events)} events"
+
     return check
 
 
@@ -86,6 +87,7 @@ def attach_check(prog, what):
         if isinstance(n, str):
             return False, n
         return n > 0, f"{what}: attached, fired {n} times" if n else f"{what}: attached but never fired"
+
     return check
 
 
@@ -101,7 +103,9 @@ def check_fsprof_programs():
             _program_counts.append((obj.name, len(obj.programs), len(obj.programs) + len(left_out)))
         _left_out.extend(collector.unavailable)
     loaded, total = sum(n for _, n, _ in _program_counts), sum(t for _, _, t in _program_counts)
-    return True, f"{loaded} of {total} programs load" + (f"; {total - loaded} left out (below)" if loaded < total else "")
+    return True, f"{loaded} of {total} programs load" + (
+        f"; {total - loaded} left out (below)" if loaded < total else ""
+    )
 
 
 def capability_lines():
@@ -109,8 +113,10 @@ def capability_lines():
     if not _program_counts:
         return []
     lines = ["fsprof on this kernel:"]
-    lines += [f"    {name:<10} {loaded:>3} of {total:<3} programs" + ("" if loaded == total else "   (some figures left out)")
-              for name, loaded, total in _program_counts]
+    lines += [
+        f"    {name:<10} {loaded:>3} of {total:<3} programs" + ("" if loaded == total else "   (some figures left out)")
+        for name, loaded, total in _program_counts
+    ]
     lines += [f"    left out  {u['figures']} ({u['probe']}: {u['why']})" for u in _left_out]
     if not _left_out:
         lines.append("    every figure is available")
@@ -119,6 +125,7 @@ def capability_lines():
 
 def optional_program_check(prog):
     """kprobe and fentry are tried for real: load, attach, and report the kernel's answer."""
+
     def check():
         try:
             with BpfObject("probe", only={prog}) as obj:
@@ -126,6 +133,7 @@ def optional_program_check(prog):
         except FsprofError as e:
             return False, f"not available ({e})"
         return True, "available"
+
     return check
 
 
@@ -143,13 +151,17 @@ def check_loop():
     except FsprofError:
         pass
     ok = Path("/dev/loop-control").exists() and shutil.which("losetup") is not None
-    return ok, "/dev/loop-control and losetup present" if ok else "no loop devices: fsprof needs them for scratch filesystems"
+    return (
+        ok,
+        "/dev/loop-control and losetup present" if ok else "no loop devices: fsprof needs them for scratch filesystems",
+    )
 
 
 def tool_check(tool, package):
     def check():
         path = shutil.which(tool)
         return bool(path), path or f"missing (Debian package {package})"
+
     return check
 
 
@@ -167,8 +179,10 @@ def device_lines():
         if d.name.startswith("loop") and not (d / "loop").exists():
             continue  # an unattached loop device says nothing
         q = blockdev.queue_info(d.name)
-        lines.append(f"    {d.name:<10} write cache {q['write_cache']}, FUA {'yes' if q['fua'] else 'no'}, "
-                     f"scheduler {q['scheduler'] or 'n/a'}{', rotational' if q['rotational'] else ''}")
+        lines.append(
+            f"    {d.name:<10} write cache {q['write_cache']}, FUA {'yes' if q['fua'] else 'no'}, "
+            f"scheduler {q['scheduler'] or 'n/a'}{', rotational' if q['rotational'] else ''}"
+        )
     return lines
 
 
@@ -189,9 +203,16 @@ def checks():
         ("fentry/fexit", False, optional_program_check("fentry_fsync")),
         ("loop devices", True, check_loop),
         # ext4 is needed (every test and the default run use it); the others only for their runs.
-        *((f"mkfs.{fs}", fs == "ext4", tool_check(f"mkfs.{fs}", filesystems.TABLE[fs].package +
-                                                  ("" if fs == "ext4" else f"; needed for {fs} runs")))
-          for fs in filesystems.DRIVERS),
+        *(
+            (
+                f"mkfs.{fs}",
+                fs == "ext4",
+                tool_check(
+                    f"mkfs.{fs}", filesystems.TABLE[fs].package + ("" if fs == "ext4" else f"; needed for {fs} runs")
+                ),
+            )
+            for fs in filesystems.DRIVERS
+        ),
         ("bpftrace", False, tool_check("bpftrace", "bpftrace")),
         ("task delay accounting", False, check_delayacct),
     ]

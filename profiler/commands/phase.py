@@ -14,7 +14,7 @@ from ..errors import FsprofError
 from ..machine.workload import PHASE_FILE_ENV
 
 NEEDS_ROOT = False
-INSIDE_A_RUN = True     # runs inside a traced workload: no clean-up of dead runs first (cli.py)
+INSIDE_A_RUN = True  # runs inside a traced workload: no clean-up of dead runs first (cli.py)
 
 
 def add_arguments(p):
@@ -28,7 +28,7 @@ def phase_index(path, name):
     except OSError as e:
         raise FsprofError(f"cannot open the run's phase file {path}: {e.strerror}")
     with os.fdopen(fd, "r+") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)   # two processes of one command marking at once
+        fcntl.flock(f, fcntl.LOCK_EX)  # two processes of one command marking at once
         f.seek(0)
         names = f.read().splitlines()
         if name in names:
@@ -45,7 +45,9 @@ def main(args):
         raise FsprofError(f"a phase name is letters, digits, '-', '_' and '.': not {name!r}", exit_code=2)
     path = os.environ.get(PHASE_FILE_ENV)
     if not path:
-        raise FsprofError(f"fsprof phase marks a phase of a command run by `fsprof run ... -- CMD`; "
-                          f"{PHASE_FILE_ENV} is not set here", exit_code=2)
-    mark_phase(phase_index(path, name))   # a prctl the kernel refuses; the probe has seen it
+        raise FsprofError(
+            f"fsprof phase marks a phase of a command run by `fsprof run ... -- CMD`; {PHASE_FILE_ENV} is not set here",
+            exit_code=2,
+        )
+    mark_phase(phase_index(path, name))  # a prctl the kernel refuses; the probe has seen it
     return 0

@@ -16,12 +16,20 @@ def add_arguments(p):
     p.add_argument("-o", "--output", help="run directory (default fsprof-runs/<timestamp>)")
     p.add_argument("--json", action="store_true", help="print the result as JSON instead of tables")
     c = p.add_argument_group("continuous mode (docs/continuous.md)")
-    c.add_argument("--continuous", action="store_true",
-                   help="record until stopped, in windows: Prometheus metrics and pprof profiles, no run directory")
-    c.add_argument("--all", action="store_true", help="with --continuous: every process on every ext4/XFS/btrfs filesystem")
+    c.add_argument(
+        "--continuous",
+        action="store_true",
+        help="record until stopped, in windows: Prometheus metrics and pprof profiles, no run directory",
+    )
+    c.add_argument(
+        "--all", action="store_true", help="with --continuous: every process on every ext4/XFS/btrfs filesystem"
+    )
     c.add_argument("--window", default="15s", help="window length (default 15s)")
-    c.add_argument("--listen", default="127.0.0.1:9478",
-                   help="HOST:PORT of the /metrics endpoint (default 127.0.0.1:9478; off = none)")
+    c.add_argument(
+        "--listen",
+        default="127.0.0.1:9478",
+        help="HOST:PORT of the /metrics endpoint (default 127.0.0.1:9478; off = none)",
+    )
     c.add_argument("--pprof-dir", help="write each window's profile here as fsprof-<UTC time>.pb.gz")
     c.add_argument("--pprof-keep", type=positive, default=240, help="profiles kept in --pprof-dir (default 240)")
     c.add_argument("--pprof-url", help="POST each window's profile to this Pyroscope-compatible ingest URL")
@@ -40,16 +48,33 @@ def check_arguments(ap, args, rest, command):
 
 
 def main(args):
-    shared = {"pid": args.pid, "cgroup": args.cgroup, "mount": args.mount, "duration": args.duration,
-              "sample_hz": args.sample_hz, "stack_sample": args.stack_sample}
+    shared = {
+        "pid": args.pid,
+        "cgroup": args.cgroup,
+        "mount": args.mount,
+        "duration": args.duration,
+        "sample_hz": args.sample_hz,
+        "stack_sample": args.stack_sample,
+    }
     if args.continuous:
         from ..session.continuous import ContinuousOptions, continuous
-        return continuous(ContinuousOptions(**shared, all=args.all, window=args.window, listen=args.listen,
-                                            pprof_dir=args.pprof_dir, pprof_keep=args.pprof_keep,
-                                            pprof_url=args.pprof_url))
+
+        return continuous(
+            ContinuousOptions(
+                **shared,
+                all=args.all,
+                window=args.window,
+                listen=args.listen,
+                pprof_dir=args.pprof_dir,
+                pprof_keep=args.pprof_keep,
+                pprof_url=args.pprof_url,
+            )
+        )
     from ..session.record import RecordOptions, record
+
     result, out_dir = record(RecordOptions(**shared, output=args.output))
     # The report's modules load after the recording: `record` is attached sooner (docs/benchmarks.md).
     from .report import print_result
+
     print_result(args, result, out_dir)
     return 0

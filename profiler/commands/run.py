@@ -8,56 +8,94 @@ from ..machine import spec
 from ..session.run import RunOptions, run, run_spec
 from ..machine.scratch import LOOP_IO, FsConfig
 from .arguments import STACK_SAMPLE_HELP, positive, sample_hz, size
-
-DEFAULT_LOOP_IO = FsConfig.loop_io
 from .report import print_result, write_html_if_asked
 
+DEFAULT_LOOP_IO = FsConfig.loop_io
+
 USAGE = "fsprof run [options] [--workload NAME [workload options]] [-- CMD ARGS] | --spec FILE"
-EPILOG = ("Options fsprof does not know go to the workload: e.g. `fsprof run --workload "
-          "fsync-heavy --file-test-mode rndwr --file-fsync-freq 1`; `python -m workloads.<name> "
-          "--help` lists a workload's own. After `--`, your own command runs instead, in a "
-          "directory on the filesystem under test; {mnt} in it is replaced by the mount point.")
+EPILOG = (
+    "Options fsprof does not know go to the workload: e.g. `fsprof run --workload "
+    "fsync-heavy --file-test-mode rndwr --file-fsync-freq 1`; `python -m workloads.<name> "
+    "--help` lists a workload's own. After `--`, your own command runs instead, in a "
+    "directory on the filesystem under test; {mnt} in it is replaced by the mount point."
+)
 NEEDS_ROOT = True
-TAKES_UNKNOWN_OPTIONS = True   # the workload's, or `-- CMD ARGS`
+TAKES_UNKNOWN_OPTIONS = True  # the workload's, or `-- CMD ARGS`
 
 DEFAULT_FS = "ext4,xfs,btrfs"
 # `fsprof run` options that a spec file sets per configuration instead.
-SPEC_SETS = ("fs", "workload", "mkfs_options", "mount_options", "sysctl", "scheduler", "image_size", "device",
-             "drop_caches", "erase_device", "force_erase", "json", "loop_io")
+SPEC_SETS = (
+    "fs",
+    "workload",
+    "mkfs_options",
+    "mount_options",
+    "sysctl",
+    "scheduler",
+    "image_size",
+    "device",
+    "drop_caches",
+    "erase_device",
+    "force_erase",
+    "json",
+    "loop_io",
+)
 
 
 def add_arguments(p):
-    p.add_argument("--spec", metavar="FILE",
-                   help="run an experiment matrix (TOML: configurations x workloads; docs/spec.md)")
+    p.add_argument(
+        "--spec", metavar="FILE", help="run an experiment matrix (TOML: configurations x workloads; docs/spec.md)"
+    )
     p.add_argument("--fs", help=f"filesystems, comma-separated (default: {DEFAULT_FS})")
-    p.add_argument("--workload",
-                   help="bundled workload: fsync-loop, fsync-heavy, bonnie, untar (default: %(default)s)")
-    p.add_argument("--sample-hz", type=sample_hz, default=999,
-                   help="on-CPU sampling frequency of the traced threads, 0 = off (default 999)")
+    p.add_argument("--workload", help="bundled workload: fsync-loop, fsync-heavy, bonnie, untar (default: %(default)s)")
+    p.add_argument(
+        "--sample-hz",
+        type=sample_hz,
+        default=999,
+        help="on-CPU sampling frequency of the traced threads, 0 = off (default 999)",
+    )
     p.add_argument("--stack-sample", type=positive, default=1, metavar="N", help=STACK_SAMPLE_HELP)
-    p.add_argument("--mkfs-options", action="append", metavar="[FS=]OPTS",
-                   help="extra mkfs arguments, for one filesystem with an FS= prefix; repeatable")
-    p.add_argument("--mount-options", action="append", metavar="[FS=]OPTS",
-                   help="mount -o options, e.g. ext4=barrier=0; repeatable")
+    p.add_argument(
+        "--mkfs-options",
+        action="append",
+        metavar="[FS=]OPTS",
+        help="extra mkfs arguments, for one filesystem with an FS= prefix; repeatable",
+    )
+    p.add_argument(
+        "--mount-options",
+        action="append",
+        metavar="[FS=]OPTS",
+        help="mount -o options, e.g. ext4=barrier=0; repeatable",
+    )
     p.add_argument("--sysctl", action="append", metavar="NAME=VALUE", help="set for the run, restored after")
     p.add_argument("--scheduler", help="I/O scheduler of the devices under test for the run")
     p.add_argument("--drop-caches", action="store_true", help="drop the page cache before the workload")
-    p.add_argument("--image-size", type=size, default=None,
-                   help="scratch image size (default 1G, or the workload's own: untar 3G)")
-    p.add_argument("--loop-io", choices=LOOP_IO, default=None,
-                   help="how a scratch loop device reaches its image file: direct (O_DIRECT: writes, reads and "
-                        f"flushes reach the disk, as on a real one) or buffered (the host's page cache); "
-                        f"default {DEFAULT_LOOP_IO} (docs/test-bed.md)")
+    p.add_argument(
+        "--image-size", type=size, default=None, help="scratch image size (default 1G, or the workload's own: untar 3G)"
+    )
+    p.add_argument(
+        "--loop-io",
+        choices=LOOP_IO,
+        default=None,
+        help="how a scratch loop device reaches its image file: direct (O_DIRECT: writes, reads and "
+        f"flushes reach the disk, as on a real one) or buffered (the host's page cache); "
+        f"default {DEFAULT_LOOP_IO} (docs/test-bed.md)",
+    )
     p.add_argument("--devices", type=positive, default=1, help="btrfs only: loop images in one filesystem")
     p.add_argument("--scratch-dir", default="/var/tmp/fsprof/scratch", help="where scratch images live")
     p.add_argument("--device", help="use this block device instead of a scratch image (erases it)")
     p.add_argument("--erase-device", action="store_true", help="confirm that --device may be erased")
-    p.add_argument("--force-erase", action="store_true",
-                   help="erase --device even though it carries a filesystem or partition signature")
+    p.add_argument(
+        "--force-erase",
+        action="store_true",
+        help="erase --device even though it carries a filesystem or partition signature",
+    )
     p.add_argument("-o", "--output", help="run directory (default fsprof-runs/<timestamp>)")
-    p.add_argument("--go-on", action="store_true",
-                   help="run even when `fsprof verify` finds a setting did not take effect (the report "
-                        "then starts with the warning)")
+    p.add_argument(
+        "--go-on",
+        action="store_true",
+        help="run even when `fsprof verify` finds a setting did not take effect (the report "
+        "then starts with the warning)",
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON instead of tables")
     p.add_argument("--html", metavar="FILE", help="also write the self-contained HTML report (and comparison)")
 
@@ -84,13 +122,27 @@ def check_arguments(ap, args, rest, command):
 def run_options(args):
     """The session's options from the parsed (and check_arguments-completed) arguments."""
     return RunOptions(
-        fs=args.fs, workload=args.workload, workload_args=tuple(args.workload_args),
-        command_argv=tuple(args.command_argv), mkfs_options=tuple(args.mkfs_options or ()),
-        mount_options=tuple(args.mount_options or ()), sysctl=tuple(args.sysctl or ()), scheduler=args.scheduler,
-        drop_caches=args.drop_caches, image_size=args.image_size, loop_io=args.loop_io, devices=args.devices,
-        scratch_dir=args.scratch_dir, device=args.device, erase_device=args.erase_device,
-        force_erase=args.force_erase, output=args.output, go_on=args.go_on, sample_hz=args.sample_hz,
-        stack_sample=args.stack_sample)
+        fs=args.fs,
+        workload=args.workload,
+        workload_args=tuple(args.workload_args),
+        command_argv=tuple(args.command_argv),
+        mkfs_options=tuple(args.mkfs_options or ()),
+        mount_options=tuple(args.mount_options or ()),
+        sysctl=tuple(args.sysctl or ()),
+        scheduler=args.scheduler,
+        drop_caches=args.drop_caches,
+        image_size=args.image_size,
+        loop_io=args.loop_io,
+        devices=args.devices,
+        scratch_dir=args.scratch_dir,
+        device=args.device,
+        erase_device=args.erase_device,
+        force_erase=args.force_erase,
+        output=args.output,
+        go_on=args.go_on,
+        sample_hz=args.sample_hz,
+        stack_sample=args.stack_sample,
+    )
 
 
 def main(args):

@@ -12,18 +12,33 @@ NEEDS_ROOT = False  # it checks privileges itself, once its arguments are known 
 
 
 def add_arguments(parser):
-    parser.description = ("Check that barrier, writeback, journal and mount settings took effect, by what the "
-                          "kernel did during short probe workloads (docs/verify.md).")
+    parser.description = (
+        "Check that barrier, writeback, journal and mount settings took effect, by what the "
+        "kernel did during short probe workloads (docs/verify.md)."
+    )
     where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--mount", metavar="DIR", help="a mounted ext2/3/4, XFS or btrfs filesystem (verify writes "
-                                                      "a few MiB in a temporary directory there and removes it)")
+    where.add_argument(
+        "--mount",
+        metavar="DIR",
+        help="a mounted ext2/3/4, XFS or btrfs filesystem (verify writes "
+        "a few MiB in a temporary directory there and removes it)",
+    )
     where.add_argument("--spec", metavar="FILE", help="every configuration of an experiment matrix, made in scratch")
-    parser.add_argument("--expect", action="append", metavar="KEY=VALUE",
-                        help=f"a setting that must be in effect, repeatable; keys: {', '.join(KEYS)} "
-                             "(without --expect: report what is in effect)")
-    parser.add_argument("--patience", type=float, default=DEFAULT_PATIENCE_S, metavar="SECONDS",
-                        help="the longest the timing probe (commit interval, flusher period, dirty expiry) "
-                             f"waits (default {DEFAULT_PATIENCE_S:g})")
+    parser.add_argument(
+        "--expect",
+        action="append",
+        metavar="KEY=VALUE",
+        help=f"a setting that must be in effect, repeatable; keys: {', '.join(KEYS)} "
+        "(without --expect: report what is in effect)",
+    )
+    parser.add_argument(
+        "--patience",
+        type=float,
+        default=DEFAULT_PATIENCE_S,
+        metavar="SECONDS",
+        help="the longest the timing probe (commit interval, flusher period, dirty expiry) "
+        f"waits (default {DEFAULT_PATIENCE_S:g})",
+    )
     parser.add_argument("--scratch-dir", default="/var/tmp/fsprof/scratch", help="where --spec makes its images")
     parser.add_argument("--json", action="store_true", help="print the verdicts as JSON")
 
@@ -33,7 +48,10 @@ def main(args):
     FsprofError(exit_code=2)."""
     if args.patience <= 0:
         raise usage(f"--patience {args.patience:g} must be a positive number of seconds")
-    progress = (lambda line: print(line, file=sys.stderr, flush=True))
+
+    def progress(line):
+        print(line, file=sys.stderr, flush=True)
+
     if args.spec:
         if args.expect:
             raise usage("--spec takes its expectations from each configuration; drop --expect")

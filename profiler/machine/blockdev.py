@@ -11,11 +11,25 @@ SYS_BLOCK = Path("/sys/block")
 CLASS_BLOCK = Path("/sys/class/block")  # disks and partitions alike
 
 # Documentation/block/stat.rst, in order.
-STAT_FIELDS = ("read_ios", "read_merges", "read_sectors", "read_ticks_ms",
-               "write_ios", "write_merges", "write_sectors", "write_ticks_ms",
-               "in_flight", "io_ticks_ms", "time_in_queue_ms",
-               "discard_ios", "discard_merges", "discard_sectors", "discard_ticks_ms",
-               "flush_ios", "flush_ticks_ms")
+STAT_FIELDS = (
+    "read_ios",
+    "read_merges",
+    "read_sectors",
+    "read_ticks_ms",
+    "write_ios",
+    "write_merges",
+    "write_sectors",
+    "write_ticks_ms",
+    "in_flight",
+    "io_ticks_ms",
+    "time_in_queue_ms",
+    "discard_ios",
+    "discard_merges",
+    "discard_sectors",
+    "discard_ticks_ms",
+    "flush_ios",
+    "flush_ticks_ms",
+)
 
 
 def kdev(major, minor):
@@ -24,7 +38,7 @@ def kdev(major, minor):
 
 
 def kdev_str(dev):
-    return f"{dev >> 20}:{dev & 0xfffff}"
+    return f"{dev >> 20}:{dev & 0xFFFFF}"
 
 
 def whole_disk(name):
@@ -95,11 +109,16 @@ def queue_info(name):
         active = scheduler(name)[0] or "none"
     except OSError:
         active = None
-    return {"write_cache": read("write_cache"), "fua": read("fua") == "1", "scheduler": active,
-            "rotational": read("rotational") == "1"}
+    return {
+        "write_cache": read("write_cache"),
+        "fua": read("fua") == "1",
+        "scheduler": active,
+        "rotational": read("rotational") == "1",
+    }
 
 
 # Where a loop device's I/O lands.
+
 
 def disks_below(name):
     """The disks carrying block device `name`: itself, its whole disk for a partition, or the disks
@@ -178,4 +197,3 @@ def space(mountpoint):
     blocks in all, less the free ones, in fragment-size units)."""
     st = os.statvfs(mountpoint)
     return {"size_bytes": st.f_blocks * st.f_frsize, "used_bytes": (st.f_blocks - st.f_bfree) * st.f_frsize}
-

@@ -8,8 +8,14 @@ from pathlib import Path
 from .tracefs import TRACEFS
 
 # Writeback sysctls change what fsync and write cost: recorded in every result, set or not.
-WRITEBACK_SYSCTLS = ("vm.dirty_bytes", "vm.dirty_ratio", "vm.dirty_background_bytes", "vm.dirty_background_ratio",
-                     "vm.dirty_expire_centisecs", "vm.dirty_writeback_centisecs")
+WRITEBACK_SYSCTLS = (
+    "vm.dirty_bytes",
+    "vm.dirty_ratio",
+    "vm.dirty_background_bytes",
+    "vm.dirty_background_ratio",
+    "vm.dirty_expire_centisecs",
+    "vm.dirty_writeback_centisecs",
+)
 
 
 def sysctls_in_force(names=WRITEBACK_SYSCTLS):
@@ -26,8 +32,10 @@ def kernel_hz():
     """CONFIG_HZ of the running kernel (jiffies per second), or None: from writeback_single_inode's
     format, which prints an inode's age as (jiffies - dirtied_when) / HZ, else the kernel config."""
     try:
-        m = re.search(r"jiffies - REC->dirtied_when\) / (\d+)",
-                      (TRACEFS / "events/writeback/writeback_single_inode/format").read_text())
+        m = re.search(
+            r"jiffies - REC->dirtied_when\) / (\d+)",
+            (TRACEFS / "events/writeback/writeback_single_inode/format").read_text(),
+        )
         if m:
             return int(m.group(1))
     except OSError:

@@ -24,8 +24,8 @@ def _kernel_threads():
             stat = (d / "stat").read_text()
         except OSError:
             continue
-        comm = stat[stat.index("(") + 1:stat.rindex(")")]
-        ppid = stat[stat.rindex(")") + 2:].split()[1]
+        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+        ppid = stat[stat.rindex(")") + 2 :].split()[1]
         if ppid == "2":
             out[int(d.name)] = comm
     return out

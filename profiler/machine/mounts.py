@@ -16,8 +16,15 @@ def mounts():
         for line in f:
             left, _, right = line.partition(" - ")
             fields, tail = left.split(), right.split()
-            out.append({"majmin": fields[2], "target": _unescape(fields[4]), "source": _unescape(tail[1]),
-                        "fstype": tail[0], "options": ",".join(dict.fromkeys(",".join([fields[5], *tail[2:3]]).split(",")))})
+            out.append(
+                {
+                    "majmin": fields[2],
+                    "target": _unescape(fields[4]),
+                    "source": _unescape(tail[1]),
+                    "fstype": tail[0],
+                    "options": ",".join(dict.fromkeys(",".join([fields[5], *tail[2:3]]).split(","))),
+                }
+            )
     return out
 
 

@@ -19,7 +19,11 @@ from profiler.signals import deferred
 SCRATCH_DIR = "/var/tmp/fsprof/scratch"
 GIB = 1 << 30
 
-_PACKAGES = {"mount": "mount", "umount": "mount", **{f"mkfs.{fs.name}": fs.package for fs in filesystems.TABLE.values()}}
+_PACKAGES = {
+    "mount": "mount",
+    "umount": "mount",
+    **{f"mkfs.{fs.name}": fs.package for fs in filesystems.TABLE.values()},
+}
 
 
 LOOP_IO = ("direct", "buffered")
@@ -47,8 +51,10 @@ class FsConfig:
         if self.devices < 1:
             raise FsprofError(f"a filesystem needs at least one device, not {self.devices}")
         if self.devices > 1 and not filesystems.TABLE[self.fs].multi_device:
-            raise FsprofError(f"{self.fs} cannot span {self.devices} devices; only "
-                              f"{', '.join(filesystems.MULTI_DEVICE)} can use several")
+            raise FsprofError(
+                f"{self.fs} cannot span {self.devices} devices; only "
+                f"{', '.join(filesystems.MULTI_DEVICE)} can use several"
+            )
         if self.size_bytes <= 0:
             raise FsprofError(f"the scratch image size must be positive, not {self.size_bytes}")
         if "/" in self.label or self.label in (".", ".."):
@@ -91,10 +97,13 @@ def boot_id():
 def provision_zram(changes, config, scratch_dir=SCRATCH_DIR):
     """A fresh RAM-backed zram device (the "fast device" baseline), mkfs'd and mounted like a loop image."""
     if config.devices != 1:
-        raise FsprofError(f"a zram device gives exactly one device, but the {config.label} setup asks for {config.devices}")
+        raise FsprofError(
+            f"a zram device gives exactly one device, but the {config.label} setup asks for {config.devices}"
+        )
     if not os.path.isdir(ZRAM_CONTROL):
-        raise FsprofError("zram is not available (no /sys/class/zram-control): load it with "
-                          "`modprobe zram`, or use device = \"loop\"")
+        raise FsprofError(
+            'zram is not available (no /sys/class/zram-control): load it with `modprobe zram`, or use device = "loop"'
+        )
     base = _make_label_dir(changes, scratch_dir, config.label)
     with deferred():  # hot_add creates the device: record it before a signal can intervene
         with open(f"{ZRAM_CONTROL}/hot_add") as f:
@@ -112,8 +121,9 @@ def provision_device(changes, config, device, erase=False, force=False, scratch_
     """mkfs and mount a device the user named; refuses unless erasing was asked for and is safe."""
     _check_device(device, erase, force)
     if config.devices != 1:
-        raise FsprofError(f"a named device gives exactly one device, but the {config.label} setup asks "
-                          f"for {config.devices}")
+        raise FsprofError(
+            f"a named device gives exactly one device, but the {config.label} setup asks for {config.devices}"
+        )
     base = _make_label_dir(changes, scratch_dir, config.label)
     device = os.path.realpath(device)
     _mkfs(config, [device])
@@ -148,8 +158,10 @@ def _make_dir(changes, kind, path):
         raise FsprofError(f"cannot create {path}: a part of that path is not a directory") from None
     except FileExistsError:
         if not os.path.isdir(path) or os.listdir(path) or os.path.ismount(path):
-            raise FsprofError(f"scratch directory {path} is already in use; another fsprof run may own it "
-                              "(`fsprof cleanup` removes what dead runs left)") from None
+            raise FsprofError(
+                f"scratch directory {path} is already in use; another fsprof run may own it "
+                "(`fsprof cleanup` removes what dead runs left)"
+            ) from None
         return path
     changes.record(kind, path=path)
     return path
@@ -209,8 +221,9 @@ def _mount(changes, config, devices, images, base):
         devices=list(devices),
         images=list(images),
         dev=_superblock_dev(target),
-        block_devs=[(disk, kdev_of_block(disk)) for disk in
-                    dict.fromkeys(whole_disk(os.path.basename(d)) for d in devices)],
+        block_devs=[
+            (disk, kdev_of_block(disk)) for disk in dict.fromkeys(whole_disk(os.path.basename(d)) for d in devices)
+        ],
     )
 
 
@@ -298,8 +311,10 @@ def _check_not_claimed(device):
         os.close(os.open(device, os.O_RDONLY | os.O_EXCL | os.O_CLOEXEC))
     except OSError as e:
         if e.errno == errno.EBUSY:
-            raise FsprofError(f"{device} is in use by the kernel (a mounted filesystem, RAID or mapper "
-                              "holds it), and fsprof never mkfs's or unmounts a mounted device") from None
+            raise FsprofError(
+                f"{device} is in use by the kernel (a mounted filesystem, RAID or mapper "
+                "holds it), and fsprof never mkfs's or unmounts a mounted device"
+            ) from None
         raise FsprofError(f"cannot open {device}: {e.strerror}") from None
 
 
@@ -334,7 +349,7 @@ def mountinfo():
 
 
 def majmin_of(path):
-    """"major:minor" of a block device path, or None if it is not one."""
+    """ "major:minor" of a block device path, or None if it is not one."""
     try:
         st = os.stat(path)
     except (OSError, ValueError):

@@ -5,8 +5,16 @@ import os
 
 from profiler.errors import FsprofError
 from profiler.machine.blockdev import scheduler
-from profiler.machine.undo import (read_sysctl, read_write_cache, same_sysctl, sysctl_path, write_cache_path,
-                                   write_scheduler, write_sysctl, write_write_cache)
+from profiler.machine.undo import (
+    read_sysctl,
+    read_write_cache,
+    same_sysctl,
+    sysctl_path,
+    write_cache_path,
+    write_scheduler,
+    write_sysctl,
+    write_write_cache,
+)
 
 # Each pair keeps exactly one member non-zero and writing one zeroes the other; vm.dirty_bytes cannot be
 # written back to 0, so a pair is restored by writing whichever member was non-zero before.
@@ -44,11 +52,11 @@ def set_scheduler(changes, blockdev_name, sched):
     try:
         current, available = scheduler(device)
     except FileNotFoundError:
-        raise FsprofError(f"block device '{device}' has no I/O scheduler setting "
-                          f"(no /sys/block/{device}/queue/scheduler)") from None
+        raise FsprofError(
+            f"block device '{device}' has no I/O scheduler setting (no /sys/block/{device}/queue/scheduler)"
+        ) from None
     if sched not in available:
-        raise FsprofError(f"I/O scheduler '{sched}' is not available for {device}; "
-                          f"choose from {', '.join(available)}")
+        raise FsprofError(f"I/O scheduler '{sched}' is not available for {device}; choose from {', '.join(available)}")
     if sched == current:
         return
     changes.record("scheduler", device=device, old=current, new=sched)

@@ -17,10 +17,20 @@ from ..work_unit import parse_unit
 from .workload import WORKLOADS, WorkloadSpec, check_args, image_size
 
 DEVICE_KINDS = ("loop", "zram")
-_TOP_KEYS = {"description", "repeats", "drop_caches", "sample_hz", "stack_sample", "image_size", "config",
-             "workload"}
-_CONFIG_KEYS = {"name", "fs", "mkfs_options", "mount_options", "sysctls", "scheduler", "device", "devices",
-                "image_size", "erase_device", "loop_io"}
+_TOP_KEYS = {"description", "repeats", "drop_caches", "sample_hz", "stack_sample", "image_size", "config", "workload"}
+_CONFIG_KEYS = {
+    "name",
+    "fs",
+    "mkfs_options",
+    "mount_options",
+    "sysctls",
+    "scheduler",
+    "device",
+    "devices",
+    "image_size",
+    "erase_device",
+    "loop_io",
+}
 _WORKLOAD_KEYS = {"name", "workload", "args", "command", "unit"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=,-]*$")
 
@@ -33,16 +43,22 @@ class Config:
     mount_options: str
     sysctls: dict
     scheduler: str | None
-    device: str                  # "loop", "zram", or a block device the user named
+    device: str  # "loop", "zram", or a block device the user named
     devices: int
     image_size: int | None
     erase_device: bool
-    loop_io: str = scratch.FsConfig.loop_io   # a loop device's: "direct" or "buffered"
+    loop_io: str = scratch.FsConfig.loop_io  # a loop device's: "direct" or "buffered"
 
     def fs_config(self):
-        return scratch.FsConfig(fs=self.fs, mkfs_options=filesystems.mkfs_defaults(self.fs) + self.mkfs_options,
-                                mount_options=self.mount_options, size_bytes=self.image_size,
-                                devices=self.devices, label=self.name, loop_io=self.loop_io)
+        return scratch.FsConfig(
+            fs=self.fs,
+            mkfs_options=filesystems.mkfs_defaults(self.fs) + self.mkfs_options,
+            mount_options=self.mount_options,
+            size_bytes=self.image_size,
+            devices=self.devices,
+            label=self.name,
+            loop_io=self.loop_io,
+        )
 
     def provision(self, changes, scratch_dir, erased):
         """This configuration's filesystem, made in scratch_dir (loop, zram) or on its device.
@@ -54,8 +70,9 @@ class Config:
             return scratch.provision_zram(changes, config, scratch_dir)
         # The signature check guards the user's data: a device fsprof itself erased earlier in this
         # matrix carries only fsprof's own filesystem.
-        sfs = scratch.provision_device(changes, config, self.device, erase=self.erase_device,
-                                       force=self.device in erased, scratch_dir=scratch_dir)
+        sfs = scratch.provision_device(
+            changes, config, self.device, erase=self.erase_device, force=self.device in erased, scratch_dir=scratch_dir
+        )
         erased.add(self.device)
         return sfs
 
@@ -64,7 +81,7 @@ class Config:
 class Workload:
     name: str
     spec: WorkloadSpec
-    unit: str | None = None   # its unit of work, as `compare --unit` takes it (profiler/work_unit.py)
+    unit: str | None = None  # its unit of work, as `compare --unit` takes it (profiler/work_unit.py)
 
 
 @dataclasses.dataclass
@@ -94,8 +111,11 @@ def _check_keys(path, where, table, allowed):
         _fail(path, where, "must be a table")
     unknown = sorted(set(table) - allowed)
     if unknown:
-        _fail(path, where, f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} "
-                           f"(known: {', '.join(sorted(allowed))})")
+        _fail(
+            path,
+            where,
+            f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} (known: {', '.join(sorted(allowed))})",
+        )
 
 
 def _name(path, where, value):
@@ -122,7 +142,7 @@ def _flag(path, where, table, key):
 
 def _size(path, where, value):
     if not isinstance(value, str):
-        _fail(path, where, f"image_size {value!r} must be a string like \"2G\" or \"512M\"")
+        _fail(path, where, f'image_size {value!r} must be a string like "2G" or "512M"')
     try:
         return parse_size(value)
     except ValueError:
@@ -140,10 +160,10 @@ def _config(path, i, t, default_size):
     mount = t.get("mount_options", "")
     mount = ",".join(_strings(path, where, "mount_options", mount)) if isinstance(mount, list) else mount
     if not isinstance(mount, str):
-        _fail(path, where, "mount_options must be a string like \"noatime,data=writeback\"")
+        _fail(path, where, 'mount_options must be a string like "noatime,data=writeback"')
     sysctls = t.get("sysctls", {})
     if not isinstance(sysctls, dict):
-        _fail(path, where, "sysctls must be a table like { \"vm.dirty_bytes\" = 100000 }")
+        _fail(path, where, 'sysctls must be a table like { "vm.dirty_bytes" = 100000 }')
     for key in sysctls:
         if key.startswith(("/", ".")) or ".." in key or not Path("/proc/sys", key.replace(".", "/")).is_file():
             _fail(path, where, f"sysctl {key} does not exist on this kernel")
@@ -157,16 +177,27 @@ def _config(path, i, t, default_size):
         _fail(path, where, "scheduler must be a name like mq-deadline, and zram (bio-based) has none")
     loop_io = t.get("loop_io", scratch.FsConfig.loop_io)
     if loop_io not in scratch.LOOP_IO or ("loop_io" in t and device != "loop"):
-        _fail(path, where, f"loop_io must be one of {', '.join(scratch.LOOP_IO)}, for device = \"loop\" only")
+        _fail(path, where, f'loop_io must be one of {", ".join(scratch.LOOP_IO)}, for device = "loop" only')
     devices = t.get("devices", 1)
-    if not isinstance(devices, int) or devices < 1 or (
-            devices > 1 and (not filesystems.TABLE[fs].multi_device or device != "loop")):
+    if (
+        not isinstance(devices, int)
+        or devices < 1
+        or (devices > 1 and (not filesystems.TABLE[fs].multi_device or device != "loop"))
+    ):
         _fail(path, where, f"devices > 1 is for {', '.join(filesystems.MULTI_DEVICE)} on loop images only")
-    return Config(name=_name(path, where, t.get("name", fs)), fs=fs, mkfs_options=mkfs, mount_options=mount,
-                  sysctls={k: str(v) for k, v in sysctls.items()}, scheduler=t.get("scheduler"),
-                  device=device, devices=devices,
-                  image_size=_size(path, where, t["image_size"]) if "image_size" in t else default_size,
-                  erase_device=erase, loop_io=loop_io)
+    return Config(
+        name=_name(path, where, t.get("name", fs)),
+        fs=fs,
+        mkfs_options=mkfs,
+        mount_options=mount,
+        sysctls={k: str(v) for k, v in sysctls.items()},
+        scheduler=t.get("scheduler"),
+        device=device,
+        devices=devices,
+        image_size=_size(path, where, t["image_size"]) if "image_size" in t else default_size,
+        erase_device=erase,
+        loop_io=loop_io,
+    )
 
 
 def _workload(path, i, t):
@@ -229,9 +260,18 @@ def load(path):
     if sample_hz is not None and (not isinstance(sample_hz, int) or sample_hz < 0):
         _fail(path, "top level", "sample_hz must be a whole number >= 0")
     stack_sample = data.get("stack_sample")
-    if stack_sample is not None and (not isinstance(stack_sample, int) or isinstance(stack_sample, bool)
-                                     or stack_sample < 1):
+    if stack_sample is not None and (
+        not isinstance(stack_sample, int) or isinstance(stack_sample, bool) or stack_sample < 1
+    ):
         _fail(path, "top level", "stack_sample must be a whole number >= 1 (1: every call's stacks)")
-    return Spec(path=path, description=data.get("description", ""), configs=configs, workloads=workloads,
-                repeats=repeats, drop_caches=_flag(path, "top level", data, "drop_caches"), sample_hz=sample_hz,
-                stack_sample=stack_sample, image_size=default_size)
+    return Spec(
+        path=path,
+        description=data.get("description", ""),
+        configs=configs,
+        workloads=workloads,
+        repeats=repeats,
+        drop_caches=_flag(path, "top level", data, "drop_caches"),
+        sample_hz=sample_hz,
+        stack_sample=stack_sample,
+        image_size=default_size,
+    )

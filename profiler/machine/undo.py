@@ -119,8 +119,11 @@ def _finish_state_file(path, fd, remaining, warnings):
             os.ftruncate(fd, 0)
             os.write(fd, "".join(json.dumps(r) + "\n" for r in remaining).encode())
             os.fsync(fd)
-            _warn(warnings, f"{len(remaining)} change(s) could not be undone and stay recorded in {path}; "
-                            "run `fsprof cleanup` once the cause is gone")
+            _warn(
+                warnings,
+                f"{len(remaining)} change(s) could not be undone and stay recorded in {path}; "
+                "run `fsprof cleanup` once the cause is gone",
+            )
         else:
             os.unlink(path)
     finally:
@@ -274,8 +277,7 @@ def _undo_mount(rec):
         return None
     top = mounted[-1]
     if top["majmin"] not in devnums and majmin_of(top["source"]) not in devnums:
-        raise _NotOurs(f"not unmounting {target}: it is now mounted from {top['source']}, not fsprof's "
-                       f"{rec['source']}")
+        raise _NotOurs(f"not unmounting {target}: it is now mounted from {top['source']}, not fsprof's {rec['source']}")
     run_tool(["umount", target], "unmounting a scratch filesystem", check=True)
     return f"unmounted {target}"
 
@@ -330,7 +332,9 @@ def _undo_zram(rec):
         raise _NotOurs(f"not removing /dev/{name}: fsprof made its namesake before the last reboot")
     with open(f"{sysdir}/disksize") as f:
         if int(f.read()) not in (0, rec["disksize"]):
-            raise _NotOurs(f"not removing /dev/{name}: its size is no longer the {rec['disksize']} bytes fsprof gave it")
+            raise _NotOurs(
+                f"not removing /dev/{name}: its size is no longer the {rec['disksize']} bytes fsprof gave it"
+            )
     if os.listdir(f"{sysdir}/holders") or any(m["source"] == f"/dev/{name}" for m in mountinfo()):
         raise _NotOurs(f"not removing /dev/{name}: it is in use")
     with open(f"{sysdir}/reset", "w") as f:
@@ -373,8 +377,9 @@ def _undo_sysctl(rec):
     if same_sysctl(current, old):
         return None
     if not same_sysctl(current, new):
-        raise _NotOurs(f"not restoring {name}: it is now {current!r}, not the {new!r} fsprof set, so "
-                       f"someone changed it since")
+        raise _NotOurs(
+            f"not restoring {name}: it is now {current!r}, not the {new!r} fsprof set, so someone changed it since"
+        )
     write_sysctl(rec.get("restore_name", name), rec.get("restore_value", old))
     return f"restored {name} to {old!r} (was {new!r})"
 
@@ -389,10 +394,12 @@ def _restore_queue_setting(rec, what, read, write):
     if current == old:
         return None
     if current != new:
-        raise _NotOurs(f"not restoring the {what} of {device}: it is now \"{current}\", not the \"{new}\" "
-                       f"fsprof set, so someone changed it since")
+        raise _NotOurs(
+            f'not restoring the {what} of {device}: it is now "{current}", not the "{new}" '
+            f"fsprof set, so someone changed it since"
+        )
     write(device, old)
-    return f"restored the {what} of {device} to \"{old}\" (was \"{new}\")"
+    return f'restored the {what} of {device} to "{old}" (was "{new}")'
 
 
 def write_scheduler(device, sched):
@@ -442,8 +449,11 @@ def _undo_probe_dir(rec):
     if not os.path.lexists(path):
         return None
     st = os.lstat(path)
-    if not os.path.basename(path).startswith(PROBE_DIR_PREFIX) or not stat.S_ISDIR(st.st_mode) or \
-            (st.st_dev, st.st_ino) != (rec["dev"], rec["ino"]):
+    if (
+        not os.path.basename(path).startswith(PROBE_DIR_PREFIX)
+        or not stat.S_ISDIR(st.st_mode)
+        or (st.st_dev, st.st_ino) != (rec["dev"], rec["ino"])
+    ):
         raise _NotOurs(f"not removing {path}: it is no longer the directory verify made")
     shutil.rmtree(path)  # never follows a symlink out of the directory
     return f"removed verify's probe directory {path}"

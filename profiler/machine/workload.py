@@ -75,8 +75,11 @@ class WorkloadSpec:
         user's `command` when given (then `args` must be empty)."""
         if command:
             if args:
-                raise FsprofError(f"options {' '.join(args)} are not fsprof's; "
-                                  "with `-- CMD`, put the command's own options after `--`", exit_code=2)
+                raise FsprofError(
+                    f"options {' '.join(args)} are not fsprof's; "
+                    "with `-- CMD`, put the command's own options after `--`",
+                    exit_code=2,
+                )
             return cls(COMMAND, command=command)
         check_args(name, args)
         return cls(name, args)
@@ -87,8 +90,7 @@ class WorkloadSpec:
         return workload_argv(self.name, self.args, result_file)
 
     def describe(self):
-        return {"name": self.name, "args": self.args} if not self.command else \
-            {"name": COMMAND, "argv": self.command}
+        return {"name": self.name, "args": self.args} if not self.command else {"name": COMMAND, "argv": self.command}
 
     def env(self, run_dir):
         """The environment the workload runs in. A command gets FSPROF_PHASE_FILE, where `fsprof

@@ -19,13 +19,21 @@ STACK_FIRST = 64
 
 # Maps of bpf/shared_maps.h: made once from syscalls.bpf.o's definitions (bpf.create_maps) and
 # given to every object, which then all read and write the same maps.
-SHARED_MAPS = (("phase_state", c.c_uint32, maps.PhaseState), ("drops", c.c_uint32, c.c_uint64),
-               ("stack_sampling", c.c_uint32, maps.StackSampling),
-               ("stacks", c.c_uint32, maps.Stack), ("stacks_spill", c.c_uint32, maps.Stack),
-               ("worker_windows", c.c_uint32, maps.WorkerWindow), ("workers_open", c.c_uint32, c.c_int64),
-               ("worker_offcpu", maps.WorkerKey, maps.OffVal), ("worker_runs", maps.WorkerRunKey, maps.WorkerRun),
-               ("pauses", c.c_uint32, maps.PausePending), ("pauses_open", c.c_uint32, c.c_int64),
-               ("pause_slept", maps.ThrottleKey, maps.PauseVal), ("unplaced_calls", c.c_uint32, c.c_uint32))
+SHARED_MAPS = (
+    ("phase_state", c.c_uint32, maps.PhaseState),
+    ("drops", c.c_uint32, c.c_uint64),
+    ("stack_sampling", c.c_uint32, maps.StackSampling),
+    ("stacks", c.c_uint32, maps.Stack),
+    ("stacks_spill", c.c_uint32, maps.Stack),
+    ("worker_windows", c.c_uint32, maps.WorkerWindow),
+    ("workers_open", c.c_uint32, c.c_int64),
+    ("worker_offcpu", maps.WorkerKey, maps.OffVal),
+    ("worker_runs", maps.WorkerRunKey, maps.WorkerRun),
+    ("pauses", c.c_uint32, maps.PausePending),
+    ("pauses_open", c.c_uint32, c.c_int64),
+    ("pause_slept", maps.ThrottleKey, maps.PauseVal),
+    ("unplaced_calls", c.c_uint32, c.c_uint32),
+)
 
 
 # Without these syscalls.bpf.o measures nothing: a run is refused when one cannot load. Any other
@@ -110,8 +118,7 @@ class Collector:
         loaded = {}
 
         def load(name):
-            loaded[name] = obj = BpfObject(name, share=shared,
-                                           required=CORE_PROGRAMS if name == "syscalls" else None)
+            loaded[name] = obj = BpfObject(name, share=shared, required=CORE_PROGRAMS if name == "syscalls" else None)
             return obj
 
         try:
@@ -133,8 +140,9 @@ class Collector:
 
     def left_out(self, object_name):
         """Programs of an object this kernel lacks or refused."""
-        return sorted(p for o in self.objects if o.name == object_name
-                      for p, why in o.skipped.items() if why != "not requested")
+        return sorted(
+            p for o in self.objects if o.name == object_name for p, why in o.skipped.items() if why != "not requested"
+        )
 
     @property
     def unavailable(self):
@@ -182,8 +190,19 @@ class Collector:
             probe.set_targets(targets)
 
     def reset(self):
-        for m in (self.op_hist, self.offcpu, self.samples, self.stacks, self.stacks_spill, self.tgids,
-                  self.worker_offcpu, self.worker_windows, self.worker_runs, self.op_rqs, self.waits_walked):
+        for m in (
+            self.op_hist,
+            self.offcpu,
+            self.samples,
+            self.stacks,
+            self.stacks_spill,
+            self.tgids,
+            self.worker_offcpu,
+            self.worker_windows,
+            self.worker_runs,
+            self.op_rqs,
+            self.waits_walked,
+        ):
             m.clear()
         self.workers_open.update(c.c_uint32(0), c.c_int64(0))  # worker_windows is empty now
         for probe in self.probes.values():
@@ -219,22 +238,56 @@ class Collector:
             if op in syscalls.MOVES_BYTES:
                 h["bytes"] = ret_sum
             ops.append({"dev": k.dev, "op": op, "phase": k.phase, **h})
-        offcpu = [{"dev": k.op.dev, "op": syscalls.name_of(k.op.nr), "phase": k.op.phase, "stack": k.stackid,
-                   "runnable": bool(k.runnable), "waker_stack": k.waker_stack,
-                   "waker_comm": k.waker_comm.decode(errors="replace"),
-                   "count": v.count, "total_ns": v.total_ns}
-                  for k, v in read(self.offcpu)]
-        samples = [{"dev": k.op.dev, "op": syscalls.name_of(k.op.nr), "phase": k.op.phase, "stack": k.stackid,
-                    "count": v} for k, v in read(self.samples)]
-        workers = [{"dev": k.dev, "kind": maps.WORKER_KINDS[k.kind] if k.kind < len(maps.WORKER_KINDS) else str(k.kind),
-                    "phase": k.phase, "stack": k.stackid, "runnable": bool(k.runnable),
-                    "count": v.count, "total_ns": v.total_ns}
-                   for k, v in read(self.worker_offcpu)]
-        op_requests = [{"dev": k.dev, "op": syscalls.name_of(k.nr), "phase": k.phase,
-                        "requests": maps.requests_of(v.count, v.bytes)} for k, v in self.op_rqs.items()]
-        worker_runs = [{"dev": k.dev, "phase": k.phase, "windows": v.windows, "wall_ns": v.wall_ns,
-                        "kind": maps.WORKER_KINDS[k.kind] if k.kind < len(maps.WORKER_KINDS) else str(k.kind),
-                        "requests": maps.requests_of(v.rqs.count, v.rqs.bytes)} for k, v in read(self.worker_runs)]
+        offcpu = [
+            {
+                "dev": k.op.dev,
+                "op": syscalls.name_of(k.op.nr),
+                "phase": k.op.phase,
+                "stack": k.stackid,
+                "runnable": bool(k.runnable),
+                "waker_stack": k.waker_stack,
+                "waker_comm": k.waker_comm.decode(errors="replace"),
+                "count": v.count,
+                "total_ns": v.total_ns,
+            }
+            for k, v in read(self.offcpu)
+        ]
+        samples = [
+            {"dev": k.op.dev, "op": syscalls.name_of(k.op.nr), "phase": k.op.phase, "stack": k.stackid, "count": v}
+            for k, v in read(self.samples)
+        ]
+        workers = [
+            {
+                "dev": k.dev,
+                "kind": maps.WORKER_KINDS[k.kind] if k.kind < len(maps.WORKER_KINDS) else str(k.kind),
+                "phase": k.phase,
+                "stack": k.stackid,
+                "runnable": bool(k.runnable),
+                "count": v.count,
+                "total_ns": v.total_ns,
+            }
+            for k, v in read(self.worker_offcpu)
+        ]
+        op_requests = [
+            {
+                "dev": k.dev,
+                "op": syscalls.name_of(k.nr),
+                "phase": k.phase,
+                "requests": maps.requests_of(v.count, v.bytes),
+            }
+            for k, v in self.op_rqs.items()
+        ]
+        worker_runs = [
+            {
+                "dev": k.dev,
+                "phase": k.phase,
+                "windows": v.windows,
+                "wall_ns": v.wall_ns,
+                "kind": maps.WORKER_KINDS[k.kind] if k.kind < len(maps.WORKER_KINDS) else str(k.kind),
+                "requests": maps.requests_of(v.rqs.count, v.rqs.bytes),
+            }
+            for k, v in read(self.worker_runs)
+        ]
         behind_raw = {name: probe.snapshot() for name, probe in self.probes.items()}
         for module in behind.MODULES:  # a summary tells unknown figures from zeros by these
             if module.NAME in behind_raw:
@@ -247,15 +300,29 @@ class Collector:
             if addrs is not None:
                 stacks[sid] = [a for a in addrs if a]
         ps = self.phase.lookup(c.c_uint32(0))
-        drops = [n - base for n, base in zip(self._read_drops(), getattr(self, "_drops_at_reset", None) or
-                                             [0] * len(maps.DROP_REASONS))]
-        return {"ops": ops, "offcpu": offcpu, "samples": samples, "workers": workers, "stacks": stacks,
-                "op_requests": op_requests, "worker_runs": worker_runs,
-                "requests_per_op": "on_getrq" in self.sys.programs,
-                "block": behind_raw.get("block", {}).get("counts", {}), "behind": behind_raw,
-                "phase_start_ns": list(ps.start_ns), "snapshot_ns": now, "sample_hz": self.sample_hz,
-                "stack_sampling": {"every": self.stack_sample, "first": STACK_FIRST} if self.stack_sample > 1 else None,
-                "drops": dict(zip(maps.DROP_REASONS, drops))}
+        drops = [
+            n - base
+            for n, base in zip(
+                self._read_drops(), getattr(self, "_drops_at_reset", None) or [0] * len(maps.DROP_REASONS)
+            )
+        ]
+        return {
+            "ops": ops,
+            "offcpu": offcpu,
+            "samples": samples,
+            "workers": workers,
+            "stacks": stacks,
+            "op_requests": op_requests,
+            "worker_runs": worker_runs,
+            "requests_per_op": "on_getrq" in self.sys.programs,
+            "block": behind_raw.get("block", {}).get("counts", {}),
+            "behind": behind_raw,
+            "phase_start_ns": list(ps.start_ns),
+            "snapshot_ns": now,
+            "sample_hz": self.sample_hz,
+            "stack_sampling": {"every": self.stack_sample, "first": STACK_FIRST} if self.stack_sample > 1 else None,
+            "drops": dict(zip(maps.DROP_REASONS, drops)),
+        }
 
     def forget_stacks(self):
         """Empties the stack maps (their ids are meaningful only to snapshots already taken): a
@@ -284,4 +351,3 @@ class Collector:
 
     def __exit__(self, *exc):
         self.close()
-

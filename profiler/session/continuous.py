@@ -31,8 +31,8 @@ from .record import _block_of, _sb_dev, apply_target, check_target, parse_durati
 
 DEFAULT_WINDOW = "15s"
 DEFAULT_LISTEN = "127.0.0.1:9478"
-DEFAULT_PPROF_KEEP = 240           # an hour of 15 s windows
-STACK_MAP_ENTRIES = 65536          # bpf/shared_maps.h stacks
+DEFAULT_PPROF_KEEP = 240  # an hour of 15 s windows
+STACK_MAP_ENTRIES = 65536  # bpf/shared_maps.h stacks
 PHASES = ["continuous"]
 PROFILE_TYPES = (("off_cpu", "nanoseconds"), ("on_cpu", "nanoseconds"), ("workers_off_cpu", "nanoseconds"))
 PPROF_PREFIX = "fsprof-"
@@ -42,13 +42,14 @@ PPROF_PREFIX = "fsprof-"
 class ContinuousOptions:
     """What `fsprof record --continuous` is asked; profiler/commands/record.py builds it. One of
     pid, cgroup and mount names the target, or all is set."""
+
     pid: int | None = None
-    cgroup: str | None = None          # absolute, or relative to the cgroup v2 root
+    cgroup: str | None = None  # absolute, or relative to the cgroup v2 root
     mount: str | None = None
-    all: bool = False                  # every process, every traced filesystem
-    window: str = DEFAULT_WINDOW       # as the user wrote it: the start line repeats it
-    duration: str | None = None        # None: until stopped
-    listen: str = DEFAULT_LISTEN       # HOST:PORT of /metrics, or "off"
+    all: bool = False  # every process, every traced filesystem
+    window: str = DEFAULT_WINDOW  # as the user wrote it: the start line repeats it
+    duration: str | None = None  # None: until stopped
+    listen: str = DEFAULT_LISTEN  # HOST:PORT of /metrics, or "off"
     pprof_dir: str | None = None
     pprof_keep: int = DEFAULT_PPROF_KEEP
     pprof_url: str | None = None
@@ -66,6 +67,7 @@ def parse_listen(text):
 def serve(listen, totals):
     """The HTTP endpoint Prometheus scrapes (/metrics), on a thread of its own."""
     from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
+
     host, port = parse_listen(listen)
     registry = CollectorRegistry()
     registry.register(metrics.Exposition(totals))
@@ -73,8 +75,9 @@ def serve(listen, totals):
     try:
         server, _ = start_http_server(port, addr=host, registry=registry)
     except OSError as e:
-        raise FsprofError(f"cannot listen on {listen} for Prometheus: {e.strerror or e}; "
-                          "choose another with --listen HOST:PORT")
+        raise FsprofError(
+            f"cannot listen on {listen} for Prometheus: {e.strerror or e}; choose another with --listen HOST:PORT"
+        )
     return server
 
 
@@ -100,8 +103,9 @@ class Scope:
             if m["majmin"] not in seen:
                 seen.add(m["majmin"])
                 block = _block_of(m)
-                out.append((m, behind.Target(m["fstype"], _sb_dev(m), {block[1]: block[0]} if block else {},
-                                             m["target"])))
+                out.append(
+                    (m, behind.Target(m["fstype"], _sb_dev(m), {block[1]: block[0]} if block else {}, m["target"]))
+                )
         return out
 
     def point(self, collector, targets):
@@ -125,8 +129,12 @@ def _zero_hist():
 
 def _hist_delta(now, before):
     fine = {s: n - before["fine"].get(s, 0) for s, n in now["fine"].items() if n - before["fine"].get(s, 0)}
-    out = {"count": now["count"] - before["count"], "total_ns": now["total_ns"] - before["total_ns"],
-           "max_ns": now["max_ns"], "fine": fine}
+    out = {
+        "count": now["count"] - before["count"],
+        "total_ns": now["total_ns"] - before["total_ns"],
+        "max_ns": now["max_ns"],
+        "fine": fine,
+    }
     if "bytes" in now:
         out["bytes"] = now["bytes"] - before.get("bytes", 0)
     return out
@@ -136,8 +144,8 @@ class Windows:
     """Turns successive drained snapshots of one Collector into per-window raw data."""
 
     def __init__(self):
-        self.ops = {}     # (dev, op, phase) -> cumulative histogram at the last window
-        self.carry = {}   # (dev, op, phase) -> ns of off-CPU time recorded before its syscall ended
+        self.ops = {}  # (dev, op, phase) -> cumulative histogram at the last window
+        self.carry = {}  # (dev, op, phase) -> ns of off-CPU time recorded before its syscall ended
 
     def window_raw(self, raw):
         """raw with ops turned into this window's change. A syscall whose off-CPU intervals were
@@ -169,9 +177,12 @@ def _entry(raw, mount, target, end_ns):
     """A result entry (as `fsprof record` writes) of one filesystem."""
     names = list(target.block_devs.values())
     raw_m = {**raw, "block": {n: v for n, v in raw["block"].items() if n in names}}
-    entry = {"label": mount["target"], "fs": mount["fstype"],
-             "device": {"name": names[0] if names else mount["source"]},
-             **assemble(raw_m, target, PHASES, end_ns)}
+    entry = {
+        "label": mount["target"],
+        "fs": mount["fstype"],
+        "device": {"name": names[0] if names else mount["source"]},
+        **assemble(raw_m, target, PHASES, end_ns),
+    }
     zero_block_classes(entry, names)
     return entry
 
@@ -179,8 +190,12 @@ def _entry(raw, mount, target, end_ns):
 def window_profile(entries, start_ns_wall, duration_ns, host):
     """One pprof profile of a window: off-CPU, on-CPU and worker time (ns) under the flame graphs'
     [filesystem];[op or worker];[cause] roots."""
-    prof = pprof.Profile(PROFILE_TYPES, time_ns=start_ns_wall, duration_ns=duration_ns,
-                         comments=[f"fsprof record --continuous on {host}"])
+    prof = pprof.Profile(
+        PROFILE_TYPES,
+        time_ns=start_ns_wall,
+        duration_ns=duration_ns,
+        comments=[f"fsprof record --continuous on {host}"],
+    )
     for entry in entries:
         for i, build in enumerate((flamegraph.offcpu_stacks, flamegraph.oncpu_stacks, flamegraph.worker_stacks)):
             for path, ns in build(entry).items():
@@ -198,7 +213,7 @@ def write_profile(directory, prof, end_wall_s, keep):
     tmp.write_bytes(prof.gzipped())
     tmp.replace(path)
     ours = sorted(p for p in Path(directory).glob(f"{PPROF_PREFIX}*.pb.gz"))
-    for old in ours[:max(len(ours) - keep, 0)]:
+    for old in ours[: max(len(ours) - keep, 0)]:
         old.unlink(missing_ok=True)
     return path
 
@@ -252,6 +267,7 @@ def continuous(options):
     session = None
     if options.pprof_url:
         import requests
+
         session = requests.Session()
     host = socket.gethostname()
     totals = metrics.Totals()
@@ -271,11 +287,14 @@ def continuous(options):
                     one_window(gen, was_found, totals, w_end, time.monotonic_ns())
                     gen.close()
                     totals.begin_generation()
-                gen = Generation(scope, wanted | (gen.fs if gen else set()), options.sample_hz, targets,
-                                 options.stack_sample)
-                _say(f"recording {gen.what} in {options.window} windows"
-                     + (f"; metrics on http://{options.listen}/metrics" if server else "")
-                     + "; Ctrl-C to stop")
+                gen = Generation(
+                    scope, wanted | (gen.fs if gen else set()), options.sample_hz, targets, options.stack_sample
+                )
+                _say(
+                    f"recording {gen.what} in {options.window} windows"
+                    + (f"; metrics on http://{options.listen}/metrics" if server else "")
+                    + "; Ctrl-C to stop"
+                )
             else:
                 gen.collector.set_targets(targets)
                 # Pointed again each window: a remount under --mount, a restarted service's new

@@ -28,10 +28,11 @@ TRACED_FS = filesystems.NAMES
 class RecordOptions:
     """What `fsprof record` is asked; profiler/commands/record.py builds it. One of pid, cgroup
     and mount names the target."""
+
     pid: int | None = None
-    cgroup: str | None = None          # absolute, or relative to the cgroup v2 root
+    cgroup: str | None = None  # absolute, or relative to the cgroup v2 root
     mount: str | None = None
-    duration: str | None = None        # as the user wrote it (30s, 2m); None: until Ctrl-C or the process exits
+    duration: str | None = None  # as the user wrote it (30s, 2m); None: until Ctrl-C or the process exits
     sample_hz: int
     stack_sample: int = 1
     output: str | None = None
@@ -131,7 +132,7 @@ def wait(pid, deadline):
         while (left := deadline - time.monotonic()) > 0:
             if pid is not None and not _alive(pid):
                 return "the process exited"
-            time.sleep(min(0.1, left))   # a whole 0.1 s step past the deadline made --duration longer
+            time.sleep(min(0.1, left))  # a whole 0.1 s step past the deadline made --duration longer
         return "the duration ended"
     except KeyboardInterrupt:
         return "interrupted"
@@ -172,8 +173,9 @@ def record(options):
     kind, value, scope = check_target(options.pid, options.cgroup, options.mount)
     out_dir = rundir.make_out_dir(options.output)
     # Only the filesystems mounted in scope: recording loads no module the machine does not use.
-    with Collector(sample_hz=options.sample_hz, fs=sorted({m["fstype"] for m in scope}),
-                   stack_sample=options.stack_sample) as collector:
+    with Collector(
+        sample_hz=options.sample_hz, fs=sorted({m["fstype"] for m in scope}), stack_sample=options.stack_sample
+    ) as collector:
         collector.reset()
         what = apply_target(collector, kind, value)
         targets = [_target(m) for m in scope]
@@ -192,6 +194,7 @@ def record(options):
         raw["phase_start_ns"][0] = start_ns
         skipped, unavailable = collector.skipped, collector.unavailable
     from ..analysis.assemble import assemble  # loaded once the recording is over: attached sooner
+
     seen = {r["dev"] for r in raw["ops"] if r["dev"]}
     entries = []
     for m in scope:
@@ -203,13 +206,25 @@ def record(options):
         names = [block[0]] if block else []
         raw_m = {**raw, "block": {n: v for n, v in raw["block"].items() if n in names}}
         entry = {
-            "label": m["target"], "fs": m["fstype"], "mkfs_options": [], "mount_options": m["options"],
-            "mount_options_in_force": m["options"], "caches_dropped": False,
-            "device": {"name": names[0] if names else m["source"], "dev": m["majmin"], "all": names,
-                       **(blockdev.queue_info(names[0]) if names else {"write_cache": "n/a", "fua": False,
-                                                                       "scheduler": "n/a", "rotational": False}),
-                       **({"test_bed": blockdev.test_bed(names[0])} if names else {})},
-            "superblock_dev": m["majmin"], "elapsed_s": (end_ns - start_ns) / 1e9,
+            "label": m["target"],
+            "fs": m["fstype"],
+            "mkfs_options": [],
+            "mount_options": m["options"],
+            "mount_options_in_force": m["options"],
+            "caches_dropped": False,
+            "device": {
+                "name": names[0] if names else m["source"],
+                "dev": m["majmin"],
+                "all": names,
+                **(
+                    blockdev.queue_info(names[0])
+                    if names
+                    else {"write_cache": "n/a", "fua": False, "scheduler": "n/a", "rotational": False}
+                ),
+                **({"test_bed": blockdev.test_bed(names[0])} if names else {}),
+            },
+            "superblock_dev": m["majmin"],
+            "elapsed_s": (end_ns - start_ns) / 1e9,
             "workload": {"recorded": what},
             **assemble(raw_m, _target(m), ["record"], end_ns),
             "kernel_counters": {n: blockdev.stat_delta(before[n], after[n]) for n in names},
@@ -217,15 +232,19 @@ def record(options):
         zero_block_classes(entry, names)
         entries.append(entry)
     result = {
-        "schema": SCHEMA, "fsprof_version": __version__, "kernel": platform.release(), "started": started,
-        "workload": {"name": "record", "target": what, "ended_by": ended_by,
-                     "duration_s": (end_ns - start_ns) / 1e9},
-        "sysctls": {}, "sysctls_in_force": in_force, "filesystems": entries, "probes_skipped": skipped,
+        "schema": SCHEMA,
+        "fsprof_version": __version__,
+        "kernel": platform.release(),
+        "started": started,
+        "workload": {"name": "record", "target": what, "ended_by": ended_by, "duration_s": (end_ns - start_ns) / 1e9},
+        "sysctls": {},
+        "sysctls_in_force": in_force,
+        "filesystems": entries,
+        "probes_skipped": skipped,
         "unavailable": unavailable,
     }
     rundir.write_result(out_dir, result)
     from ..views.flamegraph import write_default_set  # loaded once the recording is over
+
     write_default_set(out_dir, result)
     return result, out_dir
-
-

@@ -35,16 +35,17 @@ class RunOptions:
     """What `fsprof run` (and `run --spec`) is asked; profiler/commands/run.py builds it. A spec sets
     the filesystems, options and workloads itself: run_spec reads only output, scratch_dir,
     sample_hz, stack_sample and go_on."""
-    fs: str                                  # comma-separated; a name again is a second configuration
-    workload: str                            # a bundled workload's name (its image size even with a command)
-    workload_args: tuple[str, ...] = ()      # the bundled workload's own options
-    command_argv: tuple[str, ...] = ()       # `-- CMD ARGS`, run instead of the workload when given
-    mkfs_options: tuple[str, ...] = ()       # each '[FS=]OPTS'
-    mount_options: tuple[str, ...] = ()      # each '[FS=]OPTS'
-    sysctl: tuple[str, ...] = ()             # each 'NAME=VALUE'
+
+    fs: str  # comma-separated; a name again is a second configuration
+    workload: str  # a bundled workload's name (its image size even with a command)
+    workload_args: tuple[str, ...] = ()  # the bundled workload's own options
+    command_argv: tuple[str, ...] = ()  # `-- CMD ARGS`, run instead of the workload when given
+    mkfs_options: tuple[str, ...] = ()  # each '[FS=]OPTS'
+    mount_options: tuple[str, ...] = ()  # each '[FS=]OPTS'
+    sysctl: tuple[str, ...] = ()  # each 'NAME=VALUE'
     scheduler: str | None = None
     drop_caches: bool = False
-    image_size: int | None = None            # bytes; None: the workload's own
+    image_size: int | None = None  # bytes; None: the workload's own
     loop_io: str = scratch.FsConfig.loop_io
     devices: int = 1
     scratch_dir: str
@@ -94,17 +95,25 @@ def build_configs(options):
     mount = per_fs_option(options.mount_options, names, "--mount-options", ",")
     multi = filesystems.MULTI_DEVICE
     if options.devices > 1 and not set(multi) & set(names):
-        raise FsprofError(f"--devices {options.devices} applies to {', '.join(multi)} only, "
-                          f"and --fs has no {' or '.join(multi)}")
+        raise FsprofError(
+            f"--devices {options.devices} applies to {', '.join(multi)} only, and --fs has no {' or '.join(multi)}"
+        )
     configs, seen = [], {}
     for name in names:
         seen[name] = seen.get(name, 0) + 1
         label = name if seen[name] == 1 else f"{name}-{seen[name]}"
         opts = filesystems.mkfs_defaults(name) + shlex.split(mkfs.get(name, ""))
-        configs.append(scratch.FsConfig(fs=name, mkfs_options=opts, mount_options=mount.get(name, ""),
-                                        size_bytes=options.image_size or image_size(options.workload),
-                                        devices=options.devices if name in multi else 1,
-                                        label=label, loop_io=options.loop_io))
+        configs.append(
+            scratch.FsConfig(
+                fs=name,
+                mkfs_options=opts,
+                mount_options=mount.get(name, ""),
+                size_bytes=options.image_size or image_size(options.workload),
+                devices=options.devices if name in multi else 1,
+                label=label,
+                loop_io=options.loop_io,
+            )
+        )
     return configs
 
 
@@ -134,8 +143,12 @@ def measure(collector, sfs, workload, out_dir, drop_caches, changes=None):
     _, before, quiet_at_start = blockdev.read_settled(block_devs.values(), collector.reset)
     threads_before = kthreads.read(threads)
     space_at_start = blockdev.space(sfs.mountpoint)
-    proc = GatedProcess(workload.argv(str(result_file), sfs.mountpoint), cwd=str(workdir),
-                        env=workload.env(label_dir), read_results=bool(workload.command))
+    proc = GatedProcess(
+        workload.argv(str(result_file), sfs.mountpoint),
+        cwd=str(workdir),
+        env=workload.env(label_dir),
+        read_results=bool(workload.command),
+    )
     try:
         if changes is not None:
             undo.record_process(changes, proc.pid)
@@ -161,18 +174,27 @@ def measure(collector, sfs, workload, out_dir, drop_caches, changes=None):
 
     first = sfs.block_devs[0][0]
     entry = {
-        "label": sfs.config.label, "fs": sfs.config.fs,
-        "mkfs_options": list(sfs.config.mkfs_options), "mount_options": sfs.config.mount_options,
-        "device": {"name": first, "dev": blockdev.kdev_str(sfs.block_devs[0][1]),
-                   "all": [name for name, _ in sfs.block_devs], **blockdev.queue_info(first),
-                   "test_bed": blockdev.test_bed(first)},
+        "label": sfs.config.label,
+        "fs": sfs.config.fs,
+        "mkfs_options": list(sfs.config.mkfs_options),
+        "mount_options": sfs.config.mount_options,
+        "device": {
+            "name": first,
+            "dev": blockdev.kdev_str(sfs.block_devs[0][1]),
+            "all": [name for name, _ in sfs.block_devs],
+            **blockdev.queue_info(first),
+            "test_bed": blockdev.test_bed(first),
+        },
         # What the kernel took, not what was asked: options it ignored or defaulted show here.
         "mount_options_in_force": (mount_of(sfs.mountpoint) or {}).get("options", ""),
         "caches_dropped": bool(drop_caches),
         # How large and how full the filesystem was: a small or full one makes a filesystem
         # reserve and flush for space (btrfs tickets), a figure of the test bed, not of the workload.
-        "space": {"size_bytes": space_at_start["size_bytes"], "used_bytes_start": space_at_start["used_bytes"],
-                  "used_bytes_end": space_at_end["used_bytes"]},
+        "space": {
+            "size_bytes": space_at_start["size_bytes"],
+            "used_bytes_start": space_at_start["used_bytes"],
+            "used_bytes_end": space_at_end["used_bytes"],
+        },
         "superblock_dev": blockdev.kdev_str(sfs.dev),
         "elapsed_s": elapsed,
         # CPU outside the traced calls is the user part: the workload decomposition's (compare).
@@ -198,8 +220,14 @@ def provision_one(changes, config, options, scratch_dir, first):
         return scratch.provision(changes, config, scratch_dir)
     # The device is checked for a signature before the first filesystem only: the next one finds
     # the filesystem fsprof itself just made there.
-    return scratch.provision_device(changes, config, options.device, erase=options.erase_device,
-                                    force=options.force_erase or not first, scratch_dir=scratch_dir)
+    return scratch.provision_device(
+        changes,
+        config,
+        options.device,
+        erase=options.erase_device,
+        force=options.force_erase or not first,
+        scratch_dir=scratch_dir,
+    )
 
 
 def check_settings(sfs, sysctls, scheduler, go_on, progress=None):
@@ -214,9 +242,13 @@ def check_settings(sfs, sysctls, scheduler, go_on, progress=None):
     report = verify_scratch(sfs, expectations, progress=progress)
     warnings = report.summary_lines()
     if warnings and not go_on:
-        raise FsprofError("a setting did not take effect, so this run would not measure what it names: "
-                          + "; ".join(warnings) + " (`fsprof verify` shows the evidence; --go-on runs anyway "
-                          "and puts this warning at the top of the report)", exit_code=1)
+        raise FsprofError(
+            "a setting did not take effect, so this run would not measure what it names: "
+            + "; ".join(warnings)
+            + " (`fsprof verify` shows the evidence; --go-on runs anyway "
+            "and puts this warning at the top of the report)",
+            exit_code=1,
+        )
     return report.to_json(), warnings + loop
 
 
@@ -229,9 +261,11 @@ def loop_io_warnings(sfs):
     for dev in sfs.devices:
         bed = blockdev.test_bed(os.path.basename(dev))
         if bed["kind"] == "loop" and not bed["direct_io"]:
-            out.append(f"{os.path.basename(dev)}: direct I/O was asked (--loop-io direct) but the kernel kept it "
-                       f"off (the filesystem holding {bed['backing_file']} cannot do it): its reads and flushes "
-                       "go through the host's page cache")
+            out.append(
+                f"{os.path.basename(dev)}: direct I/O was asked (--loop-io direct) but the kernel kept it "
+                f"off (the filesystem holding {bed['backing_file']} cannot do it): its reads and flushes "
+                "go through the host's page cache"
+            )
     return out
 
 
@@ -246,10 +280,14 @@ def run(options):
     workload = WorkloadSpec.checked(options.workload, options.workload_args, options.command_argv)
     out_dir = rundir.make_out_dir(options.output)
     result = {
-        "schema": SCHEMA, "fsprof_version": __version__, "kernel": platform.release(),
+        "schema": SCHEMA,
+        "fsprof_version": __version__,
+        "kernel": platform.release(),
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "workload": workload.describe(),
-        "sysctls": dict(sysctls), "warnings": [], "filesystems": [],
+        "sysctls": dict(sysctls),
+        "warnings": [],
+        "filesystems": [],
     }
     with undo.Changes() as run_changes:
         scratch_dir = scratch.make_scratch_dir(run_changes, Path(options.scratch_dir) / out_dir.name)
@@ -280,12 +318,21 @@ def run_spec_one(collector, spec, workload, cfg, run_dir, scratch_dir, erased, g
     """One (workload, configuration) of a spec on a fresh filesystem: its sysctls and scheduler
     hold for this run only. Writes run_dir/result.json (the same schema as `fsprof run`)."""
     result = {
-        "schema": SCHEMA, "fsprof_version": __version__, "kernel": platform.release(),
+        "schema": SCHEMA,
+        "fsprof_version": __version__,
+        "kernel": platform.release(),
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "workload": workload.spec.describe(), "sysctls": dict(cfg.sysctls),
-        "spec": {"file": str(spec.path), "config": cfg.name, "workload": workload.name,
-                 **({"unit": workload.unit} if workload.unit else {})},
-        "probes_skipped": collector.skipped, "unavailable": collector.unavailable, "filesystems": [],
+        "workload": workload.spec.describe(),
+        "sysctls": dict(cfg.sysctls),
+        "spec": {
+            "file": str(spec.path),
+            "config": cfg.name,
+            "workload": workload.name,
+            **({"unit": workload.unit} if workload.unit else {}),
+        },
+        "probes_skipped": collector.skipped,
+        "unavailable": collector.unavailable,
+        "filesystems": [],
     }
     run_dir.mkdir(parents=True, exist_ok=True)
     with undo.Changes() as changes:
@@ -309,8 +356,13 @@ def run_spec(spec, options, progress=print):
     directory per run (OUT/<workload>/<config>[/rep<N>]) and OUT/index.json listing them. A run
     that fails is recorded with its reason and the matrix goes on."""
     out_dir = rundir.make_out_dir(options.output)
-    index = {"schema": rundir.INDEX_SCHEMA, "spec": str(spec.path), "description": spec.description,
-             "repeats": spec.repeats, "runs": []}
+    index = {
+        "schema": rundir.INDEX_SCHEMA,
+        "spec": str(spec.path),
+        "description": spec.description,
+        "repeats": spec.repeats,
+        "runs": [],
+    }
     plan = spec.plan()
     sample_hz = spec.sample_hz if spec.sample_hz is not None else options.sample_hz
     stack_sample = spec.stack_sample if spec.stack_sample is not None else options.stack_sample
@@ -323,8 +375,11 @@ def run_spec(spec, options, progress=print):
                 rel = Path(workload.name) / cfg.name
                 if spec.repeats > 1:
                     rel /= f"rep{rep}"
-                progress(f"[{i}/{len(plan)}] {workload.name} on {cfg.name}" +
-                         (f" (repeat {rep})" if spec.repeats > 1 else "") + " ...")
+                progress(
+                    f"[{i}/{len(plan)}] {workload.name} on {cfg.name}"
+                    + (f" (repeat {rep})" if spec.repeats > 1 else "")
+                    + " ..."
+                )
                 entry = {"workload": workload.name, "config": cfg.name, "repeat": rep, "dir": str(rel)}
                 started = time.monotonic()
                 try:

@@ -16,8 +16,19 @@ from .. import signals
 from ..machine import tracefs
 from . import btf_layout, kernel_flags, maps
 from .core_btf import VMLINUX_BTF, core_btf
-from .libbpf import (Map, RingBuffer, SharedMap, _errno_text, _log, _log_lines, check_privileges, libbpf,
-                     online_cpus, perf_event_open_sampling, prog_run_stats)
+from .libbpf import (
+    Map,
+    RingBuffer,
+    SharedMap,
+    _errno_text,
+    _log,
+    _log_lines,
+    check_privileges,
+    libbpf,
+    online_cpus,
+    perf_event_open_sampling,
+    prog_run_stats,
+)
 
 
 def _objects_dir():
@@ -38,10 +49,19 @@ _c = ctypes
 
 class _MapCreateOpts(_c.Structure):
     """struct bpf_map_create_opts (libbpf 1.x)."""
-    _fields_ = [("sz", _c.c_size_t), ("btf_fd", _c.c_uint32), ("btf_key_type_id", _c.c_uint32),
-                ("btf_value_type_id", _c.c_uint32), ("btf_vmlinux_value_type_id", _c.c_uint32),
-                ("inner_map_fd", _c.c_uint32), ("map_flags", _c.c_uint32), ("map_extra", _c.c_uint64),
-                ("numa_node", _c.c_uint32), ("map_ifindex", _c.c_uint32)]
+
+    _fields_ = [
+        ("sz", _c.c_size_t),
+        ("btf_fd", _c.c_uint32),
+        ("btf_key_type_id", _c.c_uint32),
+        ("btf_value_type_id", _c.c_uint32),
+        ("btf_vmlinux_value_type_id", _c.c_uint32),
+        ("inner_map_fd", _c.c_uint32),
+        ("map_flags", _c.c_uint32),
+        ("map_extra", _c.c_uint64),
+        ("numa_node", _c.c_uint32),
+        ("map_ifindex", _c.c_uint32),
+    ]
 
 
 def create_maps(name, map_names, path=None):
@@ -63,9 +83,14 @@ def create_maps(name, map_names, path=None):
             if not handle:
                 raise FsprofError(f"{name}.bpf.o has no map named {map_name}")
             opts = _MapCreateOpts(sz=_c.sizeof(_MapCreateOpts), map_flags=lib.bpf_map__map_flags(handle))
-            fd = lib.bpf_map_create(lib.bpf_map__type(handle), map_name.encode(), lib.bpf_map__key_size(handle),
-                                    lib.bpf_map__value_size(handle), lib.bpf_map__max_entries(handle),
-                                    _c.byref(opts))
+            fd = lib.bpf_map_create(
+                lib.bpf_map__type(handle),
+                map_name.encode(),
+                lib.bpf_map__key_size(handle),
+                lib.bpf_map__value_size(handle),
+                lib.bpf_map__max_entries(handle),
+                _c.byref(opts),
+            )
             if fd < 0:
                 raise FsprofError(f"could not create BPF map {map_name} of {name}.bpf.o ({_errno_text(fd)})")
             made[map_name] = SharedMap(map_name, fd)
@@ -100,7 +125,7 @@ def tracepoint_of(section):
 # (a module loaded since) is asked of tracefs itself, so the index can only save time, never skip
 # a program wrongly.
 _event_groups = {}
-_event_groups_lock = threading.Lock()   # objects load side by side
+_event_groups_lock = threading.Lock()  # objects load side by side
 
 
 def _has_event(name, category=None):
@@ -122,10 +147,19 @@ def _has_event(name, category=None):
 
 class _OpenOpts(_c.Structure):
     """struct bpf_object_open_opts (libbpf 1.x), up to kernel_log_level."""
-    _fields_ = [("sz", _c.c_size_t), ("object_name", _c.c_char_p), ("relaxed_maps", _c.c_bool),
-                ("pin_root_path", _c.c_char_p), ("_removed_attach_prog_fd", _c.c_uint32),
-                ("kconfig", _c.c_char_p), ("btf_custom_path", _c.c_char_p), ("kernel_log_buf", _c.c_char_p),
-                ("kernel_log_size", _c.c_size_t), ("kernel_log_level", _c.c_uint32)]
+
+    _fields_ = [
+        ("sz", _c.c_size_t),
+        ("object_name", _c.c_char_p),
+        ("relaxed_maps", _c.c_bool),
+        ("pin_root_path", _c.c_char_p),
+        ("_removed_attach_prog_fd", _c.c_uint32),
+        ("kconfig", _c.c_char_p),
+        ("btf_custom_path", _c.c_char_p),
+        ("kernel_log_buf", _c.c_char_p),
+        ("kernel_log_size", _c.c_size_t),
+        ("kernel_log_level", _c.c_uint32),
+    ]
 
 
 # libbpf names the program it could not load (verifier, CO-RE relocation, attach target) in a
@@ -167,9 +201,11 @@ def failed_program(lines):
 # "processed N insns ... peak_states M") after a successful load.
 _BPF_LOG_STATS = 4
 _STATS_LOG_SIZE = 4096
-_STATS_FIELDS = {"usec": re.compile(r"verification time (\d+) usec"),
-                 "insns": re.compile(r"processed (\d+) insns"),
-                 "peak_states": re.compile(r"peak_states (\d+)")}
+_STATS_FIELDS = {
+    "usec": re.compile(r"verification time (\d+) usec"),
+    "insns": re.compile(r"processed (\d+) insns"),
+    "peak_states": re.compile(r"peak_states (\d+)"),
+}
 
 
 def verifier_statistics(log):
@@ -201,7 +237,9 @@ class BpfObject:
         if not self.path.exists():
             raise FsprofError(f"{self.path} is not built; run `make build`")
         if not VMLINUX_BTF.exists():
-            raise FsprofError("this kernel has no BTF (/sys/kernel/btf/vmlinux); fsprof's CO-RE programs need CONFIG_DEBUG_INFO_BTF=y")
+            raise FsprofError(
+                "this kernel has no BTF (/sys/kernel/btf/vmlinux); fsprof's CO-RE programs need CONFIG_DEBUG_INFO_BTF=y"
+            )
         self.links, self.slow_links, self.skipped = [], [], {}
         self._maps, self._obj = {}, None
         self._verifier_stats = verifier_stats
@@ -222,22 +260,36 @@ class BpfObject:
             prog, reason = failed_program(lines)
             if abs(err) == errno.EPERM and not prog:
                 # We are root (checked above), so EPERM is policy: lockdown, or a locked-down program type.
-                raise FsprofError(f"the kernel refused to load {self.name}.bpf.o although fsprof runs as root "
-                                  f"({_errno_text(err)}): kernel lockdown or policy forbids this program type; "
-                                  f"libbpf's log is in {log_file}")
+                raise FsprofError(
+                    f"the kernel refused to load {self.name}.bpf.o although fsprof runs as root "
+                    f"({_errno_text(err)}): kernel lockdown or policy forbids this program type; "
+                    f"libbpf's log is in {log_file}"
+                )
             if prog is None or prog in refused or len(refused) >= _MAX_LEFT_OUT:
-                raise FsprofError(f"libbpf could not load {self.name}.bpf.o ({_errno_text(err)}); the log is in {log_file}")
+                raise FsprofError(
+                    f"libbpf could not load {self.name}.bpf.o ({_errno_text(err)}); the log is in {log_file}"
+                )
             refused[prog] = reason or _errno_text(err)
             if prog in required or not set(self.programs) - set(refused):
-                who = "the BPF verifier rejected" if reason and reason.startswith("verifier") else "libbpf could not load"
-                policy = (" (we are root, so kernel lockdown or policy forbids this program type)"
-                          if abs(err) == errno.EPERM else "")
-                raise FsprofError(f"{who} program {prog} of {self.name}.bpf.o ({_errno_text(err)}){policy}: "
-                                  f"{refused[prog]}; the log is in {log_file}")
+                who = (
+                    "the BPF verifier rejected" if reason and reason.startswith("verifier") else "libbpf could not load"
+                )
+                policy = (
+                    " (we are root, so kernel lockdown or policy forbids this program type)"
+                    if abs(err) == errno.EPERM
+                    else ""
+                )
+                raise FsprofError(
+                    f"{who} program {prog} of {self.name}.bpf.o ({_errno_text(err)}){policy}: "
+                    f"{refused[prog]}; the log is in {log_file}"
+                )
         for prog, reason in refused.items():
             self.skipped[prog] = f"left out: {reason}"
-        self.verification = {p: verifier_statistics(b.value.decode(errors="replace"))
-                             for p, b in self._stats_bufs.items() if p in self.programs}
+        self.verification = {
+            p: verifier_statistics(b.value.decode(errors="replace"))
+            for p, b in self._stats_bufs.items()
+            if p in self.programs
+        }
         self._fill_kernel_flags()
 
     def _fill_kernel_flags(self):
@@ -316,8 +368,9 @@ class BpfObject:
     def map(self, name, key_type, value_type):
         if name not in self._maps:
             btf = libbpf().bpf_object__btf(self._obj)
-            self._maps[name] = Map(name, self._map_handle(name), key_type, value_type,
-                                   btf_layout.Btf(libbpf(), btf) if btf else None)
+            self._maps[name] = Map(
+                name, self._map_handle(name), key_type, value_type, btf_layout.Btf(libbpf(), btf) if btf else None
+            )
         return self._maps[name]
 
     def ring_buffer(self, name, callback):
@@ -401,9 +454,11 @@ def destroy_links(links, slow_links=()):
     lib = libbpf()
     slow = list(slow_links)
     if slow:
+
         def destroy_slow():
             for link in slow:
                 lib.bpf_link__destroy(link)
+
         try:
             threading.Thread(target=destroy_slow, name="fsprof-detach-classic").start()
         except RuntimeError:  # no thread could be started (interpreter shutdown): here and now

@@ -28,14 +28,16 @@ class _Array(c.Structure):
 
 def declare(lib):
     """The BTF functions' signatures (the loader calls this with the other libbpf signatures)."""
-    for name, res, args in (("bpf_object__btf", c.c_void_p, [c.c_void_p]),
-                            ("bpf_map__btf_key_type_id", c.c_uint32, [c.c_void_p]),
-                            ("bpf_map__btf_value_type_id", c.c_uint32, [c.c_void_p]),
-                            ("btf__parse", c.c_void_p, [c.c_char_p, c.c_void_p]),
-                            ("btf__free", None, [c.c_void_p]),
-                            ("btf__find_by_name_kind", c.c_int32, [c.c_void_p, c.c_char_p, c.c_uint32]),
-                            ("btf__type_by_id", c.POINTER(_Type), [c.c_void_p, c.c_uint32]),
-                            ("btf__name_by_offset", c.c_char_p, [c.c_void_p, c.c_uint32])):
+    for name, res, args in (
+        ("bpf_object__btf", c.c_void_p, [c.c_void_p]),
+        ("bpf_map__btf_key_type_id", c.c_uint32, [c.c_void_p]),
+        ("bpf_map__btf_value_type_id", c.c_uint32, [c.c_void_p]),
+        ("btf__parse", c.c_void_p, [c.c_char_p, c.c_void_p]),
+        ("btf__free", None, [c.c_void_p]),
+        ("btf__find_by_name_kind", c.c_int32, [c.c_void_p, c.c_char_p, c.c_uint32]),
+        ("btf__type_by_id", c.POINTER(_Type), [c.c_void_p, c.c_uint32]),
+        ("btf__name_by_offset", c.c_char_p, [c.c_void_p, c.c_uint32]),
+    ):
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = res, args
 
@@ -50,10 +52,10 @@ class Btf:
         """(kind, vlen, kflag, name, size_or_type, address of what follows the header), qualifiers skipped."""
         while True:
             t = self.lib.btf__type_by_id(self.handle, type_id).contents
-            kind = (t.info >> 24) & 0x1f
+            kind = (t.info >> 24) & 0x1F
             if kind not in _QUALIFIERS:
                 name = (self.lib.btf__name_by_offset(self.handle, t.name_off) or b"").decode()
-                return kind, t.info & 0xffff, t.info >> 31, name, t.size_or_type, c.addressof(t) + c.sizeof(_Type)
+                return kind, t.info & 0xFFFF, t.info >> 31, name, t.size_or_type, c.addressof(t) + c.sizeof(_Type)
             type_id = t.size_or_type
 
     def size(self, type_id):
@@ -83,7 +85,7 @@ class Btf:
         if issubclass(ctype, (c.Structure, c.Union, c.Array)):
             return f"{where}: Python {ctype.__name__} mirrors a C scalar"
         if kind == _INT and ctype not in (c.c_char, c.c_bool):
-            signed = bool((c.c_uint32.from_address(extra).value >> 24) & 1)   # BTF_INT_SIGNED
+            signed = bool((c.c_uint32.from_address(extra).value >> 24) & 1)  # BTF_INT_SIGNED
             if signed != (ctype(-1).value < 0):
                 return f"{where}: {'signed' if signed else 'unsigned'} in C, not in Python ({ctype.__name__})"
         return None
@@ -99,7 +101,7 @@ class Btf:
             at = f"{where}.{cname}"
             if name != cname:
                 return f"{at}: Python has {name} there"
-            bit_off = m.offset & 0xffffff if kflag else m.offset
+            bit_off = m.offset & 0xFFFFFF if kflag else m.offset
             if kflag and m.offset >> 24 or len(field) == 3:
                 return f"{at}: a bitfield: mirror its whole storage unit instead"
             if bit_off != getattr(ctype, name).offset * 8:

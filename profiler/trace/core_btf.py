@@ -64,8 +64,11 @@ def _make_core_btf(key, objects):
     try:
         CORE_BTF_DIR.mkdir(parents=True, exist_ok=True)
         tmp = CORE_BTF_DIR / f".core-{key}.{os.getpid()}.tmp"
-        proc = subprocess.run(["bpftool", "gen", "min_core_btf", str(VMLINUX_BTF), str(tmp), *map(str, objects)],
-                              capture_output=True, timeout=60)
+        proc = subprocess.run(
+            ["bpftool", "gen", "min_core_btf", str(VMLINUX_BTF), str(tmp), *map(str, objects)],
+            capture_output=True,
+            timeout=60,
+        )
         if proc.returncode != 0 or not tmp.exists():
             tmp.unlink(missing_ok=True)
             return None

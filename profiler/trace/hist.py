@@ -64,9 +64,12 @@ def summarize(h):
     """The plain-data form stored in result.json: counts, percentiles and both bucket layouts."""
     fine = {int(k): v for k, v in h["fine"].items()}
     out = {
-        "count": h["count"], "total_ns": h["total_ns"], "max_ns": h["max_ns"],
+        "count": h["count"],
+        "total_ns": h["total_ns"],
+        "max_ns": h["max_ns"],
         "avg_ns": h["total_ns"] / h["count"] if h["count"] else 0,
-        "p50_ns": percentile(fine, 0.50, h["max_ns"]), "p95_ns": percentile(fine, 0.95, h["max_ns"]),
+        "p50_ns": percentile(fine, 0.50, h["max_ns"]),
+        "p95_ns": percentile(fine, 0.95, h["max_ns"]),
         "p99_ns": percentile(fine, 0.99, h["max_ns"]),
         "log2_ns": log2_buckets(fine),
         "fine": {str(k): v for k, v in sorted(fine.items())},

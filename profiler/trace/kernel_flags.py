@@ -21,11 +21,18 @@ from pathlib import Path
 from ..machine import conditions, tracefs
 
 CACHE_DIR = Path(os.environ.get("FSPROF_CORE_BTF_DIR", "/var/tmp/fsprof/cache/core-btf"))
-FIELDS = ("rqf_flush_seq", "rqf_use_sched", "i_dirty_sync", "i_dirty_datasync", "i_dirty_time", "hz",
-          "global_wb_domain")
+FIELDS = (
+    "rqf_flush_seq",
+    "rqf_use_sched",
+    "i_dirty_sync",
+    "i_dirty_datasync",
+    "i_dirty_time",
+    "hz",
+    "global_wb_domain",
+)
 # include/linux/blk-mq.h of 6.1: RQF_FLUSH_SEQ (1 << 4); RQF_ELV (1 << 22), renamed RQF_USE_SCHED in 6.5.
 _RQF_6_1 = {"rqf_flush_seq": 1 << 4, "rqf_use_sched": 1 << 22}
-_ENUMERATORS = {"rqf_flush_seq": "__RQF_FLUSH_SEQ", "rqf_use_sched": "__RQF_USE_SCHED"}   # bit numbers
+_ENUMERATORS = {"rqf_flush_seq": "__RQF_FLUSH_SEQ", "rqf_use_sched": "__RQF_USE_SCHED"}  # bit numbers
 _INODE_FLAGS = {"i_dirty_sync": "I_DIRTY_SYNC", "i_dirty_datasync": "I_DIRTY_DATASYNC", "i_dirty_time": "I_DIRTY_TIME"}
 _EXPR = re.compile(r"^[0-9xXa-fA-F()<|\s]+$")
 
@@ -33,8 +40,9 @@ _EXPR = re.compile(r"^[0-9xXa-fA-F()<|\s]+$")
 def _btf_enumerators(names):
     """{enumerator: value} of `names` in the kernel's BTF (bpftool's raw dump), {} without bpftool."""
     try:
-        proc = subprocess.run(["bpftool", "btf", "dump", "file", "/sys/kernel/btf/vmlinux"],
-                              capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            ["bpftool", "btf", "dump", "file", "/sys/kernel/btf/vmlinux"], capture_output=True, text=True, timeout=60
+        )
     except (OSError, subprocess.SubprocessError):
         return {}
     found = {}

@@ -32,7 +32,7 @@ _libc.syscall.restype = _c.c_long
 # (about 4,700 per start, each a call into Python under the GIL: 20-30 ms of every start) are
 # kept only when `_log.debug` is set: a failed load is done again with them before its log is saved.
 _log = threading.local()
-_LIBBPF_DEBUG = 2   # enum libbpf_print_level
+_LIBBPF_DEBUG = 2  # enum libbpf_print_level
 
 
 def _log_lines():
@@ -156,15 +156,18 @@ class Map:
         self.percpu = lib.bpf_map__type(handle) in _PERCPU_TYPES
         self.key_type, self.value_type = key_type, value_type
         for what, ctype, size, type_id in (
-                ("key", key_type, lib.bpf_map__key_size(handle), lib.bpf_map__btf_key_type_id(handle)),
-                ("value", value_type, lib.bpf_map__value_size(handle), lib.bpf_map__btf_value_type_id(handle))):
+            ("key", key_type, lib.bpf_map__key_size(handle), lib.bpf_map__btf_key_type_id(handle)),
+            ("value", value_type, lib.bpf_map__value_size(handle), lib.bpf_map__btf_value_type_id(handle)),
+        ):
             if btf is not None and type_id:
                 wrong = btf.mismatch(ctype, type_id, what)
             else:
                 wrong = None if _c.sizeof(ctype) == size else f"{what}: {_c.sizeof(ctype)} bytes in Python, {size} in C"
             if wrong:
-                raise FsprofError(f"map {name}'s Python mirror differs from bpf/'s struct ({wrong}); "
-                                  "update it in profiler/trace/maps.py or profiler/behind/")
+                raise FsprofError(
+                    f"map {name}'s Python mirror differs from bpf/'s struct ({wrong}); "
+                    "update it in profiler/trace/maps.py or profiler/behind/"
+                )
         self.ncpus = lib.libbpf_num_possible_cpus() if self.percpu else 1
         # Per-CPU values come back as one 8-byte-aligned slot per possible CPU.
         self._slot = (_c.sizeof(value_type) + 7) & ~7
@@ -224,20 +227,44 @@ class Map:
 class _ProgInfo(_c.Structure):
     """struct bpf_prog_info (uapi/linux/bpf.h) up to the run statistics: the kernel fills as many
     bytes as it is given."""
-    _fields_ = [("type", _c.c_uint32), ("id", _c.c_uint32), ("tag", _c.c_uint8 * 8),
-                ("jited_prog_len", _c.c_uint32), ("xlated_prog_len", _c.c_uint32),
-                ("jited_prog_insns", _c.c_uint64), ("xlated_prog_insns", _c.c_uint64),
-                ("load_time", _c.c_uint64), ("created_by_uid", _c.c_uint32), ("nr_map_ids", _c.c_uint32),
-                ("map_ids", _c.c_uint64), ("name", _c.c_char * 16), ("ifindex", _c.c_uint32),
-                ("gpl_compatible", _c.c_uint32), ("netns_dev", _c.c_uint64), ("netns_ino", _c.c_uint64),
-                ("nr_jited_ksyms", _c.c_uint32), ("nr_jited_func_lens", _c.c_uint32),
-                ("jited_ksyms", _c.c_uint64), ("jited_func_lens", _c.c_uint64), ("btf_id", _c.c_uint32),
-                ("func_info_rec_size", _c.c_uint32), ("func_info", _c.c_uint64), ("nr_func_info", _c.c_uint32),
-                ("nr_line_info", _c.c_uint32), ("line_info", _c.c_uint64), ("jited_line_info", _c.c_uint64),
-                ("nr_jited_line_info", _c.c_uint32), ("line_info_rec_size", _c.c_uint32),
-                ("jited_line_info_rec_size", _c.c_uint32), ("nr_prog_tags", _c.c_uint32),
-                ("prog_tags", _c.c_uint64), ("run_time_ns", _c.c_uint64), ("run_cnt", _c.c_uint64),
-                ("recursion_misses", _c.c_uint64)]
+
+    _fields_ = [
+        ("type", _c.c_uint32),
+        ("id", _c.c_uint32),
+        ("tag", _c.c_uint8 * 8),
+        ("jited_prog_len", _c.c_uint32),
+        ("xlated_prog_len", _c.c_uint32),
+        ("jited_prog_insns", _c.c_uint64),
+        ("xlated_prog_insns", _c.c_uint64),
+        ("load_time", _c.c_uint64),
+        ("created_by_uid", _c.c_uint32),
+        ("nr_map_ids", _c.c_uint32),
+        ("map_ids", _c.c_uint64),
+        ("name", _c.c_char * 16),
+        ("ifindex", _c.c_uint32),
+        ("gpl_compatible", _c.c_uint32),
+        ("netns_dev", _c.c_uint64),
+        ("netns_ino", _c.c_uint64),
+        ("nr_jited_ksyms", _c.c_uint32),
+        ("nr_jited_func_lens", _c.c_uint32),
+        ("jited_ksyms", _c.c_uint64),
+        ("jited_func_lens", _c.c_uint64),
+        ("btf_id", _c.c_uint32),
+        ("func_info_rec_size", _c.c_uint32),
+        ("func_info", _c.c_uint64),
+        ("nr_func_info", _c.c_uint32),
+        ("nr_line_info", _c.c_uint32),
+        ("line_info", _c.c_uint64),
+        ("jited_line_info", _c.c_uint64),
+        ("nr_jited_line_info", _c.c_uint32),
+        ("line_info_rec_size", _c.c_uint32),
+        ("jited_line_info_rec_size", _c.c_uint32),
+        ("nr_prog_tags", _c.c_uint32),
+        ("prog_tags", _c.c_uint64),
+        ("run_time_ns", _c.c_uint64),
+        ("run_cnt", _c.c_uint64),
+        ("recursion_misses", _c.c_uint64),
+    ]
 
 
 def prog_run_stats(fd):
@@ -290,18 +317,31 @@ class RingBuffer:
 
 class PerfEventAttr(_c.Structure):
     """struct perf_event_attr up to config3 (PERF_ATTR_SIZE_VER8)."""
+
     _fields_ = [
-        ("type", _c.c_uint32), ("size", _c.c_uint32), ("config", _c.c_uint64),
-        ("sample_period_or_freq", _c.c_uint64), ("sample_type", _c.c_uint64),
-        ("read_format", _c.c_uint64), ("flags", _c.c_uint64),
-        ("wakeup_events", _c.c_uint32), ("bp_type", _c.c_uint32),
-        ("config1", _c.c_uint64), ("config2", _c.c_uint64),
-        ("branch_sample_type", _c.c_uint64), ("sample_regs_user", _c.c_uint64),
-        ("sample_stack_user", _c.c_uint32), ("clockid", _c.c_int32),
-        ("sample_regs_intr", _c.c_uint64), ("aux_watermark", _c.c_uint32),
-        ("sample_max_stack", _c.c_uint16), ("reserved_2", _c.c_uint16),
-        ("aux_sample_size", _c.c_uint32), ("reserved_3", _c.c_uint32),
-        ("sig_data", _c.c_uint64), ("config3", _c.c_uint64),
+        ("type", _c.c_uint32),
+        ("size", _c.c_uint32),
+        ("config", _c.c_uint64),
+        ("sample_period_or_freq", _c.c_uint64),
+        ("sample_type", _c.c_uint64),
+        ("read_format", _c.c_uint64),
+        ("flags", _c.c_uint64),
+        ("wakeup_events", _c.c_uint32),
+        ("bp_type", _c.c_uint32),
+        ("config1", _c.c_uint64),
+        ("config2", _c.c_uint64),
+        ("branch_sample_type", _c.c_uint64),
+        ("sample_regs_user", _c.c_uint64),
+        ("sample_stack_user", _c.c_uint32),
+        ("clockid", _c.c_int32),
+        ("sample_regs_intr", _c.c_uint64),
+        ("aux_watermark", _c.c_uint32),
+        ("sample_max_stack", _c.c_uint16),
+        ("reserved_2", _c.c_uint16),
+        ("aux_sample_size", _c.c_uint32),
+        ("reserved_3", _c.c_uint32),
+        ("sig_data", _c.c_uint64),
+        ("config3", _c.c_uint64),
     ]
 
 
@@ -312,9 +352,13 @@ _NR_PERF_EVENT_OPEN = {"x86_64": 298, "aarch64": 241}
 
 def perf_event_open_sampling(cpu, freq_hz):
     """A cpu-clock sampling event on one CPU (all tasks), as perf record -F uses."""
-    attr = PerfEventAttr(type=PERF_TYPE_SOFTWARE, size=_c.sizeof(PerfEventAttr),
-                         config=PERF_COUNT_SW_CPU_CLOCK, sample_period_or_freq=freq_hz,
-                         flags=_PERF_FLAG_FREQ)
+    attr = PerfEventAttr(
+        type=PERF_TYPE_SOFTWARE,
+        size=_c.sizeof(PerfEventAttr),
+        config=PERF_COUNT_SW_CPU_CLOCK,
+        sample_period_or_freq=freq_hz,
+        flags=_PERF_FLAG_FREQ,
+    )
     nr = _NR_PERF_EVENT_OPEN[os.uname().machine]
     fd = _libc.syscall(nr, _c.byref(attr), -1, cpu, -1, 0)
     if fd < 0:

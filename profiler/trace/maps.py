@@ -10,14 +10,34 @@ MAX_STACK_DEPTH = 64
 MAX_PHASES = 32
 
 # enum dev_source
-DEV_SRC_NONE, DEV_SRC_FD, DEV_SRC_RET_FD, DEV_SRC_DIRFD, DEV_SRC_CWD, DEV_SRC_GLOBAL, DEV_SRC_MARKER, \
-    DEV_SRC_RET_FD_AT = range(8)
+(
+    DEV_SRC_NONE,
+    DEV_SRC_FD,
+    DEV_SRC_RET_FD,
+    DEV_SRC_DIRFD,
+    DEV_SRC_CWD,
+    DEV_SRC_GLOBAL,
+    DEV_SRC_MARKER,
+    DEV_SRC_RET_FD_AT,
+) = range(8)
 # enum filter_mode
 FILTER_PID, FILTER_CGROUP, FILTER_ALL = range(3)
 # enum drop_reason, in order
-DROP_REASONS = ("inflight_full", "ops_full", "offcpu_full", "offcpu_stack", "samples_full", "sample_stack",
-                "open_slots_overflow", "block_full", "waker_stack", "worker_full", "fs_full", "rq_full",
-                "writeback_full")
+DROP_REASONS = (
+    "inflight_full",
+    "ops_full",
+    "offcpu_full",
+    "offcpu_stack",
+    "samples_full",
+    "sample_stack",
+    "open_slots_overflow",
+    "block_full",
+    "waker_stack",
+    "worker_full",
+    "fs_full",
+    "rq_full",
+    "writeback_full",
+)
 # Drop reasons whose event was recorded, only less exactly: not lost, and never counted as lost.
 # open_slots_overflow: an open blocked at more distinct stacks than its in-flight record keeps; the
 # extra interval went under the filesystem known at the open's entry (the same one unless the
@@ -37,19 +57,42 @@ def approximated_events(drops):
 
 COMM_LEN = 16
 # enum worker_kind (index = value)
-WORKER_KINDS = (None, "jbd2 commit", "ext4 fast commit", "xfs cil push", "xfs log worker", "btrfs commit",
-                "btrfs log sync", "xfs inodegc", "flusher writeback")
+WORKER_KINDS = (
+    None,
+    "jbd2 commit",
+    "ext4 fast commit",
+    "xfs cil push",
+    "xfs log worker",
+    "btrfs commit",
+    "btrfs log sync",
+    "xfs inodegc",
+    "flusher writeback",
+)
 
 # enum blk_class, in order (flush first: the report's "cache flushes")
-BLK_CLASSES = ("flush", "preflush_write", "fua_write", "meta_write", "sync_write", "async_write", "read",
-               "discard", "other")
+BLK_CLASSES = (
+    "flush",
+    "preflush_write",
+    "fua_write",
+    "meta_write",
+    "sync_write",
+    "async_write",
+    "read",
+    "discard",
+    "other",
+)
 BLK_WRITE_CLASSES = ("preflush_write", "fua_write", "meta_write", "sync_write", "async_write")
 BLK_SIZE_SLOTS = 24
 
 
 class Hist(c.Structure):
-    _fields_ = [("count", c.c_uint64), ("total_ns", c.c_uint64), ("max_ns", c.c_uint64), ("ret_sum", c.c_uint64),
-                ("slots", c.c_uint64 * FINE_SLOTS)]
+    _fields_ = [
+        ("count", c.c_uint64),
+        ("total_ns", c.c_uint64),
+        ("max_ns", c.c_uint64),
+        ("ret_sum", c.c_uint64),
+        ("slots", c.c_uint64 * FINE_SLOTS),
+    ]
 
 
 class OpKey(c.Structure):
@@ -57,19 +100,37 @@ class OpKey(c.Structure):
 
 
 class OffKey(c.Structure):
-    _fields_ = [("op", OpKey), ("stackid", c.c_int32), ("runnable", c.c_uint32), ("waker_stack", c.c_int32),
-                ("waker_comm", c.c_char * COMM_LEN)]
+    _fields_ = [
+        ("op", OpKey),
+        ("stackid", c.c_int32),
+        ("runnable", c.c_uint32),
+        ("waker_stack", c.c_int32),
+        ("waker_comm", c.c_char * COMM_LEN),
+    ]
 
 
 class WorkerKey(c.Structure):
-    _fields_ = [("dev", c.c_uint32), ("kind", c.c_uint16), ("phase", c.c_uint16), ("stackid", c.c_int32),
-                ("runnable", c.c_uint32)]
+    _fields_ = [
+        ("dev", c.c_uint32),
+        ("kind", c.c_uint16),
+        ("phase", c.c_uint16),
+        ("stackid", c.c_int32),
+        ("runnable", c.c_uint32),
+    ]
 
 
 class WorkerWindow(c.Structure):
-    _fields_ = [("start_ns", c.c_uint64), ("out_ns", c.c_uint64), ("dev", c.c_uint32), ("kind", c.c_uint16),
-                ("phase", c.c_uint16), ("out_stack", c.c_int32), ("out_runnable", c.c_uint16), ("no_stacks", c.c_uint16),
-                ("blocked_ns", c.c_uint64)]
+    _fields_ = [
+        ("start_ns", c.c_uint64),
+        ("out_ns", c.c_uint64),
+        ("dev", c.c_uint32),
+        ("kind", c.c_uint16),
+        ("phase", c.c_uint16),
+        ("out_stack", c.c_int32),
+        ("out_runnable", c.c_uint16),
+        ("no_stacks", c.c_uint16),
+        ("blocked_ns", c.c_uint64),
+    ]
 
 
 class OffVal(c.Structure):
@@ -82,6 +143,7 @@ class SampleKey(c.Structure):
 
 class RqClasses(c.Structure):
     """struct rq_classes: block requests by enum blk_class."""
+
     _fields_ = [("count", c.c_uint64 * len(BLK_CLASSES)), ("bytes", c.c_uint64 * len(BLK_CLASSES))]
 
 
@@ -108,6 +170,7 @@ class StackSampling(c.Structure):
 
 class ThrottleKey(c.Structure):
     """A dirty-throttling key: bdi id, phase, who (writeback.bpf.c's enum wb_who), syscall."""
+
     _fields_ = [("bdi", c.c_uint16), ("phase", c.c_uint16), ("who", c.c_uint16), ("nr", c.c_uint16)]
 
 
@@ -124,9 +187,16 @@ STACK_NOT_WALKED = -100000  # the stack id of an interval whose call stack sampl
 
 class KernelFlags(c.Structure):
     """struct kernel_flags (bpf/compat.h); filled by the loader from profiler/trace/kernel_flags.py."""
-    _fields_ = [("rqf_flush_seq", c.c_uint32), ("rqf_use_sched", c.c_uint32), ("i_dirty_sync", c.c_uint32),
-                ("i_dirty_datasync", c.c_uint32), ("i_dirty_time", c.c_uint32), ("hz", c.c_uint32),
-                ("global_wb_domain", c.c_uint64)]
+
+    _fields_ = [
+        ("rqf_flush_seq", c.c_uint32),
+        ("rqf_use_sched", c.c_uint32),
+        ("i_dirty_sync", c.c_uint32),
+        ("i_dirty_datasync", c.c_uint32),
+        ("i_dirty_time", c.c_uint32),
+        ("hz", c.c_uint32),
+        ("global_wb_domain", c.c_uint64),
+    ]
 
 
 class PhaseState(c.Structure):
@@ -138,10 +208,26 @@ class BlkKey(c.Structure):
 
 
 class BlkVal(c.Structure):
-    _fields_ = [(name, c.c_uint64) for name in (
-        "count", "bytes", "completed", "unissued", "merged", "requeued", "lost", "submitted", "fua", "preflush",
-        "meta", "flush_asked", "wait_ns", "life_ns", "unissued_life_ns")] + \
-        [("size_log2", c.c_uint64 * BLK_SIZE_SLOTS), ("queue", Hist), ("device", Hist)]
+    _fields_ = [
+        (name, c.c_uint64)
+        for name in (
+            "count",
+            "bytes",
+            "completed",
+            "unissued",
+            "merged",
+            "requeued",
+            "lost",
+            "submitted",
+            "fua",
+            "preflush",
+            "meta",
+            "flush_asked",
+            "wait_ns",
+            "life_ns",
+            "unissued_life_ns",
+        )
+    ] + [("size_log2", c.c_uint64 * BLK_SIZE_SLOTS), ("queue", Hist), ("device", Hist)]
 
 
 Stack = c.c_uint64 * MAX_STACK_DEPTH
@@ -151,12 +237,21 @@ SPILL_STACK_BIT = 1 << 30  # a stack id of the spill map (bpf/shared_maps.h get_
 def hist_data(h):
     """One struct hist as plain data: the fine slots as a sparse {slot: count} map (see
     profiler/trace/hist.py for what a slot means). Every histogram map is shared by all CPUs."""
-    return {"count": h.count, "total_ns": h.total_ns, "max_ns": h.max_ns, "ret_sum": h.ret_sum,
-            "fine": {i: n for i, n in enumerate(h.slots) if n}}
+    return {
+        "count": h.count,
+        "total_ns": h.total_ns,
+        "max_ns": h.max_ns,
+        "ret_sum": h.ret_sum,
+        "fine": {i: n for i, n in enumerate(h.slots) if n},
+    }
 
 
 def snapshot_hist(h):
     """A struct hist as a probe's snapshot holds it: its fine slots keyed by strings, as in JSON
     (collect.py walks snapshots for stack ids by key name)."""
-    return {"count": h.count, "total_ns": h.total_ns, "max_ns": h.max_ns,
-            "fine": {str(i): n for i, n in enumerate(h.slots) if n}}
+    return {
+        "count": h.count,
+        "total_ns": h.total_ns,
+        "max_ns": h.max_ns,
+        "fine": {str(i): n for i, n in enumerate(h.slots) if n},
+    }

@@ -75,8 +75,9 @@ def text_addresses(names, module):
         return _find_text(names)
     key = hashlib.sha1("\n".join([boot, module, loaded, build, *sorted(names)]).encode()).hexdigest()[:20]
     # A symbol not found may be one a later load has: only a complete answer is kept.
-    return kernel_flags.cached(f"ksyms-{key}.json", lambda: _find_text(names),
-                               keep=lambda found: set(found) == set(names))
+    return kernel_flags.cached(
+        f"ksyms-{key}.json", lambda: _find_text(names), keep=lambda found: set(found) == set(names)
+    )
 
 
 def _find_text(names):
@@ -91,7 +92,7 @@ def _find_text(names):
             end = pos + len(needle)
             start = data.rfind(b"\n", 0, pos) + 1
             pos = end
-            if data[end:end + 1] not in (b"\n", b"\t"):   # a longer name; "\t[module]" follows a module's
+            if data[end : end + 1] not in (b"\n", b"\t"):  # a longer name; "\t[module]" follows a module's
                 continue
             fields = data[start:end].split()
             if len(fields) == 3 and fields[1] in (b"t", b"T") and int(fields[0], 16):

@@ -29,8 +29,14 @@ SCHEMA = "fsprof.verify/1"
 DEFAULT_PATIENCE_S = 12.0
 EXT, JOURNALLED = filesystems.served_by("ext4"), ("ext3", "ext4")
 ALL_FS = filesystems.NAMES
-SYSCTL_KEYS = ("vm.dirty_bytes", "vm.dirty_ratio", "vm.dirty_background_bytes", "vm.dirty_background_ratio",
-               "vm.dirty_writeback_centisecs", "vm.dirty_expire_centisecs")
+SYSCTL_KEYS = (
+    "vm.dirty_bytes",
+    "vm.dirty_ratio",
+    "vm.dirty_background_bytes",
+    "vm.dirty_background_ratio",
+    "vm.dirty_writeback_centisecs",
+    "vm.dirty_expire_centisecs",
+)
 ON, OFF = ("on", "1", "yes", "true"), ("off", "0", "no", "false")
 
 
@@ -58,6 +64,7 @@ def _one_of(*choices):
         if value.lower() not in choices:
             raise ValueError(" or ".join(choices))
         return value.lower()
+
     return parse
 
 
@@ -86,10 +93,10 @@ def _word(value):
 
 @dataclasses.dataclass(frozen=True)
 class KeySpec:
-    phase: str          # the probe that shows it: fsync, dirty, atime, timing
+    phase: str  # the probe that shows it: fsync, dirty, atime, timing
     filesystems: tuple  # where it applies
-    parse: object       # value text -> canonical value, ValueError(what it should be)
-    what: str           # for the sentence when it does not apply
+    parse: object  # value text -> canonical value, ValueError(what it should be)
+    what: str  # for the sentence when it does not apply
 
 
 KEYS = {
@@ -111,12 +118,30 @@ KEYS = {
     "atime": KeySpec("atime", ALL_FS, _one_of("noatime", "relatime", "strictatime"), "access time updates"),
     "scheduler": KeySpec("fsync", ALL_FS, _word, "the I/O scheduler"),
 }
-ALIASES = {**{k.removeprefix("vm."): k for k in SYSCTL_KEYS}, "compress-force": "compress", "barriers": "barrier",
-           "io_scheduler": "scheduler"}
+ALIASES = {
+    **{k.removeprefix("vm."): k for k in SYSCTL_KEYS},
+    "compress-force": "compress",
+    "barriers": "barrier",
+    "io_scheduler": "scheduler",
+}
 # What `verify` without --expect reports, in this order (the first applicable of a family).
-OBSERVED_KEYS = ("barrier", "journal", "data", "commit", "fast_commit", "delalloc", "logbsize", "logbufs",
-                 "compress", "atime", "scheduler", "vm.dirty_bytes", "vm.dirty_background_bytes",
-                 "vm.dirty_writeback_centisecs", "vm.dirty_expire_centisecs")
+OBSERVED_KEYS = (
+    "barrier",
+    "journal",
+    "data",
+    "commit",
+    "fast_commit",
+    "delalloc",
+    "logbsize",
+    "logbufs",
+    "compress",
+    "atime",
+    "scheduler",
+    "vm.dirty_bytes",
+    "vm.dirty_background_bytes",
+    "vm.dirty_writeback_centisecs",
+    "vm.dirty_expire_centisecs",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -250,16 +275,30 @@ class Report:
         return [f"{self.mountpoint}: {c.setting}={c.expected} not in effect: {c.why}" for c in self.failures()]
 
     def to_json(self):
-        return {"schema": SCHEMA, "mount": self.mountpoint, "fs": self.fs, "devices": self.devices,
-                "disks": self.disks, "bdi": self.bdi, "written_bytes": self.written_bytes,
-                "elapsed_s": round(self.elapsed_s, 2), "patience_s": self.patience_s, "ok": self.ok,
-                "phases": self.phases, "inodes": self.inodes, "probes_skipped": self.probes_skipped,
-                "checks": [c.to_json() for c in self.checks]}
+        return {
+            "schema": SCHEMA,
+            "mount": self.mountpoint,
+            "fs": self.fs,
+            "devices": self.devices,
+            "disks": self.disks,
+            "bdi": self.bdi,
+            "written_bytes": self.written_bytes,
+            "elapsed_s": round(self.elapsed_s, 2),
+            "patience_s": self.patience_s,
+            "ok": self.ok,
+            "phases": self.phases,
+            "inodes": self.inodes,
+            "probes_skipped": self.probes_skipped,
+            "checks": [c.to_json() for c in self.checks],
+        }
 
 
 def render(report):
-    lines = [f"fsprof verify: {report.mountpoint} ({report.fs} on {', '.join(report.devices)}; "
-             f"{_mib(report.written_bytes)} written in a temporary directory, removed; {report.elapsed_s:.1f} s)", ""]
+    lines = [
+        f"fsprof verify: {report.mountpoint} ({report.fs} on {', '.join(report.devices)}; "
+        f"{_mib(report.written_bytes)} written in a temporary directory, removed; {report.elapsed_s:.1f} s)",
+        "",
+    ]
     header = f"{'SETTING':<30} {'EXPECTED':<12} {'IN EFFECT':<40} VERDICT"
     lines += [header, "-" * len(header)]
     for c in report.checks:
@@ -291,8 +330,10 @@ def _wanted(target, expectations):
         for e in expectations:
             spec = KEYS[e.key]
             if target.fs not in spec.filesystems:
-                raise NotApplicable(f"{e.key}= does not apply to {target.fs} ({target.mountpoint}): {spec.what} "
-                                    f"is a setting of {', '.join(spec.filesystems)}")
+                raise NotApplicable(
+                    f"{e.key}= does not apply to {target.fs} ({target.mountpoint}): {spec.what} "
+                    f"is a setting of {', '.join(spec.filesystems)}"
+                )
             out = [(k, v) for k, v in out if k != e.key] + [(e.key, e.value)]
         return out
     keys = [k for k in OBSERVED_KEYS if target.fs in KEYS[k].filesystems]
@@ -357,6 +398,7 @@ def _enough(wanted, target, sysctls):
             if expected is None and not _seen_enough(key, c.evidence):
                 return False
         return True
+
     return enough
 
 
@@ -372,8 +414,12 @@ PHASE_ORDER = ("fsync", "dirty", "atime", "timing")
 
 
 def planned_bytes(phases):
-    sizes = {"fsync": vp.FSYNC_WRITES * vp.FSYNC_CHUNK, "dirty": vp.DIRTY_BYTES, "atime": vp.ATIME_BYTES,
-             "timing": 2 * vp.PAGE}
+    sizes = {
+        "fsync": vp.FSYNC_WRITES * vp.FSYNC_CHUNK,
+        "dirty": vp.DIRTY_BYTES,
+        "atime": vp.ATIME_BYTES,
+        "timing": 2 * vp.PAGE,
+    }
     return sum(sizes[p] for p in phases)
 
 
@@ -395,13 +441,16 @@ def verify_mount(path, expectations=None, patience=DEFAULT_PATIENCE_S, progress=
     ext4_commit = vc.commit_configured(vc.Evidence(target, {}, sysctls))[0] if target.ext else 0
     horizon = min(patience, timing_horizon(target, wanted, sysctls, ext4_commit))
     check_privileges()
-    say(f"fsprof verify: writing about {_mib(planned_bytes(phases))} in a temporary directory under "
+    say(
+        f"fsprof verify: writing about {_mib(planned_bytes(phases))} in a temporary directory under "
         f"{target.mountpoint} (removed after); probes: {', '.join(phases)}"
-        + (f"; the timing probe watches up to {horizon:.0f} s" if "timing" in phases else ""))
+        + (f"; the timing probe watches up to {horizon:.0f} s" if "timing" in phases else "")
+    )
     data, written, skipped = _run_probes(target, phases, wanted, horizon, sysctls, say)
     ev = vc.Evidence(target, data, sysctls)
-    return _report(target, [judge(ev, key, expected) for key, expected in wanted], data, written, started,
-                   patience, skipped)
+    return _report(
+        target, [judge(ev, key, expected) for key, expected in wanted], data, written, started, patience, skipped
+    )
 
 
 def _run_probes(target, phases, wanted, horizon, sysctls, say):
@@ -424,14 +473,30 @@ def _run_probes(target, phases, wanted, horizon, sysctls, say):
 
 
 def _report(target, checks, data, written, started, patience, skipped):
-    inodes = {role: ino for role, ino in (("fsync", data.get("fsync", {}).get("ino")),
-                                          ("atime", data.get("atime", {}).get("ino")),
-                                          ("expire", data.get("timing", {}).get("expire_ino"))) if ino}
+    inodes = {
+        role: ino
+        for role, ino in (
+            ("fsync", data.get("fsync", {}).get("ino")),
+            ("atime", data.get("atime", {}).get("ino")),
+            ("expire", data.get("timing", {}).get("expire_ino")),
+        )
+        if ino
+    }
     phases = {p: {"start_ns": d["start_ns"], "end_ns": d["end_ns"]} for p, d in data.items() if p != "atime"}
-    return Report(mountpoint=target.mountpoint, fs=target.fs, devices=[n for n, _ in target.devices],
-                  disks=[n for n, _ in target.disks], bdi=target.bdi, checks=checks, written_bytes=written,
-                  elapsed_s=time.monotonic() - started, patience_s=patience, phases=phases | _atime_windows(data),
-                  inodes=inodes, probes_skipped=skipped)
+    return Report(
+        mountpoint=target.mountpoint,
+        fs=target.fs,
+        devices=[n for n, _ in target.devices],
+        disks=[n for n, _ in target.disks],
+        bdi=target.bdi,
+        checks=checks,
+        written_bytes=written,
+        elapsed_s=time.monotonic() - started,
+        patience_s=patience,
+        phases=phases | _atime_windows(data),
+        inodes=inodes,
+        probes_skipped=skipped,
+    )
 
 
 def _atime_windows(data):
@@ -448,11 +513,21 @@ def _atime_windows(data):
 def judge(ev, key, expected):
     if key.startswith("vm.dirty_") and KEYS[key].phase == "dirty":
         return vc.judge_dirty(ev, key, expected)
-    return {"barrier": vc.judge_barrier, "vm.dirty_writeback_centisecs": vc.judge_writeback_interval,
-            "vm.dirty_expire_centisecs": vc.judge_expire, "commit": vc.judge_commit, "journal": vc.judge_journal,
-            "data": vc.judge_data, "fast_commit": vc.judge_fast_commit, "delalloc": vc.judge_delalloc,
-            "logbsize": vc.judge_logbsize, "logbufs": vc.judge_logbufs, "compress": vc.judge_compress,
-            "atime": vc.judge_atime, "scheduler": vc.judge_scheduler}[key](ev, expected)
+    return {
+        "barrier": vc.judge_barrier,
+        "vm.dirty_writeback_centisecs": vc.judge_writeback_interval,
+        "vm.dirty_expire_centisecs": vc.judge_expire,
+        "commit": vc.judge_commit,
+        "journal": vc.judge_journal,
+        "data": vc.judge_data,
+        "fast_commit": vc.judge_fast_commit,
+        "delalloc": vc.judge_delalloc,
+        "logbsize": vc.judge_logbsize,
+        "logbufs": vc.judge_logbufs,
+        "compress": vc.judge_compress,
+        "atime": vc.judge_atime,
+        "scheduler": vc.judge_scheduler,
+    }[key](ev, expected)
 
 
 def verify_scratch(sfs, expectations, patience=DEFAULT_PATIENCE_S, progress=None):
@@ -471,7 +546,8 @@ def verify_spec(spec_path, scratch_root, patience=DEFAULT_PATIENCE_S, progress=N
     results = []
     with undo.Changes() as run_changes:
         scratch_dir = scratch.make_scratch_dir(
-            run_changes, Path(scratch_root) / f"verify-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
+            run_changes, Path(scratch_root) / f"verify-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+        )
         erased = set()
         for cfg in matrix.configs:
             say(f"[{cfg.name}] provisioning {cfg.fs}")

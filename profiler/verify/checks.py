@@ -9,22 +9,32 @@ import subprocess
 from pathlib import Path
 
 from ..units import parse_size
-from .probe import (COMPRESS_TYPES, EV_BTRFS_COMMIT, EV_INODE_WRITEBACK, EV_JBD2_COMMIT, EV_SYNC_FS, EV_WB_PERIODIC, PAGE, ROLE_EXPIRE, queue_setting)
+from .probe import (
+    COMPRESS_TYPES,
+    EV_BTRFS_COMMIT,
+    EV_INODE_WRITEBACK,
+    EV_JBD2_COMMIT,
+    EV_SYNC_FS,
+    EV_WB_PERIODIC,
+    PAGE,
+    ROLE_EXPIRE,
+    queue_setting,
+)
 
 TOOK_EFFECT, NOT_IN_EFFECT, CANNOT_TELL, OBSERVED = "took effect", "not in effect", "cannot tell", "observed"
 EXT4_DEFAULT_COMMIT_S, BTRFS_DEFAULT_COMMIT_S = 5, 30
-RUN_GAP_S = 0.1           # writeback_start events closer than this belong to one flusher run
-RATIO_TOLERANCE = 0.10    # a ratio-derived threshold may differ this much from our estimate of it
+RUN_GAP_S = 0.1  # writeback_start events closer than this belong to one flusher run
+RATIO_TOLERANCE = 0.10  # a ratio-derived threshold may differ this much from our estimate of it
 
 
 @dataclasses.dataclass
 class Check:
-    setting: str               # the expectation key, e.g. "barrier", "vm.dirty_bytes", "commit"
-    expected: str | None       # the expected value (None: report what is in effect)
-    configured: str            # what the mount table / the kernel's option list / sysfs / sysctl says
-    kernel_did: str            # the evidence, as counts
-    state: str                 # what is in effect, by what the kernel did
-    verdict: str               # TOOK_EFFECT, NOT_IN_EFFECT, CANNOT_TELL or OBSERVED
+    setting: str  # the expectation key, e.g. "barrier", "vm.dirty_bytes", "commit"
+    expected: str | None  # the expected value (None: report what is in effect)
+    configured: str  # what the mount table / the kernel's option list / sysfs / sysctl says
+    kernel_did: str  # the evidence, as counts
+    state: str  # what is in effect, by what the kernel did
+    verdict: str  # TOOK_EFFECT, NOT_IN_EFFECT, CANNOT_TELL or OBSERVED
     why: str
     evidence: dict = dataclasses.field(default_factory=dict)
 
@@ -41,7 +51,7 @@ class Evidence:
         self.dirty = phases.get("dirty")
         self.atime = phases.get("atime")
         self.timing = phases.get("timing")
-        self.sysctls = sysctls          # {"vm.dirty_bytes": int, ...} read when the probes ran
+        self.sysctls = sysctls  # {"vm.dirty_bytes": int, ...} read when the probes ran
         self._ext4_options = None
         self._features = None
 
@@ -63,8 +73,12 @@ class Evidence:
     def ext_features(self):
         """The superblock's feature list, as dumpe2fs -h prints it (read only)."""
         if self._features is None:
-            proc = subprocess.run(["dumpe2fs", "-h", f"/dev/{self.target.devices[0][0]}"], capture_output=True,
-                                  text=True, stdin=subprocess.DEVNULL)
+            proc = subprocess.run(
+                ["dumpe2fs", "-h", f"/dev/{self.target.devices[0][0]}"],
+                capture_output=True,
+                text=True,
+                stdin=subprocess.DEVNULL,
+            )
             line = next((x for x in proc.stdout.splitlines() if x.startswith("Filesystem features:")), "")
             self._features = set(line.partition(":")[2].split())
         return self._features
@@ -130,19 +144,34 @@ def judge_barrier(ev, expected):
     volatile = any(v == "write back" for v in cache.values())
     asked = c["bio_flush"] + c["bio_fua"]
     received = c["rq_flush"] + c["rq_fua"]
-    configured = (f"{said}; write cache " + ", ".join(f"{d} \"{v}\"" for d, v in cache.items()) +
-                  "; FUA " + ("yes" if any(v == "1" for v in fua.values()) else "no"))
-    did = (f"{_plural(c['bio_flush'], 'flush bio')} ({c['bio_empty_flush']} empty) and "
-           f"{_plural(c['bio_fua'], 'FUA bio')} from the filesystem, {_plural(c['rq_flush'], 'flush request')} "
-           f"and {_plural(c['rq_fua'], 'FUA write')} at {ev.disk_names()}, over {_plural(n, 'fsync')}")
-    evidence = {"fsyncs": n, "flush_bios": c["bio_flush"], "empty_flush_bios": c["bio_empty_flush"],
-                "fua_bios": c["bio_fua"], "flush_requests": c["rq_flush"], "fua_requests": c["rq_fua"],
-                "write_cache": cache, "fua": fua}
+    configured = (
+        f"{said}; write cache "
+        + ", ".join(f'{d} "{v}"' for d, v in cache.items())
+        + "; FUA "
+        + ("yes" if any(v == "1" for v in fua.values()) else "no")
+    )
+    did = (
+        f"{_plural(c['bio_flush'], 'flush bio')} ({c['bio_empty_flush']} empty) and "
+        f"{_plural(c['bio_fua'], 'FUA bio')} from the filesystem, {_plural(c['rq_flush'], 'flush request')} "
+        f"and {_plural(c['rq_fua'], 'FUA write')} at {ev.disk_names()}, over {_plural(n, 'fsync')}"
+    )
+    evidence = {
+        "fsyncs": n,
+        "flush_bios": c["bio_flush"],
+        "empty_flush_bios": c["bio_empty_flush"],
+        "fua_bios": c["bio_fua"],
+        "flush_requests": c["rq_flush"],
+        "fua_requests": c["rq_fua"],
+        "write_cache": cache,
+        "fua": fua,
+    }
     undecided = None
     if not volatile:
         state = "on, but dropped: no volatile cache" if on_configured and not asked else ("on" if asked else "off")
-        why = ("the device has no volatile write cache, so the block layer drops cache flushes and FUA "
-               f"before they are queued: {received} reached the device over {n} fsyncs")
+        why = (
+            "the device has no volatile write cache, so the block layer drops cache flushes and FUA "
+            f"before they are queued: {received} reached the device over {n} fsyncs"
+        )
     elif asked and received:
         state, why = "on", f"{asked / n:.1f} flushes or FUA writes asked per fsync, {received} reached the device"
     elif not asked:
@@ -167,8 +196,10 @@ def judge_barrier(ev, expected):
     else:
         verdict = TOOK_EFFECT if state == "off" else NOT_IN_EFFECT
         if ev.target.fs == "xfs" and state != "off":
-            why = ("XFS has no nobarrier option on this kernel (removed in Linux 4.19): it always asks for "
-                   f"cache flushes; {why}")
+            why = (
+                "XFS has no nobarrier option on this kernel (removed in Linux 4.19): it always asks for "
+                f"cache flushes; {why}"
+            )
         elif state.startswith("on, but dropped"):
             why = "barriers are on in the filesystem; " + why
     return Check("barrier", expected, configured, did, state, verdict, undecided or why, evidence)
@@ -201,18 +232,35 @@ def judge_dirty(ev, key, expected):
     stats, c = d["stats"], _c(d)
     if field not in stats:
         did = f"0 global_dirty_state events in {_size(d['bytes'])} of buffered writes"
-        return Check(key, expected, configured, did, "cannot tell", CANNOT_TELL if expected else OBSERVED,
-                     "the probe's writes never reached balance_dirty_pages", {"events": 0})
+        return Check(
+            key,
+            expected,
+            configured,
+            did,
+            "cannot tell",
+            CANNOT_TELL if expected else OBSERVED,
+            "the probe's writes never reached balance_dirty_pages",
+            {"events": 0},
+        )
     lo, hi = stats[field]["min"], stats[field]["max"]
     thresh = stats["dirty_thresh"]["max"]
     dirtyable = dirtyable_pages(d["meminfo"])
     pages = f"{lo}" if lo == hi else f"{lo}-{hi}"
-    did = (f"{_plural(c['gds'], 'global_dirty_state event')} in the probe's {_size(d['bytes'])} of writes: "
-           f"{what} {pages} pages ({_size(hi * PAGE)}); balance_dirty_pages throttled "
-           f"{c['bdp_paused']} of {c['bdp']} checks")
-    evidence = {"events": c["gds"], "pages_min": lo, "pages_max": hi, "dirty_thresh": thresh,
-                "bdp": c["bdp"], "bdp_paused": c["bdp_paused"], "dirtyable_pages": dirtyable,
-                "bytes_written": d["bytes"]}
+    did = (
+        f"{_plural(c['gds'], 'global_dirty_state event')} in the probe's {_size(d['bytes'])} of writes: "
+        f"{what} {pages} pages ({_size(hi * PAGE)}); balance_dirty_pages throttled "
+        f"{c['bdp_paused']} of {c['bdp']} checks"
+    )
+    evidence = {
+        "events": c["gds"],
+        "pages_min": lo,
+        "pages_max": hi,
+        "dirty_thresh": thresh,
+        "bdp": c["bdp"],
+        "bdp_paused": c["bdp_paused"],
+        "dirtyable_pages": dirtyable,
+        "bytes_written": d["bytes"],
+    }
     share = 100 * hi / dirtyable if dirtyable else 0
     state = f"{hi} pages ({_size(hi * PAGE)}, {share:.1f}% of dirtyable memory)"
     by_bytes = s.get(bytes_key, 0)
@@ -230,15 +278,23 @@ def judge_dirty(ev, key, expected):
             target_pages = thresh // 2
         ok = lo == hi == target_pages and not halved
         why_ok = f"the kernel's {what} is {target_pages} pages = {want} bytes rounded up to pages"
-        why_not = (f"the kernel's {what} is {pages} pages, and {key}={want} gives {_pages_of(want)}"
-                   + (" (at or above the dirty limit, so the kernel uses half the dirty limit instead)"
-                      if halved else ""))
+        why_not = f"the kernel's {what} is {pages} pages, and {key}={want} gives {_pages_of(want)}" + (
+            " (at or above the dirty limit, so the kernel uses half the dirty limit instead)" if halved else ""
+        )
         return Check(key, expected, configured, did, state, *decide(expected, ok, why_ok, why_not), evidence)
     # A ratio (or bytes = 0, which leaves the ratio in charge).
     ratio = want if key.endswith("_ratio") else s.get(ratio_key, 0)
     if key.endswith("_ratio") and by_bytes:
-        return Check(key, expected, configured, did, state, NOT_IN_EFFECT,
-                     f"{bytes_key}={by_bytes} overrides {key}: the {what} is {_pages_of(by_bytes)} pages", evidence)
+        return Check(
+            key,
+            expected,
+            configured,
+            did,
+            state,
+            NOT_IN_EFFECT,
+            f"{bytes_key}={by_bytes} overrides {key}: the {what} is {_pages_of(by_bytes)} pages",
+            evidence,
+        )
     estimate = ratio / 100 * dirtyable
     ok = bool(estimate) and abs(hi - estimate) <= RATIO_TOLERANCE * estimate and lo >= (1 - RATIO_TOLERANCE) * estimate
     why_ok = f"{hi} pages is {share:.1f}% of about {dirtyable} dirtyable pages, as {ratio_key}={ratio} gives"
@@ -276,17 +332,35 @@ def judge_writeback_interval(ev, expected):
     runs = flusher_runs(t["events"])
     gaps = [(b - a) / 1e9 for a, b in zip(runs, runs[1:])]
     window = _window_s(t)
-    did = (f"{_plural(len(runs), 'periodic flusher run')} in {window:.1f} s while the probe kept "
-           f"{ev.target.bdi} dirty" + (f"; {_secs(gaps)} apart" if gaps else ""))
-    evidence = {"runs": len(runs), "gaps_s": gaps, "window_s": window,
-                "run_offsets_s": [(r - t["start_ns"]) / 1e9 for r in runs]}
+    did = (
+        f"{_plural(len(runs), 'periodic flusher run')} in {window:.1f} s while the probe kept "
+        f"{ev.target.bdi} dirty" + (f"; {_secs(gaps)} apart" if gaps else "")
+    )
+    evidence = {
+        "runs": len(runs),
+        "gaps_s": gaps,
+        "window_s": window,
+        "run_offsets_s": [(r - t["start_ns"]) / 1e9 for r in runs],
+    }
     state = f"every {min(gaps):.2f} s" if gaps else ("no periodic run" if not runs else "one periodic run")
     want = None if expected is None else int(expected) / 100
     if want == 0:
         ok = not runs
-        return Check(key, expected, configured, did, state, *decide(
-            expected, ok, "no periodic run: periodic writeback is off", f"{len(runs)} periodic runs although 0 turns them off",
-            None if runs or window >= 5 else f"only {window:.1f} s watched"), evidence)
+        return Check(
+            key,
+            expected,
+            configured,
+            did,
+            state,
+            *decide(
+                expected,
+                ok,
+                "no periodic run: periodic writeback is off",
+                f"{len(runs)} periodic runs although 0 turns them off",
+                None if runs or window >= 5 else f"only {window:.1f} s watched",
+            ),
+            evidence,
+        )
     if gaps:
         g = min(gaps)
         ok = want is not None and want - 0.05 <= g <= want + max(0.3, 0.1 * want)
@@ -295,10 +369,14 @@ def judge_writeback_interval(ev, expected):
         return Check(key, expected, configured, did, state, *decide(expected, ok, why_ok, why_not), evidence)
     period = want if want is not None else ev.sysctls.get(key, 500) / 100
     need = 2 * period + 0.5
-    undecided = None if window >= need else (f"{len(runs)} periodic run(s) in {window:.1f} s; two take up to "
-                                            f"{need:.1f} s to see (raise --patience)")
-    why_not = (f"{'only one periodic run' if runs else 'no periodic run'} in {window:.1f} s; every {period:g} s "
-               "would give two")
+    undecided = (
+        None
+        if window >= need
+        else (f"{len(runs)} periodic run(s) in {window:.1f} s; two take up to {need:.1f} s to see (raise --patience)")
+    )
+    why_not = (
+        f"{'only one periodic run' if runs else 'no periodic run'} in {window:.1f} s; every {period:g} s would give two"
+    )
     return Check(key, expected, configured, did, state, *decide(expected, False, why_not, why_not, undecided), evidence)
 
 
@@ -315,30 +393,45 @@ def judge_expire(ev, expected):
         did = f"the file dirtied at the start was still dirty after {window:.1f} s"
         expiry = want if want is not None else ev.sysctls.get(key, 3000) / 100
         need = expiry + interval + 0.5
-        undecided = None if window >= need and hz else (
-            f"not written within {window:.1f} s; that can take up to {need:.1f} s (raise --patience)")
+        undecided = (
+            None
+            if window >= need and hz
+            else (f"not written within {window:.1f} s; that can take up to {need:.1f} s (raise --patience)")
+        )
         state = f"over {window:.1f} s"
         why_not = f"still dirty after {window:.1f} s; an expiry of {expiry:g} s would have had it written"
-        return Check(key, expected, configured, did, state, *decide(expected, False, why_not, why_not, undecided),
-                     evidence)
+        return Check(
+            key, expected, configured, did, state, *decide(expected, False, why_not, why_not, undecided), evidence
+        )
     e = written[0]
     age = e["b"] / hz
     own = (e["ns"] - t["dirtied_ns"]) / 1e9
-    how = "the flusher's periodic run" if e["c"] & 1 else (
-        "background writeback" if e["c"] & 2 else "a sync" if e["c"] & 4 else "writeback")
+    how = (
+        "the flusher's periodic run"
+        if e["c"] & 1
+        else ("background writeback" if e["c"] & 2 else "a sync" if e["c"] & 4 else "writeback")
+    )
     did = f"the file dirtied at the start was written by {how} at age {age:.2f} s ({e['b']} jiffies)"
     evidence.update(age_s=age, age_jiffies=e["b"], own_clock_age_s=own, kupdate=bool(e["c"] & 1))
     state = f"written at {age:.2f} s"
     undecided = None
     if not e["c"] & 1:
-        undecided = (f"written by {how} before it expired" +
-                     (" (the system was over its background threshold)" if e["c"] & 2 else ""))
+        undecided = f"written by {how} before it expired" + (
+            " (the system was over its background threshold)" if e["c"] & 2 else ""
+        )
     if want is None:
-        return Check(key, None, configured, did, state, OBSERVED,
-                     undecided or f"dirty inodes are written once older than about {age:.2f} s", evidence)
+        return Check(
+            key,
+            None,
+            configured,
+            did,
+            state,
+            OBSERVED,
+            undecided or f"dirty inodes are written once older than about {age:.2f} s",
+            evidence,
+        )
     ok = want - 0.05 <= age <= want + interval + 0.5
-    why_ok = (f"written at {age:.2f} s, the first periodic run after {want:g} s "
-              f"(runs every {interval:g} s)")
+    why_ok = f"written at {age:.2f} s, the first periodic run after {want:g} s (runs every {interval:g} s)"
     why_not = f"written at {age:.2f} s; {want:g} s would have it written between {want:g} and {want + interval:g} s"
     return Check(key, expected, configured, did, state, *decide(expected, ok, why_ok, why_not, undecided), evidence)
 
@@ -362,16 +455,27 @@ def _judge_ext4_commit(ev, expected):
     commits = [e for e in t["events"] if e["kind"] == EV_JBD2_COMMIT]
     ages = [e["b"] / hz for e in commits] if hz else []
     syncs = outside_syncs(t["events"])
-    did = (f"{_plural(len(commits), 'journal commit')} in {window:.1f} s while the probe kept a transaction open"
-           + (f"; each transaction ran {_secs(ages)} before its commit" if ages else "")
-           + (f"; {_plural(syncs, 'sync')} by another process" if syncs else ""))
+    did = (
+        f"{_plural(len(commits), 'journal commit')} in {window:.1f} s while the probe kept a transaction open"
+        + (f"; each transaction ran {_secs(ages)} before its commit" if ages else "")
+        + (f"; {_plural(syncs, 'sync')} by another process" if syncs else "")
+    )
     evidence = {"commits": len(commits), "ages_s": ages, "window_s": window, "outside_syncs": syncs}
     state = f"commits after {sorted(ages)[len(ages) // 2]:.2f} s" if ages else f"no commit in {window:.1f} s"
     want = None if expected is None else (int(expected) or EXT4_DEFAULT_COMMIT_S)
     if want is None:
-        return Check("commit", None, configured, did, state, OBSERVED,
-                     "the journal's timer commits a transaction this long after it starts" if ages else
-                     f"commit={conf} would commit after about {conf} s", evidence)
+        return Check(
+            "commit",
+            None,
+            configured,
+            did,
+            state,
+            OBSERVED,
+            "the journal's timer commits a transaction this long after it starts"
+            if ages
+            else f"commit={conf} would commit after about {conf} s",
+            evidence,
+        )
     on_time = [a for a in ages if want - 0.05 <= a <= want + 1.1]
     undecided = None
     if not on_time:
@@ -380,10 +484,20 @@ def _judge_ext4_commit(ev, expected):
         elif not ages and window < want + 1.2:
             undecided = f"no commit in {window:.1f} s; commit={want} can take {want + 1} s (raise --patience)"
     why_ok = f"transactions committed {_secs(on_time)} after they started: the commit timer of commit={want}"
-    why_not = (f"transactions committed {_secs(ages)} after they started, not {want} s" if ages else
-               f"no commit in {window:.1f} s although a transaction was open; commit={want} commits within {want + 1} s")
-    return Check("commit", expected, configured, did, state,
-                 *decide(expected, bool(on_time), why_ok, why_not, undecided), evidence)
+    why_not = (
+        f"transactions committed {_secs(ages)} after they started, not {want} s"
+        if ages
+        else f"no commit in {window:.1f} s although a transaction was open; commit={want} commits within {want + 1} s"
+    )
+    return Check(
+        "commit",
+        expected,
+        configured,
+        did,
+        state,
+        *decide(expected, bool(on_time), why_ok, why_not, undecided),
+        evidence,
+    )
 
 
 def btrfs_commit_within(interval):
@@ -399,19 +513,40 @@ def _judge_btrfs_commit(ev, expected):
     timed = [(e["ns"] - t["start_ns"]) / 1e9 for e in commits if e["b"]]
     gaps = [b - a for a, b in zip(timed, timed[1:])]
     syncs = outside_syncs(t["events"])
-    did = (f"{_plural(len(commits), 'transaction commit')} in {window:.1f} s while the probe kept a transaction "
-           f"open, {len(timed)} by the btrfs-transaction thread" + (f" at {_secs(timed)}" if timed else "") +
-           (f"; {_plural(syncs, 'sync')} by another process" if syncs else ""))
-    evidence = {"commits": len(commits), "by_kthread_at_s": timed, "gaps_s": gaps, "window_s": window,
-                "outside_syncs": syncs}
-    state = (f"commits every {min(gaps):.2f} s" if gaps else
-             f"first timed commit after {timed[0]:.2f} s" if timed else f"no timed commit in {window:.1f} s")
+    did = (
+        f"{_plural(len(commits), 'transaction commit')} in {window:.1f} s while the probe kept a transaction "
+        f"open, {len(timed)} by the btrfs-transaction thread"
+        + (f" at {_secs(timed)}" if timed else "")
+        + (f"; {_plural(syncs, 'sync')} by another process" if syncs else "")
+    )
+    evidence = {
+        "commits": len(commits),
+        "by_kthread_at_s": timed,
+        "gaps_s": gaps,
+        "window_s": window,
+        "outside_syncs": syncs,
+    }
+    state = (
+        f"commits every {min(gaps):.2f} s"
+        if gaps
+        else f"first timed commit after {timed[0]:.2f} s"
+        if timed
+        else f"no timed commit in {window:.1f} s"
+    )
     want = None if expected is None else (int(expected) or BTRFS_DEFAULT_COMMIT_S)
     if want is None:
-        return Check("commit", None, configured, did, state, OBSERVED,
-                     "the btrfs-transaction thread commits the running transaction once it is commit= seconds "
-                     "old" if timed else f"commit={conf} would commit within {btrfs_commit_within(conf):.0f} s",
-                     evidence)
+        return Check(
+            "commit",
+            None,
+            configured,
+            did,
+            state,
+            OBSERVED,
+            "the btrfs-transaction thread commits the running transaction once it is commit= seconds old"
+            if timed
+            else f"commit={conf} would commit within {btrfs_commit_within(conf):.0f} s",
+            evidence,
+        )
     if gaps:
         # Transactions follow one another: the thread commits each about commit= seconds apart.
         g = min(gaps)
@@ -430,11 +565,15 @@ def _judge_btrfs_commit(ev, expected):
     elif first is None and window < high:
         undecided = f"no timed commit in {window:.1f} s; commit={want} can take {high:.0f} s (raise --patience)"
     why_ok = f"the btrfs-transaction thread committed {first:.2f} s after the probe opened a transaction" if ok else ""
-    why_not = (f"the btrfs-transaction thread committed after {first:.2f} s; commit={want} commits between "
-               f"{low:g} and {high:.0f} s" if first is not None else
-               f"no timed commit in {window:.1f} s; commit={want} commits within {high:.0f} s")
-    return Check("commit", expected, configured, did, state, *decide(expected, ok, why_ok, why_not, undecided),
-                 evidence)
+    why_not = (
+        f"the btrfs-transaction thread committed after {first:.2f} s; commit={want} commits between "
+        f"{low:g} and {high:.0f} s"
+        if first is not None
+        else f"no timed commit in {window:.1f} s; commit={want} commits within {high:.0f} s"
+    )
+    return Check(
+        "commit", expected, configured, did, state, *decide(expected, ok, why_ok, why_not, undecided), evidence
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -448,20 +587,37 @@ def judge_data(ev, expected):
     configured = f"data={mode} (/proc/fs/ext4 options)"
     blocks = f["bytes_per_fsync"] // f["block_size"]
     per_commit = c["jbd2_logged"] / c["jbd2_commits"] if c["jbd2_commits"] else 0
-    did = (f"{_plural(c['jbd2_commits'], 'commit')} logging {per_commit:.1f} blocks each for {blocks} data blocks "
-           f"per fsync; {_plural(c['journalled_write_end'], 'journalled write')}")
-    evidence = {"commits": c["jbd2_commits"], "blocks_logged": c["jbd2_logged"], "data_blocks_per_fsync": blocks,
-                "journalled_writes": c["journalled_write_end"], "fsyncs": f["fsyncs"]}
+    did = (
+        f"{_plural(c['jbd2_commits'], 'commit')} logging {per_commit:.1f} blocks each for {blocks} data blocks "
+        f"per fsync; {_plural(c['journalled_write_end'], 'journalled write')}"
+    )
+    evidence = {
+        "commits": c["jbd2_commits"],
+        "blocks_logged": c["jbd2_logged"],
+        "data_blocks_per_fsync": blocks,
+        "journalled_writes": c["journalled_write_end"],
+        "fsyncs": f["fsyncs"],
+    }
     if not c["jbd2_commits"]:
-        return Check("data", expected, configured, did, "cannot tell", CANNOT_TELL if expected else OBSERVED,
-                     "no journal commit: the filesystem has no journal", evidence)
+        return Check(
+            "data",
+            expected,
+            configured,
+            did,
+            "cannot tell",
+            CANNOT_TELL if expected else OBSERVED,
+            "no journal commit: the filesystem has no journal",
+            evidence,
+        )
     journalled = c["journalled_write_end"] > 0 or per_commit >= blocks
     state = "journal" if journalled else mode if mode in ("ordered", "writeback") else "not journalled"
     if journalled:
         why = f"the journal logged {per_commit:.1f} blocks per commit, the data blocks included"
     else:
-        why = (f"the journal logged {per_commit:.1f} blocks per commit, fewer than the {blocks} data blocks: data "
-               f"is not journalled (ordered and writeback look alike here: data={mode} is the kernel's own option)")
+        why = (
+            f"the journal logged {per_commit:.1f} blocks per commit, fewer than the {blocks} data blocks: data "
+            f"is not journalled (ordered and writeback look alike here: data={mode} is the kernel's own option)"
+        )
     ok = state == expected
     return Check("data", expected, configured, did, state, *decide(expected, ok, why, why), evidence)
 
@@ -475,33 +631,63 @@ def judge_journal(ev, expected):
         configured = ("has_journal" if "has_journal" in ev.ext_features() else "no has_journal") + " (dumpe2fs)"
     did = f"{_plural(c['jbd2_commits'], 'journal commit')} over {_plural(f['fsyncs'], 'fsync')}"
     state = "on" if c["jbd2_commits"] else "off"
-    why = (f"fsyncs committed the journal ({c['jbd2_logged']} blocks logged)" if c["jbd2_commits"]
-           else "no fsync committed a journal")
-    return Check("journal", expected, configured, did, state, *decide(expected, state == expected, why, why),
-                 {"commits": c["jbd2_commits"], "blocks_logged": c["jbd2_logged"], "fsyncs": f["fsyncs"]})
+    why = (
+        f"fsyncs committed the journal ({c['jbd2_logged']} blocks logged)"
+        if c["jbd2_commits"]
+        else "no fsync committed a journal"
+    )
+    return Check(
+        "journal",
+        expected,
+        configured,
+        did,
+        state,
+        *decide(expected, state == expected, why, why),
+        {"commits": c["jbd2_commits"], "blocks_logged": c["jbd2_logged"], "fsyncs": f["fsyncs"]},
+    )
 
 
 def judge_fast_commit(ev, expected):
     f = ev.fsync
     c = _c(f)
     configured = ("fast_commit" if "fast_commit" in ev.ext_features() else "no fast_commit") + " (dumpe2fs)"
-    did = (f"{_plural(c['fc_start'], 'fast commit')} tried over {_plural(f['fsyncs'], 'fsync')}: {c['fc_ok']} "
-           f"written ({c['fc_blocks']} blocks), {c['fc_other']} fell back to a full commit; "
-           f"{_plural(c['jbd2_commits'], 'full commit')}")
+    did = (
+        f"{_plural(c['fc_start'], 'fast commit')} tried over {_plural(f['fsyncs'], 'fsync')}: {c['fc_ok']} "
+        f"written ({c['fc_blocks']} blocks), {c['fc_other']} fell back to a full commit; "
+        f"{_plural(c['jbd2_commits'], 'full commit')}"
+    )
     state = "on" if c["fc_start"] else "off"
-    why = ("fsyncs went through ext4_fc_commit" if c["fc_start"] else
-           "no fsync tried a fast commit (ext4_fc_commit_start never fired)")
-    return Check("fast_commit", expected, configured, did, state, *decide(expected, state == expected, why, why),
-                 {"fast_commits": c["fc_start"], "ok": c["fc_ok"], "fell_back": c["fc_other"],
-                  "fc_blocks": c["fc_blocks"], "full_commits": c["jbd2_commits"], "fsyncs": f["fsyncs"]})
+    why = (
+        "fsyncs went through ext4_fc_commit"
+        if c["fc_start"]
+        else "no fsync tried a fast commit (ext4_fc_commit_start never fired)"
+    )
+    return Check(
+        "fast_commit",
+        expected,
+        configured,
+        did,
+        state,
+        *decide(expected, state == expected, why, why),
+        {
+            "fast_commits": c["fc_start"],
+            "ok": c["fc_ok"],
+            "fell_back": c["fc_other"],
+            "fc_blocks": c["fc_blocks"],
+            "full_commits": c["jbd2_commits"],
+            "fsyncs": f["fsyncs"],
+        },
+    )
 
 
 def judge_delalloc(ev, expected):
     f = ev.fsync
     c = _c(f)
     configured = ("nodelalloc" if "nodelalloc" in ev.ext4_options() else "delalloc") + " (/proc/fs/ext4 options)"
-    did = (f"{c['da_write_begin']} ext4_da_write_begin and {c['write_begin']} ext4_write_begin in the probe's "
-           f"{_plural(f['fsyncs'], 'write')}")
+    did = (
+        f"{c['da_write_begin']} ext4_da_write_begin and {c['write_begin']} ext4_write_begin in the probe's "
+        f"{_plural(f['fsyncs'], 'write')}"
+    )
     if c["da_write_begin"] and not c["write_begin"]:
         state, why = "on", "every write went through ext4_da_write_begin: blocks are allocated at writeback"
     elif c["write_begin"] and not c["da_write_begin"]:
@@ -509,8 +695,15 @@ def judge_delalloc(ev, expected):
     else:
         state, why = "cannot tell", "the writes took both paths, or neither"
     undecided = why if state == "cannot tell" else None
-    return Check("delalloc", expected, configured, did, state, *decide(expected, state == expected, why, why, undecided),
-                 {"da_write_begin": c["da_write_begin"], "write_begin": c["write_begin"], "writes": f["fsyncs"]})
+    return Check(
+        "delalloc",
+        expected,
+        configured,
+        did,
+        state,
+        *decide(expected, state == expected, why, why, undecided),
+        {"da_write_begin": c["da_write_begin"], "write_begin": c["write_begin"], "writes": f["fsyncs"]},
+    )
 
 
 def judge_logbsize(ev, expected):
@@ -518,15 +711,30 @@ def judge_logbsize(ev, expected):
     c, st = _c(f), f["stats"]
     configured = f"logbsize={ev.target.option_words().get('logbsize', '?')} (mount table)"
     if "iclog_size" not in st:
-        return Check("logbsize", expected, configured, "no log write", "cannot tell",
-                     CANNOT_TELL if expected else OBSERVED, "the probe's fsyncs wrote no log", {"log_writes": 0})
+        return Check(
+            "logbsize",
+            expected,
+            configured,
+            "no log write",
+            "cannot tell",
+            CANNOT_TELL if expected else OBSERVED,
+            "the probe's fsyncs wrote no log",
+            {"log_writes": 0},
+        )
     size = st["iclog_size"]["last"]
     did = f"{_plural(c['xlog_sync'], 'log write')} from iclogs of {_size(size)} (the log's l_iclog_size)"
     state = _size(size)
     ok = expected is not None and size == parse_size(expected)
     why = f"the log writes from {_size(size)} buffers"
-    return Check("logbsize", expected, configured, did, state, *decide(expected, ok, why, why),
-                 {"log_writes": c["xlog_sync"], "iclog_size": size})
+    return Check(
+        "logbsize",
+        expected,
+        configured,
+        did,
+        state,
+        *decide(expected, ok, why, why),
+        {"log_writes": c["xlog_sync"], "iclog_size": size},
+    )
 
 
 def judge_logbufs(ev, expected):
@@ -545,8 +753,9 @@ def judge_logbufs(ev, expected):
     ok = want is not None and used == want
     why_ok = f"the log went round {used} in-core log buffers"
     why_not = f"the log went round {used} in-core log buffers, not {want}"
-    return Check("logbufs", expected, configured, did, state, *decide(expected, ok, why_ok, why_not, undecided),
-                 evidence)
+    return Check(
+        "logbufs", expected, configured, did, state, *decide(expected, ok, why_ok, why_not, undecided), evidence
+    )
 
 
 def compress_name(value):
@@ -561,17 +770,35 @@ def judge_compress(ev, expected):
     conf = words.get("compress-force") or words.get("compress")
     configured = f"compress={conf}" if conf else "no compress option"
     by_type = {COMPRESS_TYPES[i] if i < len(COMPRESS_TYPES) else f"type {i}": n for i, n in c["compress"].items()}
-    did = (f"{_plural(c['oe'], 'ordered extent')} of the probe's data ({_size(c['oe_bytes'])} in "
-           f"{_size(c['oe_disk_bytes'])} on disk): " + ", ".join(f"{n} {t}" for t, n in by_type.items()))
-    evidence = {"ordered_extents": c["oe"], "by_type": by_type, "bytes": c["oe_bytes"], "disk_bytes": c["oe_disk_bytes"]}
+    did = (
+        f"{_plural(c['oe'], 'ordered extent')} of the probe's data ({_size(c['oe_bytes'])} in "
+        f"{_size(c['oe_disk_bytes'])} on disk): " + ", ".join(f"{n} {t}" for t, n in by_type.items())
+    )
+    evidence = {
+        "ordered_extents": c["oe"],
+        "by_type": by_type,
+        "bytes": c["oe_bytes"],
+        "disk_bytes": c["oe_disk_bytes"],
+    }
     if not c["oe"]:
-        return Check("compress", expected, configured, did or "no ordered extent", "cannot tell",
-                     CANNOT_TELL if expected else OBSERVED, "the probe's writes made no ordered extent", evidence)
+        return Check(
+            "compress",
+            expected,
+            configured,
+            did or "no ordered extent",
+            "cannot tell",
+            CANNOT_TELL if expected else OBSERVED,
+            "the probe's writes made no ordered extent",
+            evidence,
+        )
     used = [t for t in by_type if t != "none"]
     state = ",".join(used) if used else "none"
     ok = expected is not None and (compress_name(expected) in used if compress_name(expected) != "none" else not used)
-    why = (f"{sum(by_type[t] for t in used)} of {c['oe']} extents of compressible data were written "
-           f"compressed ({state})" if used else f"all {c['oe']} extents of compressible data were written uncompressed")
+    why = (
+        f"{sum(by_type[t] for t in used)} of {c['oe']} extents of compressible data were written compressed ({state})"
+        if used
+        else f"all {c['oe']} extents of compressible data were written uncompressed"
+    )
     return Check("compress", expected, configured, did, state, *decide(expected, ok, why, why), evidence)
 
 
@@ -581,8 +808,12 @@ def atime_configured(words):
 
 
 def _dirtied(counts):
-    return (counts["atime_dirty_sync"] + counts["atime_dirty_time"] + counts["xfs_update_time"] +
-            counts["btrfs_delayed_inode"])
+    return (
+        counts["atime_dirty_sync"]
+        + counts["atime_dirty_time"]
+        + counts["xfs_update_time"]
+        + counts["btrfs_delayed_inode"]
+    )
 
 
 def judge_atime(ev, expected):
@@ -590,35 +821,71 @@ def judge_atime(ev, expected):
     _, configured = atime_configured(ev.target.option_words())
     da, db = _dirtied(a["a"]["read"]), _dirtied(a["b"]["read"])
     wa, wb = a["a"]["sync"]["bio_write"], a["b"]["sync"]["bio_write"]
-    did = (f"read with atime older than mtime: inode dirtied {da}x, the syncfs after it wrote {_plural(wa, 'bio')}; "
-           f"read with atime newer than mtime and ctime: dirtied {db}x, then {_plural(wb, 'bio')}")
-    evidence = {"dirtied_a": da, "written_a": wa, "dirtied_b": db, "written_b": wb,
-                "time_only_a": a["a"]["read"]["atime_dirty_time"], "time_only_b": a["b"]["read"]["atime_dirty_time"],
-                "atime_changed_a": a["a"]["atime_changed"], "atime_changed_b": a["b"]["atime_changed"]}
+    did = (
+        f"read with atime older than mtime: inode dirtied {da}x, the syncfs after it wrote {_plural(wa, 'bio')}; "
+        f"read with atime newer than mtime and ctime: dirtied {db}x, then {_plural(wb, 'bio')}"
+    )
+    evidence = {
+        "dirtied_a": da,
+        "written_a": wa,
+        "dirtied_b": db,
+        "written_b": wb,
+        "time_only_a": a["a"]["read"]["atime_dirty_time"],
+        "time_only_b": a["b"]["read"]["atime_dirty_time"],
+        "atime_changed_a": a["a"]["atime_changed"],
+        "atime_changed_b": a["b"]["atime_changed"],
+    }
     state = {(True, True): "strictatime", (True, False): "relatime", (False, False): "noatime"}.get((da > 0, db > 0))
     undecided = None if state else "the inode was dirtied on the second read only"
-    why = {"strictatime": "every read updates the access time",
-           "relatime": "a read updates the access time only when it is older than mtime or ctime (or a day old)",
-           "noatime": "no read updates the access time"}.get(state, "")
+    why = {
+        "strictatime": "every read updates the access time",
+        "relatime": "a read updates the access time only when it is older than mtime or ctime (or a day old)",
+        "noatime": "no read updates the access time",
+    }.get(state, "")
     if state and evidence["time_only_a"] + evidence["time_only_b"] and not (wa + wb):
         why += " (lazytime: the new time stays in memory)"
-    return Check("atime", expected, configured, did, state or "cannot tell",
-                 *decide(expected, state == expected, why, why, undecided), evidence)
+    return Check(
+        "atime",
+        expected,
+        configured,
+        did,
+        state or "cannot tell",
+        *decide(expected, state == expected, why, why, undecided),
+        evidence,
+    )
 
 
 def judge_scheduler(ev, expected):
     f = ev.fsync
     c = _c(f)
     configured = "; ".join(f"{d}: {queue_setting(d, 'scheduler')}" for d, _ in ev.target.disks)
-    did = (f"{_plural(c['rq_data'], 'data request')} issued to {ev.disk_names()}, {c['rq_sched']} through an "
-           f"I/O scheduler" + (f" ({f['elevator']})" if f["elevator"] else "") + f", {c['rq_insert']} inserted")
-    evidence = {"requests": c["rq_data"], "through_scheduler": c["rq_sched"], "inserted": c["rq_insert"],
-                "elevator": f["elevator"]}
+    did = (
+        f"{_plural(c['rq_data'], 'data request')} issued to {ev.disk_names()}, {c['rq_sched']} through an "
+        f"I/O scheduler" + (f" ({f['elevator']})" if f["elevator"] else "") + f", {c['rq_insert']} inserted"
+    )
+    evidence = {
+        "requests": c["rq_data"],
+        "through_scheduler": c["rq_sched"],
+        "inserted": c["rq_insert"],
+        "elevator": f["elevator"],
+    }
     if not c["rq_data"]:
-        return Check("scheduler", expected, configured, did, "cannot tell", CANNOT_TELL if expected else OBSERVED,
-                     "no request reached a disk: a bio-based device (zram, device-mapper) has no scheduler", evidence)
+        return Check(
+            "scheduler",
+            expected,
+            configured,
+            did,
+            "cannot tell",
+            CANNOT_TELL if expected else OBSERVED,
+            "no request reached a disk: a bio-based device (zram, device-mapper) has no scheduler",
+            evidence,
+        )
     state = f["elevator"] if c["rq_sched"] else "none"
-    why = (f"{c['rq_sched']} of {c['rq_data']} requests passed the {state} elevator (flush-sequence writes "
-           "never do)" if c["rq_sched"] else "no request passed an elevator")
-    return Check("scheduler", expected, configured, did, state, *decide(expected, state == expected, why, why),
-                 evidence)
+    why = (
+        f"{c['rq_sched']} of {c['rq_data']} requests passed the {state} elevator (flush-sequence writes never do)"
+        if c["rq_sched"]
+        else "no request passed an elevator"
+    )
+    return Check(
+        "scheduler", expected, configured, did, state, *decide(expected, state == expected, why, why), evidence
+    )

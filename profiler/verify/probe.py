@@ -27,12 +27,42 @@ TRACEFS = Path("/sys/kernel/tracing")
 SYS_FS_BTRFS = Path("/sys/fs/btrfs")
 
 # enum vcounter of bpf/verify.bpf.c, in order; the two arrays at the end have their own slots.
-COUNTERS = ("bio_write", "bio_flush", "bio_empty_flush", "bio_fua", "rq_flush", "rq_fua", "rq_data",
-            "rq_sched", "rq_insert", "gds", "bdp", "bdp_paused", "atime_dirty_sync", "atime_dirty_time",
-            "xfs_update_time", "btrfs_delayed_inode", "jbd2_start", "jbd2_commits", "jbd2_blocks",
-            "jbd2_logged", "fc_start", "fc_ok", "fc_other", "fc_blocks", "da_write_begin", "write_begin",
-            "journalled_write_end", "xlog_sync", "xlog_bytes", "btrfs_commits", "oe", "oe_bytes",
-            "oe_disk_bytes", "sync_fs")
+COUNTERS = (
+    "bio_write",
+    "bio_flush",
+    "bio_empty_flush",
+    "bio_fua",
+    "rq_flush",
+    "rq_fua",
+    "rq_data",
+    "rq_sched",
+    "rq_insert",
+    "gds",
+    "bdp",
+    "bdp_paused",
+    "atime_dirty_sync",
+    "atime_dirty_time",
+    "xfs_update_time",
+    "btrfs_delayed_inode",
+    "jbd2_start",
+    "jbd2_commits",
+    "jbd2_blocks",
+    "jbd2_logged",
+    "fc_start",
+    "fc_ok",
+    "fc_other",
+    "fc_blocks",
+    "da_write_begin",
+    "write_begin",
+    "journalled_write_end",
+    "xlog_sync",
+    "xlog_bytes",
+    "btrfs_commits",
+    "oe",
+    "oe_bytes",
+    "oe_disk_bytes",
+    "sync_fs",
+)
 N_WB_REASONS, N_COMPRESS = 16, 8
 N_COUNTERS = len(COUNTERS) + N_WB_REASONS + N_COMPRESS
 STATS = ("dirty_thresh", "bg_thresh", "dirty_limit", "bdp_limit", "iclog_size", "iclog_bufs", "log_write")
@@ -54,8 +84,14 @@ KEEPALIVE_EVERY_S = 0.2
 
 
 class Cfg(ctypes.Structure):
-    _fields_ = [("tgid", ctypes.c_uint32), ("sb_dev", ctypes.c_uint32), ("journal_dev", ctypes.c_uint32),
-                ("has_fsid", ctypes.c_uint32), ("fsid", ctypes.c_uint8 * 16), ("bdi", ctypes.c_char * 32)]
+    _fields_ = [
+        ("tgid", ctypes.c_uint32),
+        ("sb_dev", ctypes.c_uint32),
+        ("journal_dev", ctypes.c_uint32),
+        ("has_fsid", ctypes.c_uint32),
+        ("fsid", ctypes.c_uint8 * 16),
+        ("bdi", ctypes.c_char * 32),
+    ]
 
 
 class VStat(ctypes.Structure):
@@ -69,15 +105,15 @@ class VStat(ctypes.Structure):
 @dataclasses.dataclass
 class FsTarget:
     mountpoint: str
-    fs: str                      # ext2, ext3, ext4, xfs, btrfs
-    source: str                  # the mount's source device
-    options: str                 # the mount table's options (mount and superblock, comma-joined)
-    sb_dev: int                  # kernel dev_t of the superblock
-    devices: list                # [(name, kdev)] the block devices the filesystem submits bios to
-    disks: list                  # [(name, kdev)] the disks whose requests carry them
-    bdi: str                     # the bdi the filesystem writes back through
-    fsid: bytes = b""            # btrfs only
-    uuid: str = ""               # btrfs only: /sys/fs/btrfs/<uuid>
+    fs: str  # ext2, ext3, ext4, xfs, btrfs
+    source: str  # the mount's source device
+    options: str  # the mount table's options (mount and superblock, comma-joined)
+    sb_dev: int  # kernel dev_t of the superblock
+    devices: list  # [(name, kdev)] the block devices the filesystem submits bios to
+    disks: list  # [(name, kdev)] the disks whose requests carry them
+    bdi: str  # the bdi the filesystem writes back through
+    fsid: bytes = b""  # btrfs only
+    uuid: str = ""  # btrfs only: /sys/fs/btrfs/<uuid>
 
     @property
     def ext(self):
@@ -102,16 +138,27 @@ def describe_mount(path):
         raise usage(f"{path} does not exist")
     m = mounts.mount_of(path)
     if m is None:
-        raise usage(f"{path} is not a mount point; give the directory a filesystem is mounted on "
-                    f"(`findmnt -T {path}` names it)")
+        raise usage(
+            f"{path} is not a mount point; give the directory a filesystem is mounted on (`findmnt -T {path}` names it)"
+        )
     if m["fstype"] not in filesystems.NAMES:
         raise usage(f"{path} is a {m['fstype']} filesystem; fsprof verify checks ext2, ext3, ext4, XFS and btrfs")
     if "ro" in m["options"].split(","):
-        raise usage(f"{path} is mounted read-only, and verify must write a few MiB in a temporary "
-                    "directory there to see what the kernel does")
+        raise usage(
+            f"{path} is mounted read-only, and verify must write a few MiB in a temporary "
+            "directory there to see what the kernel does"
+        )
     major, minor = (int(x) for x in m["majmin"].split(":"))
-    target = FsTarget(mountpoint=m["target"], fs=m["fstype"], source=m["source"], options=m["options"],
-                      sb_dev=blockdev.kdev(major, minor), devices=[], disks=[], bdi="")
+    target = FsTarget(
+        mountpoint=m["target"],
+        fs=m["fstype"],
+        source=m["source"],
+        options=m["options"],
+        sb_dev=blockdev.kdev(major, minor),
+        devices=[],
+        disks=[],
+        bdi="",
+    )
     if target.fs == "btrfs":
         target.uuid, names = _btrfs_devices(m["source"])
         target.fsid = bytes.fromhex(target.uuid.replace("-", ""))
@@ -206,14 +253,15 @@ class Tracer:
 
     def _check_counters(self):
         # The last counter exists and the one after it does not: COUNTERS matches enum vcounter.
-        if self.counts.lookup(ctypes.c_uint32(N_COUNTERS - 1)) is None or \
-                self.counts.lookup(ctypes.c_uint32(N_COUNTERS)) is not None:
+        if (
+            self.counts.lookup(ctypes.c_uint32(N_COUNTERS - 1)) is None
+            or self.counts.lookup(ctypes.c_uint32(N_COUNTERS)) is not None
+        ):
             raise FsprofError("profiler/verify/probe.py COUNTERS is out of date with bpf/verify.bpf.c")
 
     def _configure(self):
         t = self.target
-        c = Cfg(tgid=os.getpid(), sb_dev=t.sb_dev, journal_dev=t.sb_dev if t.ext else 0,
-                bdi=t.bdi.encode()[:31])
+        c = Cfg(tgid=os.getpid(), sb_dev=t.sb_dev, journal_dev=t.sb_dev if t.ext else 0, bdi=t.bdi.encode()[:31])
         if t.fsid:
             c.has_fsid = 1
             c.fsid[:] = list(t.fsid)
@@ -251,8 +299,8 @@ class Tracer:
         values = [self.counts.lookup(ctypes.c_uint32(i)) or 0 for i in range(N_COUNTERS)]
         out = dict(zip(COUNTERS, values))
         base = len(COUNTERS)
-        out["wb_reasons"] = {i: n for i, n in enumerate(values[base:base + N_WB_REASONS]) if n}
-        out["compress"] = {i: n for i, n in enumerate(values[base + N_WB_REASONS:]) if n}
+        out["wb_reasons"] = {i: n for i, n in enumerate(values[base : base + N_WB_REASONS]) if n}
+        out["compress"] = {i: n for i, n in enumerate(values[base + N_WB_REASONS :]) if n}
         return out
 
     def stats(self):
@@ -367,13 +415,23 @@ def fsync_phase(tracer, work):
                 os.pwrite(fd, data, i * FSYNC_CHUNK)
                 os.fsync(fd)
             return FSYNC_WRITES
+
         fsyncs, counts, stats, start, end = _window(tracer, run)
     finally:
         os.close(fd)
     work.written += FSYNC_WRITES * FSYNC_CHUNK
-    return {"fsyncs": fsyncs, "bytes_per_fsync": FSYNC_CHUNK, "ino": ino, "counts": counts, "stats": stats,
-            "iclogs": tracer.iclogs(), "elevator": tracer.elevator(), "block_size": os.statvfs(path).f_bsize,
-            "start_ns": start, "end_ns": end}
+    return {
+        "fsyncs": fsyncs,
+        "bytes_per_fsync": FSYNC_CHUNK,
+        "ino": ino,
+        "counts": counts,
+        "stats": stats,
+        "iclogs": tracer.iclogs(),
+        "elevator": tracer.elevator(),
+        "block_size": os.statvfs(path).f_bsize,
+        "start_ns": start,
+        "end_ns": end,
+    }
 
 
 def dirty_phase(tracer, work):
@@ -383,11 +441,13 @@ def dirty_phase(tracer, work):
     chunk = b"\0" * (64 * KIB)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
+
         def run():
             written, deadline = 0, time.monotonic() + DIRTY_SECONDS
             while written < DIRTY_BYTES and time.monotonic() < deadline:
                 written += os.write(fd, chunk)
             return written
+
         written, counts, stats, start, end = _window(tracer, run)
     finally:
         os.close(fd)
@@ -435,8 +495,15 @@ def atime_phase(tracer, work):
         syncfs(work.path)
         sync_end = time.monotonic_ns()
         synced = delta(tracer.counters(), mid)
-        out[name] = {"read": counts, "sync": synced, "atime_changed": os.stat(path).st_atime_ns != before,
-                     "start_ns": start, "end_ns": end, "sync_start_ns": sync_start, "sync_end_ns": sync_end}
+        out[name] = {
+            "read": counts,
+            "sync": synced,
+            "atime_changed": os.stat(path).st_atime_ns != before,
+            "start_ns": start,
+            "end_ns": end,
+            "sync_start_ns": sync_start,
+            "sync_end_ns": sync_end,
+        }
         time.sleep(0.02)
     return out
 

@@ -26,24 +26,34 @@ def _statistics_line(cmp):
     """What the repeats say (per-repeat figures, medians, interval, test), or that noise was not measured."""
     st, (ra, rb) = cmp["statistics"], cmp["us_per_repeat"]
     if not st["measured"]:
-        return (f"  (one run each: run-to-run noise not measured; {repeats.repeats_needed()} repeats of each "
-                "configuration (a spec's `repeat`) measure it)")
+        return (
+            f"  (one run each: run-to-run noise not measured; {repeats.repeats_needed()} repeats of each "
+            "configuration (a spec's `repeat`) measure it)"
+        )
     ma, mb = st["median"]
     ci = st["ratio_ci"]
-    where = {1: f"every repeat of {cmp['other']} above every one of {cmp['base']}",
-             -1: f"every repeat of {cmp['other']} below every one of {cmp['base']}",
-             0: "the repeats overlap"}[st["separated"]]
-    return (f"  Repeats (us per op): {cmp['base']} " + ", ".join(_fmt_us(v) for v in ra) + f"; {cmp['other']} " +
-            ", ".join(_fmt_us(v) for v in rb) + f". Medians {_fmt_us(mb)} vs {_fmt_us(ma)}, ratio "
-            f"{mb / ma if ma else float('inf'):.2f}" + (f" (95% bootstrap interval {ci[0]:.2f}-{ci[1]:.2f})" if ci else "") +
-            f"; {where} (Mann-Whitney U, exact two-sided p = {st['p']:.2f}).")
+    where = {
+        1: f"every repeat of {cmp['other']} above every one of {cmp['base']}",
+        -1: f"every repeat of {cmp['other']} below every one of {cmp['base']}",
+        0: "the repeats overlap",
+    }[st["separated"]]
+    return (
+        f"  Repeats (us per op): {cmp['base']} "
+        + ", ".join(_fmt_us(v) for v in ra)
+        + f"; {cmp['other']} "
+        + ", ".join(_fmt_us(v) for v in rb)
+        + f". Medians {_fmt_us(mb)} vs {_fmt_us(ma)}, ratio "
+        f"{mb / ma if ma else float('inf'):.2f}"
+        + (f" (95% bootstrap interval {ci[0]:.2f}-{ci[1]:.2f})" if ci else "")
+        + f"; {where} (Mann-Whitney U, exact two-sided p = {st['p']:.2f})."
+    )
 
 
 def _fmt_count(n):
     return f"{n:,.0f}" if n == int(n) or n >= 100 else f"{n:.1f}"
 
 
-WORKLOAD_LISTED = 8        # the workload's largest parts listed one by one, the rest together
+WORKLOAD_LISTED = 8  # the workload's largest parts listed one by one, the rest together
 WORKLOAD_MIN_SHARE = 0.01  # and only those of at least 1% of the difference
 
 
@@ -53,8 +63,11 @@ def _part_line(p, unit):
         return f"user-space CPU of the workload {_fmt_s(y)} vs {_fmt_s(x)}"
     if p["kind"] == "not traced":
         x, y = p["total_s"]
-        what = "time in no traced call (" + ("user-space CPU, " if p["includes_user_cpu"] else "") + \
-            "page faults, syscalls on other filesystems or none, sleeps)"
+        what = (
+            "time in no traced call ("
+            + ("user-space CPU, " if p["includes_user_cpu"] else "")
+            + "page faults, syscalls on other filesystems or none, sleeps)"
+        )
         if p["overlap"]:
             what += ", less the overlap of concurrent threads' calls"
         return f"{what} {_fmt_s(y)} vs {_fmt_s(x)}"
@@ -78,26 +91,37 @@ def _workload_lines(cmp):
     w, base, other = cmp["workload_time"], cmp["base"], cmp["other"]
     (ea, eb), diff = w["elapsed_s"], w["diff_s"]
     what = f"the workload's phase {w['phase']}" if w.get("phase") else "the workload"
-    lines = [f"{other}: {what} took {_fmt_s(eb)} vs {base}'s {_fmt_s(ea)}"
-             + (f" ({w['ratio']:.2f}x, {_fmt_signed_s(diff)})." if w["ratio"] is not None else ".")]
+    lines = [
+        f"{other}: {what} took {_fmt_s(eb)} vs {base}'s {_fmt_s(ea)}"
+        + (f" ({w['ratio']:.2f}x, {_fmt_signed_s(diff)})." if w["ratio"] is not None else ".")
+    ]
     unit = w.get("unit")
     if unit and None not in unit["count"]:
-        lines[0] = lines[0][:-1] + f"; {_fmt_count(unit['count'][1])} vs {_fmt_count(unit['count'][0])} " \
+        lines[0] = (
+            lines[0][:-1] + f"; {_fmt_count(unit['count'][1])} vs {_fmt_count(unit['count'][0])} "
             f"{unit['name']}s: {_fmt_s(eb / unit['count'][1])} vs {_fmt_s(ea / unit['count'][0])} per {unit['name']}."
-    lines.append(f"  Where the {_fmt_signed_s(diff)} went ({other} vs {base}; a call's count part is at "
-                 f"{base}'s latency, its latency part at {other}'s count; the parts add up to the difference):")
+        )
+    lines.append(
+        f"  Where the {_fmt_signed_s(diff)} went ({other} vs {base}; a call's count part is at "
+        f"{base}'s latency, its latency part at {other}'s count; the parts add up to the difference):"
+    )
     big = [p for p in w["parts"] if abs(p["diff_s"]) >= WORKLOAD_MIN_SHARE * abs(diff) and p["diff_s"]]
     listed, rest = big[:WORKLOAD_LISTED], [p for p in w["parts"] if p not in big[:WORKLOAD_LISTED]]
     for p in listed:
         lines.append(f"    {_fmt_signed_s(p['diff_s'])}: {_part_line(p, unit)}.")
     if rest:
-        lines.append(f"    {_fmt_signed_s(sum(p['diff_s'] for p in rest))} together: " + ", ".join(
-            f"{p.get('call', p['kind'])} {_fmt_signed_s(p['diff_s'])}" for p in rest if p["diff_s"]) + ".")
+        lines.append(
+            f"    {_fmt_signed_s(sum(p['diff_s'] for p in rest))} together: "
+            + ", ".join(f"{p.get('call', p['kind'])} {_fmt_signed_s(p['diff_s'])}" for p in rest if p["diff_s"])
+            + "."
+        )
     conc = [c for c in w["traced_concurrency"] if c]
     if any(c > 1.01 for c in conc):
-        lines.append("  The traced calls add up to more than the wall time (concurrent threads: "
-                     + " vs ".join(f"{c:.2f}" for c in reversed(w["traced_concurrency"]) if c)
-                     + " on average): the parts are thread time, and the last one takes the overlap back.")
+        lines.append(
+            "  The traced calls add up to more than the wall time (concurrent threads: "
+            + " vs ".join(f"{c:.2f}" for c in reversed(w["traced_concurrency"]) if c)
+            + " on average): the parts are thread time, and the last one takes the overlap back."
+        )
     return lines
 
 
@@ -107,63 +131,85 @@ def sentences(cmp):
     op, base, other = cmp["op"], cmp["base"], cmp["other"]
     p50a, p50b = cmp["p50_us"]
     lines = _workload_lines(cmp)
-    lines.append(f"  Per {op} call: {cmp['ratio']:.2f}x {base}'s ({_fmt_us(b)} vs "
-                 f"{_fmt_us(a)}; p50 {_fmt_us(p50b)} vs {_fmt_us(p50a)}, p99 {_fmt_us(cmp['p99_us'][1])} vs "
-                 f"{_fmt_us(cmp['p99_us'][0])}).")
+    lines.append(
+        f"  Per {op} call: {cmp['ratio']:.2f}x {base}'s ({_fmt_us(b)} vs "
+        f"{_fmt_us(a)}; p50 {_fmt_us(p50b)} vs {_fmt_us(p50a)}, p99 {_fmt_us(cmp['p99_us'][1])} vs "
+        f"{_fmt_us(cmp['p99_us'][0])})."
+    )
     differ = cmp.get("workloads_differ")
     if differ:
-        lines.append(f"  The runs ran different workloads: `{differ['name'][1]}` vs `{differ['name'][0]}` "
-                     f"(differing: {' '.join(differ['words'][1]) or '-'} vs {' '.join(differ['words'][0]) or '-'}); "
-                     "what they ran can make the difference as much as the settings can.")
+        lines.append(
+            f"  The runs ran different workloads: `{differ['name'][1]}` vs `{differ['name'][0]}` "
+            f"(differing: {' '.join(differ['words'][1]) or '-'} vs {' '.join(differ['words'][0]) or '-'}); "
+            "what they ran can make the difference as much as the settings can."
+        )
     if cmp.get("settings_differ"):
-        lines.append("  Settings that differ (" + f"{other} vs {base}): " + "; ".join(
-            f"{d['setting']} {d['values'][1]} vs {d['values'][0]}" for d in cmp["settings_differ"]) + ".")
+        lines.append(
+            "  Settings that differ ("
+            + f"{other} vs {base}): "
+            + "; ".join(f"{d['setting']} {d['values'][1]} vs {d['values'][0]}" for d in cmp["settings_differ"])
+            + "."
+        )
     lines.append(_statistics_line(cmp))
     if not cmp["significant"]:
         st = cmp["statistics"]
         if st["measured"] and st["p"] > repeats.ALPHA:
-            why = (f"the repeats do not separate (p = {st['p']:.2f} > {repeats.ALPHA:.2f})")
+            why = f"the repeats do not separate (p = {st['p']:.2f} > {repeats.ALPHA:.2f})"
         else:
             why = f"under {MIN_SHARE:.0%} of the op's time"
         lines.append(f"  No significant difference: {_fmt_us(abs(b - a))} per op; {why}.")
         return lines + _mechanism_lines(cmp)  # how each side did its I/O holds whatever the verdict
     lines += [f"  Test bed: {note}" for note in cmp.get("test_bed_notes", [])]
     if len(cmp["phases"]) > 1:
-        lines.append("  By phase (workload time, " + f"{other} vs {base}): " + "; ".join(
-            f"{p['phase']} {p['elapsed_s'][1]:.2f} vs {p['elapsed_s'][0]:.2f} s" for p in cmp["phases"]) +
-            " (`--phase NAME` explains one).")
+        lines.append(
+            "  By phase (workload time, "
+            + f"{other} vs {base}): "
+            + "; ".join(f"{p['phase']} {p['elapsed_s'][1]:.2f} vs {p['elapsed_s'][0]:.2f} s" for p in cmp["phases"])
+            + " (`--phase NAME` explains one)."
+        )
     ev, groups = cmp["evidence"], cmp["evidence_by_cause"]
     pair = lambda k: f"{k} {_fmt_n(ev[k][1])} vs {_fmt_n(ev[k][0])}"  # noqa: E731
     up, down = cmp["gross_us"]
-    gross = " or ".join(f"of all {side}, {_fmt_signed(us)}/op" for side, us in (("increases", up), ("decreases", -down))
-                        if us)
-    lines.append(f"  The difference ({_fmt_signed(b - a)}/op) adds up from these contributions (figures: {other} vs "
-                 f"{base}; a share is {gross or 'of nothing: no cause moved'}):")
+    gross = " or ".join(
+        f"of all {side}, {_fmt_signed(us)}/op" for side, us in (("increases", up), ("decreases", -down)) if us
+    )
+    lines.append(
+        f"  The difference ({_fmt_signed(b - a)}/op) adds up from these contributions (figures: {other} vs "
+        f"{base}; a share is {gross or 'of nothing: no cause moved'}):"
+    )
     if not cmp["causes"]:
-        lines.append("    no single cause moved by the threshold "
-                     f"({MIN_SHARE:.0%} of the op's time, at least {MIN_US:.0f} us).")
+        lines.append(
+            f"    no single cause moved by the threshold ({MIN_SHARE:.0%} of the op's time, at least {MIN_US:.0f} us)."
+        )
     for c in cmp["causes"]:
         x, y = c["us_per_op"]
         side = "increases" if c["diff_us"] > 0 else "decreases"
         mine = groups["causes"].get(c["cause"], [])
-        lines.append(f"    {_fmt_signed(c['diff_us'])}/op {c['cause']} ({_fmt_us(y)} vs {_fmt_us(x)}; "
-                     f"{c['share_of_gross']:.0%} of the {side})"
-                     + ("; " + "; ".join(pair(k) for k in mine) if mine else "") + ".")
+        lines.append(
+            f"    {_fmt_signed(c['diff_us'])}/op {c['cause']} ({_fmt_us(y)} vs {_fmt_us(x)}; "
+            f"{c['share_of_gross']:.0%} of the {side})"
+            + ("; " + "; ".join(pair(k) for k in mine) if mine else "")
+            + "."
+        )
     rest = cmp["not_different"]
     if rest:
-        lines.append(f"    {_fmt_signed(cmp['not_different_us'])}/op together, each under the threshold "
-                     "(not different): " + ", ".join(f"{r['cause']} {_fmt_signed(r['diff_us'])}" for r in rest) + ".")
+        lines.append(
+            f"    {_fmt_signed(cmp['not_different_us'])}/op together, each under the threshold "
+            "(not different): " + ", ".join(f"{r['cause']} {_fmt_signed(r['diff_us'])}" for r in rest) + "."
+        )
     if abs(cmp["residual_us"]) >= 0.05:
-        lines.append(f"    {_fmt_signed(cmp['residual_us'])}/op not attributed (the causes' sum against the "
-                     "wall time).")
+        lines.append(
+            f"    {_fmt_signed(cmp['residual_us'])}/op not attributed (the causes' sum against the wall time)."
+        )
     lines += _mechanism_lines(cmp)
     lines += _elsewhere_lines(cmp)
     if groups["other_moved"]:
         lines.append("  Other counts that differ: " + "; ".join(pair(k) for k in groups["other_moved"]) + ".")
     for side, name in ((1, other), (0, base)):
         if groups["only"][side]:
-            lines.append(f"  Only {name} has: " + "; ".join(f"{k} {_fmt_n(ev[k][side])}" for k in groups["only"][side])
-                         + ".")
+            lines.append(
+                f"  Only {name} has: " + "; ".join(f"{k} {_fmt_n(ev[k][side])}" for k in groups["only"][side]) + "."
+            )
     if groups["steady"]:  # with their figures: a reader sees that the difference is not in them
         lines.append("  Counts that do not differ (within 5%): " + "; ".join(pair(k) for k in groups["steady"]) + ".")
     if groups["zero"]:
@@ -177,8 +223,10 @@ def _mechanism_lines(cmp):
     if None in cmp.get("mechanism", [None]):
         return []
     op = cmp["op"]
-    lines = [f"  How each side did its I/O, per {op} (its calls own the device's requests; the waits of one "
-             "call follow one another):"]
+    lines = [
+        f"  How each side did its I/O, per {op} (its calls own the device's requests; the waits of one "
+        "call follow one another):"
+    ]
     for name, m in ((cmp["other"], cmp["mechanism"][1]), (cmp["base"], cmp["mechanism"][0])):
         by_who = {}
         for cls, r in m["requests"].items():
@@ -186,14 +234,29 @@ def _mechanism_lines(cmp):
                 by_who.setdefault(who, []).append(f"{_fmt_n(per)} {class_words(cls)}")
         issued = "; ".join(f"{who} issued {', '.join(what)}" for who, what in by_who.items()) or "no requests"
         waits = sum(m["waits"].values())
-        waited = (f"; the caller waited {_fmt_n(waits)} times (" + ", ".join(
-            f"{c} {_fmt_n(w)}" for c, w in sorted(m["waits"].items(), key=lambda kv: -kv[1])) + ")") if waits else ""
-        waited += "".join(f"; {kind}: {_fmt_n(r['windows_per_call'])} per call, " +
-                          (f"each blocked {_fmt_n(r['blocked_per_window'])} times in sequence"
-                           if r["blocked_per_window"] else "never blocked")
-                          for kind, r in m.get("workers", {}).items())
-        device = ", ".join(f"{class_words(cls)} {_fmt_us(r['device_us'])}" for cls, r in m["requests"].items()
-                           if r["device_us"] is not None)
+        waited = (
+            (
+                f"; the caller waited {_fmt_n(waits)} times ("
+                + ", ".join(f"{c} {_fmt_n(w)}" for c, w in sorted(m["waits"].items(), key=lambda kv: -kv[1]))
+                + ")"
+            )
+            if waits
+            else ""
+        )
+        waited += "".join(
+            f"; {kind}: {_fmt_n(r['windows_per_call'])} per call, "
+            + (
+                f"each blocked {_fmt_n(r['blocked_per_window'])} times in sequence"
+                if r["blocked_per_window"]
+                else "never blocked"
+            )
+            for kind, r in m.get("workers", {}).items()
+        )
+        device = ", ".join(
+            f"{class_words(cls)} {_fmt_us(r['device_us'])}"
+            for cls, r in m["requests"].items()
+            if r["device_us"] is not None
+        )
         lines.append(f"    {name}: {issued}{waited}" + (f"; device time per request: {device}" if device else "") + ".")
     return lines
 
@@ -202,20 +265,34 @@ def _elsewhere_lines(cmp):
     """Work done elsewhere for this op: filesystem threads' time, ranked beside the op's own."""
     lines = []
     if cmp.get("elsewhere"):
-        lines.append(f"  Work done elsewhere for this op (filesystem threads' windows, per {cmp['op']}; not in its "
-                     f"wall time; {cmp['other']} vs {cmp['base']}):")
+        lines.append(
+            f"  Work done elsewhere for this op (filesystem threads' windows, per {cmp['op']}; not in its "
+            f"wall time; {cmp['other']} vs {cmp['base']}):"
+        )
         for r in cmp["elsewhere"]:
             (x, y), (cx, cy) = r["us_per_op"], r["cpu_us_per_op"]
-            lines.append(f"    {_fmt_signed(y - x)}/op {r['kind']} ({_fmt_us(y)} vs {_fmt_us(x)}, of it on CPU "
-                         f"{_fmt_us(cy)} vs {_fmt_us(cx)}; shared among the ops {r['link']}).")
+            lines.append(
+                f"    {_fmt_signed(y - x)}/op {r['kind']} ({_fmt_us(y)} vs {_fmt_us(x)}, of it on CPU "
+                f"{_fmt_us(cy)} vs {_fmt_us(cx)}; shared among the ops {r['link']})."
+            )
     if cmp.get("elsewhere_not_linkable"):
-        lines.append("  Not linkable to any op (their whole time, per second of the run or phase): " + "; ".join(
-            f"{r['kind']} {_fmt_us(r['us_per_s'][1])} vs {_fmt_us(r['us_per_s'][0])}"
-            for r in cmp["elsewhere_not_linkable"]) + ".")
+        lines.append(
+            "  Not linkable to any op (their whole time, per second of the run or phase): "
+            + "; ".join(
+                f"{r['kind']} {_fmt_us(r['us_per_s'][1])} vs {_fmt_us(r['us_per_s'][0])}"
+                for r in cmp["elsewhere_not_linkable"]
+            )
+            + "."
+        )
     threads = [r for r in cmp.get("kernel_threads", []) if max(r["cpu_us_per_s"]) >= 1]
     if threads:
-        lines.append("  The filesystems' kernel threads, all their work over the run (on CPU per second): " + "; ".join(
-            f"{r['thread']} {_fmt_us(r['cpu_us_per_s'][1])} vs {_fmt_us(r['cpu_us_per_s'][0])}" for r in threads) + ".")
+        lines.append(
+            "  The filesystems' kernel threads, all their work over the run (on CPU per second): "
+            + "; ".join(
+                f"{r['thread']} {_fmt_us(r['cpu_us_per_s'][1])} vs {_fmt_us(r['cpu_us_per_s'][0])}" for r in threads
+            )
+            + "."
+        )
     return lines
 
 

@@ -51,8 +51,10 @@ _said_missing = False
 
 
 # The tracer's own frames on top of a stack (the probe that took it): not the traced thread's work.
-TRACING_FRAMES = re.compile(r"bpf_prog_.*|__traceiter_.*|__bpf_trace_.*|bpf_trace_run.*|bpf_get_stackid.*"
-                            r"|__probestub_.*")
+TRACING_FRAMES = re.compile(
+    r"bpf_prog_.*|__traceiter_.*|__bpf_trace_.*|bpf_trace_run.*|bpf_get_stackid.*"
+    r"|__probestub_.*"
+)
 
 
 def _frames(fs, stack_id):
@@ -163,8 +165,7 @@ def _add_oncpu(out, fs, op, on_ns, samples):
             _add(out, _roots(fs, op, cause) + path, part)
 
 
-BUILDERS = {"off-cpu": offcpu_stacks, "on-cpu": oncpu_stacks, "off-wake": offwake_stacks,
-            "workers": worker_stacks}
+BUILDERS = {"off-cpu": offcpu_stacks, "on-cpu": oncpu_stacks, "off-wake": offwake_stacks, "workers": worker_stacks}
 
 
 def stacks_of(fs, kind, phase=ALL_PHASES):
@@ -186,7 +187,7 @@ def round_by_cause(weights):
     for members in groups.values():
         floors = {p: int(w) for p, w in members}
         short = int(sum(w for _, w in members) + 0.5) - sum(floors.values())
-        for p, _ in sorted(members, key=lambda m: (-(m[1] - int(m[1])), m[0]))[:max(short, 0)]:
+        for p, _ in sorted(members, key=lambda m: (-(m[1] - int(m[1])), m[0]))[: max(short, 0)]:
             floors[p] += 1
         out.update((p, v) for p, v in floors.items() if v > 0)
     return out
@@ -230,8 +231,9 @@ def phase_index(fs, phase):
     if phase in (None, ALL_PHASES):
         return None
     if phase not in fs["phases"]:
-        raise FsprofError(f"{fs['label']} has no phase '{phase}' (phases: "
-                          f"{', '.join(fs['phases']) or 'none'}, or {ALL_PHASES})")
+        raise FsprofError(
+            f"{fs['label']} has no phase '{phase}' (phases: {', '.join(fs['phases']) or 'none'}, or {ALL_PHASES})"
+        )
     return fs["phases"][phase]["index"]
 
 
@@ -259,20 +261,26 @@ def _op_summary(weights, counts, unit):
     by_op = {}
     for path, w in weights.items():
         by_op[path[1][1:-1]] = by_op.get(path[1][1:-1], 0) + w
-    parts = [f"{op} {counts[op]:,} ops {w / counts[op]:,.1f} {unit}/op"
-             for op, w in sorted(by_op.items(), key=lambda kv: -kv[1]) if counts.get(op)]
+    parts = [
+        f"{op} {counts[op]:,} ops {w / counts[op]:,.1f} {unit}/op"
+        for op, w in sorted(by_op.items(), key=lambda kv: -kv[1])
+        if counts.get(op)
+    ]
     return ", ".join(parts[:4])
 
 
 def titles(result, filesystems, kind, phase, weights):
     total = sum(weights.values())
-    title = (f"{TITLES[kind]}: {', '.join(fs_text(fs) for fs in filesystems)}; {workload_text(result)}; "
-             f"phase {phase}; µs")
+    title = (
+        f"{TITLES[kind]}: {', '.join(fs_text(fs) for fs in filesystems)}; {workload_text(result)}; phase {phase}; µs"
+    )
     subtitle = f"total {total:,} µs"
     sampled = [fs["stack_sampling"] for fs in filesystems if fs.get("stack_sampling")]
     if sampled and kind != "on-cpu":
-        subtitle += (f"; stacks walked in 1 of {sampled[0]['every']} calls, the rest divided in their proportions "
-                     "(--stack-sample)")
+        subtitle += (
+            f"; stacks walked in 1 of {sampled[0]['every']} calls, the rest divided in their proportions "
+            "(--stack-sample)"
+        )
     if len(filesystems) == 1 and kind != "workers":
         summary = _op_summary(weights, op_counts(filesystems[0], phase), "µs")
         subtitle += f"; {summary}" if summary else ""
@@ -304,8 +312,11 @@ def _say_missing():
     """Once per process: the folded files are still written."""
     global _said_missing
     if not _said_missing:
-        print(f"fsprof: {FLAMEGRAPH} not found (PATH, ~/.cargo/bin; `make setup` installs inferno): "
-              f"writing folded stacks only", file=sys.stderr)
+        print(
+            f"fsprof: {FLAMEGRAPH} not found (PATH, ~/.cargo/bin; `make setup` installs inferno): "
+            f"writing folded stacks only",
+            file=sys.stderr,
+        )
         _said_missing = True
 
 
@@ -337,8 +348,18 @@ def render_svg(folded, svg, title, subtitle, countname, colors=None):
     if not tool:
         _say_missing()
         return False
-    argv = [tool, "--title", title, "--subtitle", subtitle, "--countname", countname, "--hash",
-            *(["--colors", colors] if colors else []), str(folded)]
+    argv = [
+        tool,
+        "--title",
+        title,
+        "--subtitle",
+        subtitle,
+        "--countname",
+        countname,
+        "--hash",
+        *(["--colors", colors] if colors else []),
+        str(folded),
+    ]
     Path(svg).write_text(_run_tool(argv, folded))
     return True
 
@@ -447,10 +468,13 @@ def diff_graph(run, base, kind, phase, out_svg):
     written = [paths["base"], paths["run"], diff]
     if out_svg.suffix == ".folded":
         return written
-    title = (f"Differential {kind} time, ns per op: {run.text()} against baseline {base.text()}; "
-             f"{workload_text(run.result)}; phase {phase}")
-    subtitle = (f"red: costs more than the baseline, blue: less; widths: {run.where}; "
-                + _per_op_change(base.fs, run.fs, kind, phase))
+    title = (
+        f"Differential {kind} time, ns per op: {run.text()} against baseline {base.text()}; "
+        f"{workload_text(run.result)}; phase {phase}"
+    )
+    subtitle = f"red: costs more than the baseline, blue: less; widths: {run.where}; " + _per_op_change(
+        base.fs, run.fs, kind, phase
+    )
     if render_svg(diff, out_svg, title, subtitle, "ns/op"):
         written.append(out_svg)
     return written
@@ -487,7 +511,7 @@ def top_frames(diff, fs_name, n=5):
             break
         if path[-1] == SEPARATOR or (generic and generic.match(path[-1])):
             continue
-        if not any(c[:len(path)] == path and cd == d for c, cd in chosen):
+        if not any(c[: len(path)] == path and cd == d for c, cd in chosen):
             chosen.append((path, d))
     return chosen
 
@@ -536,8 +560,10 @@ def _side(result, where, label, option):
     """The one filesystem of a run a differential compares."""
     chosen = _pick(result, where, [label] if label else None)
     if len(chosen) > 1:
-        raise FsprofError(f"{where} has several filesystems ({', '.join(f['label'] for f in chosen)}): "
-                          f"choose one with {option} for a differential")
+        raise FsprofError(
+            f"{where} has several filesystems ({', '.join(f['label'] for f in chosen)}): "
+            f"choose one with {option} for a differential"
+        )
     return Side(result, where, chosen[0])
 
 
@@ -551,8 +577,11 @@ def draw_diff(run_dir, base_dir, kind, phase=ALL_PHASES, label=None, base_label=
     base = _side(base_result, base_dir, base_label or (run.fs["label"] if same else None), "--diff-fs")
     for side in (run, base):
         phase_index(side.fs, phase)
-    svg = _output(output, run_dir, svg_name(run.fs["label"], f"{kind}-diff", phase,
-                                            f"vs-{Path(base_dir).resolve().name}-{base.fs['label']}"))
+    svg = _output(
+        output,
+        run_dir,
+        svg_name(run.fs["label"], f"{kind}-diff", phase, f"vs-{Path(base_dir).resolve().name}-{base.fs['label']}"),
+    )
     written = diff_graph(run, base, kind, phase, svg)
     if written:
         _say_top_frames(written[2], run.fs["fs"])
@@ -563,8 +592,12 @@ def _say_top_frames(diff_path, fs_name):
     """The reddest frames of a differential, on stderr (stdout lists the files written), so
     that the answer is readable without opening the SVG."""
     tops = top_frames(read_folded(diff_path, diff=True), fs_name)
-    print("top frames where the run costs more (ns per op):" if tops else
-          "no frame costs more in the run than in the baseline", file=sys.stderr)
+    print(
+        "top frames where the run costs more (ns per op):"
+        if tops
+        else "no frame costs more in the run than in the baseline",
+        file=sys.stderr,
+    )
     for path, delta in tops:
         under = " ".join(f for f in path[1:-1] if f.startswith("["))  # the [op] and [cause] frames
         print(f"  +{delta:>12,}  {path[-1]}  under {under}", file=sys.stderr)
@@ -577,8 +610,13 @@ def draw(run_dir, kind, phase=ALL_PHASES, labels=None, output=None):
     chosen = _pick(result, run_dir, labels)
     for fs in chosen:
         phase_index(fs, phase)
-    return graph(result, chosen, kind, phase,
-                 _output(output, run_dir, svg_name("+".join(fs["label"] for fs in chosen), kind, phase)))
+    return graph(
+        result,
+        chosen,
+        kind,
+        phase,
+        _output(output, run_dir, svg_name("+".join(fs["label"] for fs in chosen), kind, phase)),
+    )
 
 
 def _output(output, run_dir, default_name):

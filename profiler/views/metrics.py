@@ -24,24 +24,48 @@ NS = 1e-9
 # name -> (type, help). Types: counter, gauge, histogram.
 METRICS = {
     "fsprof_syscall_latency_seconds": ("histogram", "Latency of the traced processes' syscalls on this filesystem"),
-    "fsprof_syscall_time_seconds": ("counter", "Time in syscalls on this filesystem by cause (attribution: sums to the syscalls' wall time)"),
+    "fsprof_syscall_time_seconds": (
+        "counter",
+        "Time in syscalls on this filesystem by cause (attribution: sums to the syscalls' wall time)",
+    ),
     "fsprof_jbd2_commits": ("counter", "jbd2 transaction commits of this ext3/ext4 filesystem's journal"),
     "fsprof_xfs_log_forces": ("counter", "XFS log forces on this filesystem"),
     "fsprof_btrfs_transaction_commits": ("counter", "btrfs transaction commits of this filesystem"),
-    "fsprof_cache_flushes": ("counter", "Cache flush requests (REQ_PREFLUSH, empty or with data) issued to this filesystem's device"),
+    "fsprof_cache_flushes": (
+        "counter",
+        "Cache flush requests (REQ_PREFLUSH, empty or with data) issued to this filesystem's device",
+    ),
     "fsprof_fua_writes": ("counter", "Writes with FUA issued to this filesystem's device"),
     "fsprof_block_requests": ("counter", "Block requests completed on this filesystem's device, by class"),
     "fsprof_block_bytes": ("counter", "Bytes of block requests on this filesystem's device, by class"),
-    "fsprof_op_block_requests": ("counter", "Block requests the traced processes' syscalls made from their own bios inside the calls, by op and class"),
-    "fsprof_worker_windows": ("counter", "Windows of this filesystem's workers (a jbd2 commit, an XFS CIL push or inodegc run, a flusher pass, ...)"),
+    "fsprof_op_block_requests": (
+        "counter",
+        "Block requests the traced processes' syscalls made from their own bios inside the calls, by op and class",
+    ),
+    "fsprof_worker_windows": (
+        "counter",
+        "Windows of this filesystem's workers (a jbd2 commit, an XFS CIL push or inodegc run, a flusher pass, ...)",
+    ),
     "fsprof_worker_seconds": ("counter", "Wall time inside this filesystem's worker windows"),
     "fsprof_worker_cpu_seconds": ("counter", "On-CPU time inside this filesystem's worker windows"),
-    "fsprof_worker_block_requests": ("counter", "Block requests made inside this filesystem's worker windows, by class"),
+    "fsprof_worker_block_requests": (
+        "counter",
+        "Block requests made inside this filesystem's worker windows, by class",
+    ),
     "fsprof_lost_events": ("counter", "Events fsprof's BPF programs could not record, by reason"),
-    "fsprof_approximated_events": ("counter", "Events recorded less exactly (an open's off-CPU interval kept under the filesystem known at its entry)"),
+    "fsprof_approximated_events": (
+        "counter",
+        "Events recorded less exactly (an open's off-CPU interval kept under the filesystem known at its entry)",
+    ),
     "fsprof_bpf_program_runs": ("counter", "Runs of fsprof's BPF programs (counted while kernel.bpf_stats_enabled=1)"),
-    "fsprof_bpf_program_run_seconds": ("counter", "Run time of fsprof's BPF programs (counted while kernel.bpf_stats_enabled=1)"),
-    "fsprof_bpf_recursion_misses": ("counter", "Times a BPF program of fsprof was skipped because another ran on that CPU"),
+    "fsprof_bpf_program_run_seconds": (
+        "counter",
+        "Run time of fsprof's BPF programs (counted while kernel.bpf_stats_enabled=1)",
+    ),
+    "fsprof_bpf_recursion_misses": (
+        "counter",
+        "Times a BPF program of fsprof was skipped because another ran on that CPU",
+    ),
     "fsprof_windows": ("counter", "Windows fsprof has recorded"),
     "fsprof_window_seconds": ("gauge", "Length of the last window"),
     "fsprof_traced_filesystems": ("gauge", "Filesystems traced in the last window"),
@@ -97,8 +121,12 @@ def window_figures(entry):
     what the filesystem's workers did in it (their runs are drained each window, as their
     off-CPU time is)."""
     fl = fs_labels(entry)
-    out = {("fsprof_syscall_time_seconds", fl + (op, cause)): ns * NS
-           for op, b in entry["attribution"].items() for cause, ns in b["causes"].items() if ns > 0}
+    out = {
+        ("fsprof_syscall_time_seconds", fl + (op, cause)): ns * NS
+        for op, b in entry["attribution"].items()
+        for cause, ns in b["causes"].items()
+        if ns > 0
+    }
     for kind, w in entry["behind"].get("workers", {}).items():
         w = w.get("all", {})
         if "windows" not in w:
@@ -137,24 +165,33 @@ class Totals:
     def keep_filesystems(self, kept):
         """Forgets the series of filesystems not in `kept` ({(fstype, device, mountpoint)}):
         a machine that mounts and unmounts all day keeps only its current filesystems' series."""
+
         def wanted(key):
             name, labels = key
             meta = METRICS.get(_family(name))
             return not meta or labels[:3] in kept or _family(name) in _UNLABELLED_BY_FS
+
         # `previous` is kept: a filesystem mounted again on the same device continues the kernel's
         # running totals, of which only the change since its last window is new.
         self.values = {k: v for k, v in self.values.items() if wanted(k)}
 
 
-_UNLABELLED_BY_FS = {"fsprof_lost_events", "fsprof_approximated_events", "fsprof_bpf_program_runs", "fsprof_bpf_program_run_seconds",
-                     "fsprof_bpf_recursion_misses", "fsprof_windows", "fsprof_window_seconds",
-                     "fsprof_traced_filesystems"}
+_UNLABELLED_BY_FS = {
+    "fsprof_lost_events",
+    "fsprof_approximated_events",
+    "fsprof_bpf_program_runs",
+    "fsprof_bpf_program_run_seconds",
+    "fsprof_bpf_recursion_misses",
+    "fsprof_windows",
+    "fsprof_window_seconds",
+    "fsprof_traced_filesystems",
+}
 
 
 def _family(name):
     for suffix in ("_bucket", "_count", "_sum"):
-        if name.endswith(suffix) and name[:-len(suffix)] in METRICS:
-            return name[:-len(suffix)]
+        if name.endswith(suffix) and name[: -len(suffix)] in METRICS:
+            return name[: -len(suffix)]
     return name
 
 
@@ -169,8 +206,10 @@ def program_figures(run_stats):
 
 def drop_figures(drops):
     """Every reason, zeros included (a counter that exists from the start rates from 0)."""
-    return {("fsprof_approximated_events" if reason in maps.KEPT_APPROXIMATELY else "fsprof_lost_events", (reason,)): n
-            for reason, n in drops.items()}
+    return {
+        ("fsprof_approximated_events" if reason in maps.KEPT_APPROXIMATELY else "fsprof_lost_events", (reason,)): n
+        for reason, n in drops.items()
+    }
 
 
 LABELS = {

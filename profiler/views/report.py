@@ -17,7 +17,7 @@ def histogram(log2_ns, width=40):
     for i in range(used[0], used[-1] + 1):
         n = log2_ns[i]
         bar = "*" * round(width * n / peak)
-        lines.append(f"      {fmt_ns(2 ** i):>9} -> {fmt_ns(2 ** (i + 1)):<9} : {n:<8} |{bar:<{width}}|")
+        lines.append(f"      {fmt_ns(2**i):>9} -> {fmt_ns(2 ** (i + 1)):<9} : {n:<8} |{bar:<{width}}|")
     return lines
 
 
@@ -26,12 +26,16 @@ def per_op(count, per):
 
 
 def syscall_table(ops, indent="   "):
-    lines = [f"{indent}{'syscall':<14} {'count':>8} {'avg':>8} {'p50':>8} {'p95':>8} {'p99':>8} {'max':>8} {'total':>8}"]
+    lines = [
+        f"{indent}{'syscall':<14} {'count':>8} {'avg':>8} {'p50':>8} {'p95':>8} {'p99':>8} {'max':>8} {'total':>8}"
+    ]
     for name in sorted(ops, key=lambda n: -ops[n]["total_ns"]):
         h = ops[name]
-        lines.append(f"{indent}{name:<14} {h['count']:>8} {fmt_ns(h['avg_ns']):>8} {fmt_ns(h['p50_ns']):>8} "
-                     f"{fmt_ns(h['p95_ns']):>8} {fmt_ns(h['p99_ns']):>8} {fmt_ns(h['max_ns']):>8} "
-                     f"{fmt_ns(h['total_ns']):>8}")
+        lines.append(
+            f"{indent}{name:<14} {h['count']:>8} {fmt_ns(h['avg_ns']):>8} {fmt_ns(h['p50_ns']):>8} "
+            f"{fmt_ns(h['p95_ns']):>8} {fmt_ns(h['p99_ns']):>8} {fmt_ns(h['max_ns']):>8} "
+            f"{fmt_ns(h['total_ns']):>8}"
+        )
     return lines
 
 
@@ -45,9 +49,14 @@ def attribution_table(breakdowns, indent="   ", top=4, min_share=0.01):
         per_op_us = b["wall_ns"] / b["count"] / 1e3
         other = b["causes"].get("other wait", 0)
         off = b["offcpu_ns"] or 1
-        lines.append(f"{indent}{op}: {b['count']} ops, {per_op_us:.1f} us/op = "
-                     + ", ".join(f"{cause} {ns / b['count'] / 1e3:.1f} us ({100 * ns / b['wall_ns']:.0f}%)"
-                                 for cause, ns in b["causes"].items() if ns >= min_share * b["wall_ns"]))
+        lines.append(
+            f"{indent}{op}: {b['count']} ops, {per_op_us:.1f} us/op = "
+            + ", ".join(
+                f"{cause} {ns / b['count'] / 1e3:.1f} us ({100 * ns / b['wall_ns']:.0f}%)"
+                for cause, ns in b["causes"].items()
+                if ns >= min_share * b["wall_ns"]
+            )
+        )
         if other:
             names = ", ".join(list(b["other_wait_frames"])[:3])
             lines.append(f"{indent}  other wait: {100 * other / off:.1f}% of off-CPU time ({names})")
@@ -55,8 +64,10 @@ def attribution_table(breakdowns, indent="   ", top=4, min_share=0.01):
         if top:
             by = b["wakers"][top]
             total = sum(by.values()) or 1
-            lines.append(f"{indent}  {top} ended by: " +
-                         ", ".join(f"{who} {100 * ns / total:.0f}%" for who, ns in list(by.items())[:3]))
+            lines.append(
+                f"{indent}  {top} ended by: "
+                + ", ".join(f"{who} {100 * ns / total:.0f}%" for who, ns in list(by.items())[:3])
+            )
     return lines
 
 
@@ -67,31 +78,45 @@ def test_bed_line(bed):
     if bed["kind"] == "zram":
         return "a RAM device (zram): no write cache to flush, no seeks"
     disk = bed.get("backing_disk")
-    under = (f" on {disk} (write cache {bed.get('backing_write_cache')}, "
-             f"{'rotational' if bed.get('backing_rotational') else 'not rotational'})") if disk else ""
+    under = (
+        (
+            f" on {disk} (write cache {bed.get('backing_write_cache')}, "
+            f"{'rotational' if bed.get('backing_rotational') else 'not rotational'})"
+        )
+        if disk
+        else ""
+    )
     if bed.get("direct_io"):
         return f"loop device, direct I/O to {bed.get('backing_file')}{under}: its I/O and flushes reach the disk"
-    return (f"loop device over the buffered file {bed.get('backing_file')}{under}: flushes are host writeback, "
-            "reads may come from the host's page cache")
+    return (
+        f"loop device over the buffered file {bed.get('backing_file')}{under}: flushes are host writeback, "
+        "reads may come from the host's page cache"
+    )
 
 
 def render_fs(fs):
     dev = fs["device"]
-    lines = [f"== {fs['label']} ({fs['fs']}) on {dev['name']} ({dev['dev']}), "
-             f"mkfs: {' '.join(fs['mkfs_options']) or 'defaults'}, mount: {fs['mount_options'] or 'defaults'}",
-             f"   device: write cache {dev['write_cache']}, FUA {'yes' if dev['fua'] else 'no'}, "
-             f"scheduler {dev['scheduler']}"]
+    lines = [
+        f"== {fs['label']} ({fs['fs']}) on {dev['name']} ({dev['dev']}), "
+        f"mkfs: {' '.join(fs['mkfs_options']) or 'defaults'}, mount: {fs['mount_options'] or 'defaults'}",
+        f"   device: write cache {dev['write_cache']}, FUA {'yes' if dev['fua'] else 'no'}, "
+        f"scheduler {dev['scheduler']}",
+    ]
     bed = test_bed_line(dev.get("test_bed"))
     if bed:
         lines.append(f"   test bed: {bed}")
     space = fs.get("space")
     if space and space["size_bytes"]:
-        lines.append(f"   filesystem: {space['size_bytes'] / (1 << 30):.1f} GiB, "
-                     f"{space['used_bytes_start'] / space['size_bytes']:.0%} used at the workload's start, "
-                     f"{space['used_bytes_end'] / space['size_bytes']:.0%} at its end")
+        lines.append(
+            f"   filesystem: {space['size_bytes'] / (1 << 30):.1f} GiB, "
+            f"{space['used_bytes_start'] / space['size_bytes']:.0%} used at the workload's start, "
+            f"{space['used_bytes_end'] / space['size_bytes']:.0%} at its end"
+        )
     if fs.get("mount_options_in_force"):
-        lines.append(f"   in force: {fs['mount_options_in_force']}"
-                     + (", page cache dropped before the workload" if fs.get("caches_dropped") else ""))
+        lines.append(
+            f"   in force: {fs['mount_options_in_force']}"
+            + (", page cache dropped before the workload" if fs.get("caches_dropped") else "")
+        )
     text = render_workload(fs["workload"].get("workload", ""), fs["workload"])
     if text:
         lines.extend("   " + line for line in text.splitlines())
@@ -99,21 +124,29 @@ def render_fs(fs):
     lines.extend(syscall_table(ops))
     unresolved = fs.get("unresolved_syscalls", {})
     if unresolved:
-        lines.append("   not placed on a filesystem (absolute path, sync, async I/O): " +
-                     ", ".join(f"{n} {h['count']}" for n, h in sorted(unresolved.items())))
+        lines.append(
+            "   not placed on a filesystem (absolute path, sync, async I/O): "
+            + ", ".join(f"{n} {h['count']}" for n, h in sorted(unresolved.items()))
+        )
     fsyncs = ops.get("fsync", {}).get("count", 0) + ops.get("fdatasync", {}).get("count", 0)
     for name, counts in fs["block"].items():
         kernel = fs["kernel_counters"].get(name, {})
         ours = fs.get("behind", {}).get("block", {}).get("devices", {}).get(name, {}).get("as_sys_block_stat", {})
         flush = counts["flush"]["count"]
         writes = sum(counts.get(c, {}).get("count", 0) for c in BLK_WRITE_CLASSES)
-        lines.append(f"   requests to {name}: {flush} cache flushes ({per_op(flush, fsyncs)} per fsync), {writes} writes, "
-                     f"{counts.get('read', {}).get('count', 0)} reads issued; completed (ours / /sys/block/{name}/stat): "
-                     + ", ".join(f"{k} {'n/a' if ours.get(k + '_ios') is None else ours[k + '_ios']}/{kernel.get(k + '_ios', 'n/a')}"
-                                 for k in ("flush", "write", "read")))
+        lines.append(
+            f"   requests to {name}: {flush} cache flushes ({per_op(flush, fsyncs)} per fsync), {writes} writes, "
+            f"{counts.get('read', {}).get('count', 0)} reads issued; completed (ours / /sys/block/{name}/stat): "
+            + ", ".join(
+                f"{k} {'n/a' if ours.get(k + '_ios') is None else ours[k + '_ios']}/{kernel.get(k + '_ios', 'n/a')}"
+                for k in ("flush", "write", "read")
+            )
+        )
     if fs.get("kernel_counters_settled") is False:
-        lines.append("   the devices did not go quiet within 5 s before or after the workload: ours and "
-                     "/sys/block's counts may differ by the requests that ended between the two reads")
+        lines.append(
+            "   the devices did not go quiet within 5 s before or after the workload: ours and "
+            "/sys/block's counts may differ by the requests that ended between the two reads"
+        )
     for pname, phase in fs.get("phases", {}).items():
         if not phase["syscalls"]:
             continue
@@ -125,11 +158,15 @@ def render_fs(fs):
             lines.extend(module.report_lines(section, fs))
     threads = fs.get("kernel_threads")
     if threads:
-        lines.append("   the filesystem's kernel threads (all their work): " + ", ".join(
-            f"{name} {t['cpu_ns'] / 1e6:.1f} ms on CPU" + (f" (+{t['runqueue_ns'] / 1e6:.1f} ms waiting for a CPU)"
-                                                          if t["runqueue_ns"] >= 100_000 else "")
-            for name, t in threads.items()))
-    lines.append(f"   off-CPU time no rule explained (\"other wait\"): {100 * fs.get('other_wait_share', 0):.1f}%")
+        lines.append(
+            "   the filesystem's kernel threads (all their work): "
+            + ", ".join(
+                f"{name} {t['cpu_ns'] / 1e6:.1f} ms on CPU"
+                + (f" (+{t['runqueue_ns'] / 1e6:.1f} ms waiting for a CPU)" if t["runqueue_ns"] >= 100_000 else "")
+                for name, t in threads.items()
+            )
+        )
+    lines.append(f'   off-CPU time no rule explained ("other wait"): {100 * fs.get("other_wait_share", 0):.1f}%')
     if fs.get("stack_sampling"):
         lines.append(f"   off-CPU stacks sampled: {stack_sampling(fs)}")
     lost = maps.lost_events(fs.get("drops", {}))
@@ -150,16 +187,20 @@ def stack_sampling(fs, share=True):
     if not s:
         return "walked in every call"
     how = f"walked in 1 of {s['every']} calls of each syscall once {s['first']} of its waits have been"
-    return how + (f": the causes of {100 * s['estimated_share']:.1f}% of off-CPU time are estimated from the "
-                  "walked calls" if share else "")
+    return how + (
+        f": the causes of {100 * s['estimated_share']:.1f}% of off-CPU time are estimated from the walked calls"
+        if share
+        else ""
+    )
 
 
 def unavailable_lines(result):
     """One line per figure this kernel could not give (result.json "unavailable"; older results
     name only the probes)."""
     if "unavailable" in result:
-        return [f"   unavailable on this kernel: {u['figures']} ({u['probe']}: {u['why']})"
-                for u in result["unavailable"]]
+        return [
+            f"   unavailable on this kernel: {u['figures']} ({u['probe']}: {u['why']})" for u in result["unavailable"]
+        ]
     return [f"   probe {prog} skipped: {why}" for prog, why in result.get("probes_skipped", {}).items()]
 
 

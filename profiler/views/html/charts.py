@@ -9,7 +9,7 @@ from ... import units
 from ...trace.hist import slot_range
 
 PERCENTILES = (("p50", "p50_ns", "6 0"), ("p95", "p95_ns", "4 3"), ("p99", "p99_ns", "2 2"), ("max", "max_ns", "1 3"))
-LABEL_W, PLOT_W, SIDE_W = 130, 520, 300   # px: row label, plot area, figures on the right
+LABEL_W, PLOT_W, SIDE_W = 130, 520, 300  # px: row label, plot area, figures on the right
 PANEL_H, AXIS_H = 70, 28
 
 
@@ -38,8 +38,8 @@ def _bucket_range(hists):
 
 def _ticks(lo, hi):
     """Decade ticks (1 µs, 10 µs, ...) between 2^lo and 2^hi ns; octaves when the range is short."""
-    decades = [10 ** k for k in range(0, 13) if lo <= math.log2(10 ** k) <= hi]
-    return decades if len(decades) >= 2 else [2 ** i for i in range(lo, hi + 1)]
+    decades = [10**k for k in range(0, 13) if lo <= math.log2(10**k) <= hi]
+    return decades if len(decades) >= 2 else [2**i for i in range(lo, hi + 1)]
 
 
 def latency_chart(op, panels):
@@ -49,19 +49,23 @@ def latency_chart(op, panels):
     lo, hi = _bucket_range([h for _, h in panels])
     x = lambda log2v: LABEL_W + PLOT_W * (min(max(log2v, lo), hi) - lo) / (hi - lo)  # noqa: E731
     width, height = LABEL_W + PLOT_W + SIDE_W, PANEL_H * len(panels) + AXIS_H + 18
-    out = [f'<svg class="chart latency" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}"'
-           f' viewBox="0 0 {width} {height}" role="img"{attrs(data_op=op)}>',
-           f'<title>{escape(op)} latency per filesystem</title>',
-           f'<text x="{LABEL_W}" y="12" class="note">bars: {escape(op)} calls per power of two; line: per '
-           f'1/16 octave (own scale); marks: p50, p95, p99, max</text>']
+    out = [
+        f'<svg class="chart latency" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}"'
+        f' viewBox="0 0 {width} {height}" role="img"{attrs(data_op=op)}>',
+        f"<title>{escape(op)} latency per filesystem</title>",
+        f'<text x="{LABEL_W}" y="12" class="note">bars: {escape(op)} calls per power of two; line: per '
+        f"1/16 octave (own scale); marks: p50, p95, p99, max</text>",
+    ]
     for row, (name, h) in enumerate(panels):
         out.append(_latency_panel(name, op, h, 18 + row * PANEL_H, x))
     axis_y = 18 + PANEL_H * len(panels)
     out.append(f'<line x1="{LABEL_W}" x2="{LABEL_W + PLOT_W}" y1="{axis_y}" y2="{axis_y}" class="axis"/>')
     for t in _ticks(lo, hi):
         tx = x(math.log2(t))
-        out.append(f'<line x1="{tx:.1f}" x2="{tx:.1f}" y1="{axis_y}" y2="{axis_y + 4}" class="axis"/>'
-                   f'<text x="{tx:.1f}" y="{axis_y + 16}" class="tick">{escape(fmt_ns(t))}</text>')
+        out.append(
+            f'<line x1="{tx:.1f}" x2="{tx:.1f}" y1="{axis_y}" y2="{axis_y + 4}" class="axis"/>'
+            f'<text x="{tx:.1f}" y="{axis_y + 16}" class="tick">{escape(fmt_ns(t))}</text>'
+        )
     out.append("</svg>")
     return "".join(out)
 
@@ -69,27 +73,35 @@ def latency_chart(op, panels):
 def _latency_panel(name, op, h, top, x):
     base, tall = top + PANEL_H - 6, PANEL_H - 20
     peak = max(h["log2_ns"]) or 1
-    out = [f'<g class="panel"{attrs(data_fs=name, data_op=op)}>',
-           f'<text x="{LABEL_W - 8}" y="{base - tall / 2}" class="rowlabel">{escape(name)}</text>',
-           f'<line x1="{LABEL_W}" x2="{LABEL_W + PLOT_W}" y1="{base}" y2="{base}" class="base"/>']
+    out = [
+        f'<g class="panel"{attrs(data_fs=name, data_op=op)}>',
+        f'<text x="{LABEL_W - 8}" y="{base - tall / 2}" class="rowlabel">{escape(name)}</text>',
+        f'<line x1="{LABEL_W}" x2="{LABEL_W + PLOT_W}" y1="{base}" y2="{base}" class="base"/>',
+    ]
     for i, n in enumerate(h["log2_ns"]):
         if n:
             x0, x1 = x(i), x(i + 1)
             bh = tall * n / peak
             share = 100 * n / h["count"] if h["count"] else 0
-            out.append(f'<rect class="bucket" x="{x0 + 0.5:.1f}" y="{base - bh:.1f}" width="{max(x1 - x0 - 1, 1):.1f}"'
-                       f' height="{bh:.1f}"{attrs(data_bucket=i, data_count=n)}><title>{escape(name)} {escape(op)}: '
-                       f'{n} in {escape(fmt_ns(2 ** i))} – {escape(fmt_ns(2 ** (i + 1)))} ({share:.0f}%)</title></rect>')
+            out.append(
+                f'<rect class="bucket" x="{x0 + 0.5:.1f}" y="{base - bh:.1f}" width="{max(x1 - x0 - 1, 1):.1f}"'
+                f' height="{bh:.1f}"{attrs(data_bucket=i, data_count=n)}><title>{escape(name)} {escape(op)}: '
+                f"{n} in {escape(fmt_ns(2**i))} – {escape(fmt_ns(2 ** (i + 1)))} ({share:.0f}%)</title></rect>"
+            )
     out.append(_fine_line(h.get("fine", {}), base, tall, x))
     for k, (label, key, dash) in enumerate(PERCENTILES):
         if h["count"] and h.get(key):
             px = x(math.log2(max(h[key], 1)))
-            out.append(f'<line x1="{px:.1f}" x2="{px:.1f}" y1="{base - tall - 4}" y2="{base}" class="mark"'
-                       f' stroke-dasharray="{dash}"/><text x="{px + 2:.1f}" y="{base - tall + 4 + 9 * k}"'
-                       f' class="marklabel">{label}</text>')
+            out.append(
+                f'<line x1="{px:.1f}" x2="{px:.1f}" y1="{base - tall - 4}" y2="{base}" class="mark"'
+                f' stroke-dasharray="{dash}"/><text x="{px + 2:.1f}" y="{base - tall + 4 + 9 * k}"'
+                f' class="marklabel">{label}</text>'
+            )
     figures = " ".join(f"{label} {fmt_ns(h[key])}" for label, key, _ in PERCENTILES)
-    out.append(f'<text x="{LABEL_W + PLOT_W + 10}" y="{base - tall / 2 - 6}" class="figures">n = {h["count"]:,}</text>'
-               f'<text x="{LABEL_W + PLOT_W + 10}" y="{base - tall / 2 + 8}" class="figures">{escape(figures)}</text>')
+    out.append(
+        f'<text x="{LABEL_W + PLOT_W + 10}" y="{base - tall / 2 - 6}" class="figures">n = {h["count"]:,}</text>'
+        f'<text x="{LABEL_W + PLOT_W + 10}" y="{base - tall / 2 + 8}" class="figures">{escape(figures)}</text>'
+    )
     out.append("</g>")
     return "".join(out)
 
@@ -128,18 +140,22 @@ def cause_chart(op, rows, colours, caption=""):
     legend_rows = math.ceil(len(order) / 3)
     width = LABEL_W + PLOT_W + SIDE_W
     height = 22 + len(rows) * (bar_h + gap) + 18 * legend_rows + 8
-    out = [f'<svg class="chart causes" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}"'
-           f' viewBox="0 0 {width} {height}" role="img"{attrs(data_op=op)}>',
-           f'<title>{escape(op)}: where the time went, µs per op{escape(caption)}</title>',
-           f'<text x="{LABEL_W}" y="12" class="note">{escape(op)}: µs per call by cause{escape(caption)}</text>']
+    out = [
+        f'<svg class="chart causes" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}"'
+        f' viewBox="0 0 {width} {height}" role="img"{attrs(data_op=op)}>',
+        f"<title>{escape(op)}: where the time went, µs per op{escape(caption)}</title>",
+        f'<text x="{LABEL_W}" y="12" class="note">{escape(op)}: µs per call by cause{escape(caption)}</text>',
+    ]
     for row, (name, b) in enumerate(rows):
         y = 22 + row * (bar_h + gap)
         out.append(_cause_row(name, op, b, order, colours, y, bar_h, PLOT_W / longest_us))
     ly = 22 + len(rows) * (bar_h + gap) + 4
     for k, cause in enumerate(order):
         lx, lyy = LABEL_W + (k % 3) * 230, ly + 18 * (k // 3)
-        out.append(f'<rect x="{lx}" y="{lyy}" width="12" height="12" fill="{colours(cause)}"/>'
-                   f'<text x="{lx + 16}" y="{lyy + 10}" class="legend">{escape(cause)}</text>')
+        out.append(
+            f'<rect x="{lx}" y="{lyy}" width="12" height="12" fill="{colours(cause)}"/>'
+            f'<text x="{lx + 16}" y="{lyy + 10}" class="legend">{escape(cause)}</text>'
+        )
     out.append("</svg>")
     return "".join(out)
 
@@ -147,8 +163,10 @@ def cause_chart(op, rows, colours, caption=""):
 def _cause_row(name, op, b, order, colours, y, bar_h, px_per_us):
     n = b["count"]
     wall_us = b["wall_ns"] / n / 1e3
-    out = [f'<g class="bar"{attrs(data_fs=name, data_op=op, data_us=f"{wall_us:.1f}", data_count=n)}>',
-           f'<text x="{LABEL_W - 8}" y="{y + bar_h / 2 + 4}" class="rowlabel">{escape(name)}</text>']
+    out = [
+        f'<g class="bar"{attrs(data_fs=name, data_op=op, data_us=f"{wall_us:.1f}", data_count=n)}>',
+        f'<text x="{LABEL_W - 8}" y="{y + bar_h / 2 + 4}" class="rowlabel">{escape(name)}</text>',
+    ]
     x = LABEL_W
     for cause in order:
         ns = b["causes"].get(cause, 0)
@@ -157,12 +175,16 @@ def _cause_row(name, op, b, order, colours, y, bar_h, px_per_us):
         us = ns / n / 1e3
         w = us * px_per_us
         share = 100 * ns / b["wall_ns"] if b["wall_ns"] else 0
-        out.append(f'<rect class="cause" x="{x:.2f}" y="{y}" width="{w:.2f}" height="{bar_h}" fill="{colours(cause)}"'
-                   f'{attrs(data_cause=cause, data_us=f"{us:.1f}")}><title>{escape(name)} {escape(op)}: '
-                   f'{escape(cause)} {escape(fmt_us(us))} per call ({share:.0f}%)</title></rect>')
+        out.append(
+            f'<rect class="cause" x="{x:.2f}" y="{y}" width="{w:.2f}" height="{bar_h}" fill="{colours(cause)}"'
+            f"{attrs(data_cause=cause, data_us=f'{us:.1f}')}><title>{escape(name)} {escape(op)}: "
+            f"{escape(cause)} {escape(fmt_us(us))} per call ({share:.0f}%)</title></rect>"
+        )
         x += w
-    out.append(f'<text x="{x + 6:.1f}" y="{y + bar_h / 2 + 4}" class="figures">{escape(fmt_us(wall_us))}/call, '
-               f'{n:,} calls</text></g>')
+    out.append(
+        f'<text x="{x + 6:.1f}" y="{y + bar_h / 2 + 4}" class="figures">{escape(fmt_us(wall_us))}/call, '
+        f"{n:,} calls</text></g>"
+    )
     return "".join(out)
 
 

@@ -20,10 +20,12 @@ from .. import flamegraph as fg
 # search work without it. (2) Its "fluid" width reads the frame's width at load, 0 for a frame not
 # laid out yet (a closed <details>), and sets a negative width: the graph keeps its drawn width
 # (and the labels inferno drew; a zoom redraws them).
-_ADJUST = ('<script type="text/ecmascript"><![CDATA[ (function () {'
-           ' var replace = history.replaceState.bind(history);'
-           ' history.replaceState = function () { try { replace.apply(null, arguments); } catch (e) {} };'
-           ' })(); fluiddrawing = false; ]]></script>')
+_ADJUST = (
+    '<script type="text/ecmascript"><![CDATA[ (function () {'
+    " var replace = history.replaceState.bind(history);"
+    " history.replaceState = function () { try { replace.apply(null, arguments); } catch (e) {} };"
+    " })(); fluiddrawing = false; ]]></script>"
+)
 _ROOT_SVG = re.compile(rb"<svg\b[^>]*>")
 _HEIGHT = re.compile(rb'\bheight="(\d+)"')
 
@@ -41,9 +43,11 @@ def iframe(svg_bytes, name, title, deferred=False):
     root = _ROOT_SVG.search(svg_bytes)
     height = int(_HEIGHT.search(root.group(0)).group(1)) if root and _HEIGHT.search(root.group(0)) else 400
     data = base64.b64encode(embeddable(svg_bytes)).decode()
-    return (f'<iframe class="flamegraph" sandbox="allow-scripts allow-modals" title="{escape(title)}"'
-            f' data-file="{escape(name)}" height="{height + 4}" {"data-src" if deferred else "src"}='
-            f'"data:image/svg+xml;base64,{data}"></iframe>')
+    return (
+        f'<iframe class="flamegraph" sandbox="allow-scripts allow-modals" title="{escape(title)}"'
+        f' data-file="{escape(name)}" height="{height + 4}" {"data-src" if deferred else "src"}='
+        f'"data:image/svg+xml;base64,{data}"></iframe>'
+    )
 
 
 # The page's one script. Per-phase graphs start when their section is opened: a run with many
@@ -69,8 +73,7 @@ def _written(run_dir, result):
         return Path(run_dir) / fg.OUT_DIR, fg.write_default_set(run_dir, result), ""
     except OSError as e:
         tmp = Path(tempfile.mkdtemp(prefix="fsprof-html-"))
-        note = (f"{run_dir} is not writable ({e.strerror}): graphs drawn in a temporary directory, "
-                "folded files not kept")
+        note = f"{run_dir} is not writable ({e.strerror}): graphs drawn in a temporary directory, folded files not kept"
         try:
             return tmp, fg.write_default_set(tmp, result), note
         except BaseException:
@@ -137,18 +140,24 @@ def _section(where, written, note, result, names):
 
 def _figure(path, kind, phase, deferred=False):
     title = _title(kind, phase) if kind else path.name
-    return (f'<figure class="flame"><figcaption>{escape(title)} <span class="file">({escape(path.name)})</span>'
-            f"</figcaption>{iframe(path.read_bytes(), path.name, title, deferred)}</figure>")
+    return (
+        f'<figure class="flame"><figcaption>{escape(title)} <span class="file">({escape(path.name)})</span>'
+        f"</figcaption>{iframe(path.read_bytes(), path.name, title, deferred)}</figure>"
+    )
 
 
 def _without_inferno(where, folded, note):
-    files = "".join(f"<li><code>{escape(str(where / p.name) if not note else p.name)}</code> "
-                    f"({p.stat().st_size:,} bytes)</li>" for p in folded)
-    return (f'<p class="missing">{fg.FLAMEGRAPH} was not found (PATH, ~/.cargo/bin; <code>make setup</code> '
-            f"installs inferno), so this report has no flame graph pictures. The folded stacks "
-            f"(one line per stack, weight in µs) were written; render one with "
-            f"<code>{fg.FLAMEGRAPH} FILE &gt; FILE.svg</code> or flamegraph.pl:</p>"
-            f"<ul class=\"folded\">{files or '<li>none: nothing was recorded</li>'}</ul>")
+    files = "".join(
+        f"<li><code>{escape(str(where / p.name) if not note else p.name)}</code> ({p.stat().st_size:,} bytes)</li>"
+        for p in folded
+    )
+    return (
+        f'<p class="missing">{fg.FLAMEGRAPH} was not found (PATH, ~/.cargo/bin; <code>make setup</code> '
+        f"installs inferno), so this report has no flame graph pictures. The folded stacks "
+        f"(one line per stack, weight in µs) were written; render one with "
+        f"<code>{fg.FLAMEGRAPH} FILE &gt; FILE.svg</code> or flamegraph.pl:</p>"
+        f'<ul class="folded">{files or "<li>none: nothing was recorded</li>"}</ul>'
+    )
 
 
 CSS = """

@@ -12,21 +12,23 @@ from ...rundir import INDEX_FILE, RESULT_FILE, load, load_index
 @dataclass
 class Column:
     """One filesystem measurement on the page: a filesystem of a run, or one run of a spec."""
+
     name: str
     run_dir: Path
     result: dict
     fs: dict
-    order: tuple = ()   # where it goes among its group's columns
+    order: tuple = ()  # where it goes among its group's columns
 
 
 @dataclass
 class Group:
     """The runs of one workload, shown side by side."""
+
     title: str
     columns: list
-    comparisons: list = field(default_factory=list)   # compare.compare_pair dicts
-    no_comparison: str = ""                           # why there is none, when there is none
-    failed: list = field(default_factory=list)        # index entries of runs that failed
+    comparisons: list = field(default_factory=list)  # compare.compare_pair dicts
+    no_comparison: str = ""  # why there is none, when there is none
+    failed: list = field(default_factory=list)  # index entries of runs that failed
 
 
 def workload_text(result):
@@ -44,8 +46,9 @@ def groups_of(path):
         return [_run_group(path)]
     if (path / INDEX_FILE).is_file():
         return _spec_groups(path)
-    raise FsprofError(f"{path} is neither an fsprof run directory (no {RESULT_FILE}) "
-                      f"nor a spec's output (no {INDEX_FILE})")
+    raise FsprofError(
+        f"{path} is neither an fsprof run directory (no {RESULT_FILE}) nor a spec's output (no {INDEX_FILE})"
+    )
 
 
 def _run_group(path):

@@ -29,10 +29,17 @@ from ...trace import maps
 from ...trace.maps import BLK_WRITE_CLASSES
 from ...machine.workload import render as render_workload
 
-TOP_OPS = 4          # cause bars for the syscalls with the most time, as the terminal report
-MIN_CALLS = 10       # a syscall with fewer calls on every column is in the tables only: a plot would be noise
-HIST_FIGURES = (("count", "count"), ("avg", "avg_ns"), ("p50", "p50_ns"), ("p95", "p95_ns"),
-                ("p99", "p99_ns"), ("max", "max_ns"), ("total", "total_ns"))
+TOP_OPS = 4  # cause bars for the syscalls with the most time, as the terminal report
+MIN_CALLS = 10  # a syscall with fewer calls on every column is in the tables only: a plot would be noise
+HIST_FIGURES = (
+    ("count", "count"),
+    ("avg", "avg_ns"),
+    ("p50", "p50_ns"),
+    ("p95", "p95_ns"),
+    ("p99", "p99_ns"),
+    ("max", "max_ns"),
+    ("total", "total_ns"),
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -60,9 +67,14 @@ CONDITIONS = (
     ("fsprof", lambda c: c.result.get("fsprof_version", "n/a")),
     ("started", lambda c: c.result.get("started", "n/a")),
     ("filesystem", lambda c: c.fs["fs"]),
-    ("device", lambda c: f"{c.fs['device'].get('name')} ({c.fs['device'].get('dev')})"
-     + (f", on {'+'.join(c.fs['device']['all'])}" if len(c.fs["device"].get("all", [])) > 1 else "")
-     + (", rotational" if c.fs["device"].get("rotational") else "")),
+    (
+        "device",
+        lambda c: (
+            f"{c.fs['device'].get('name')} ({c.fs['device'].get('dev')})"
+            + (f", on {'+'.join(c.fs['device']['all'])}" if len(c.fs["device"].get("all", [])) > 1 else "")
+            + (", rotational" if c.fs["device"].get("rotational") else "")
+        ),
+    ),
     ("write cache", lambda c: c.fs["device"].get("write_cache", "n/a")),
     ("FUA", lambda c: _yes_no(c.fs["device"].get("fua"))),
     ("I/O scheduler", lambda c: c.fs["device"].get("scheduler", "n/a")),
@@ -70,17 +82,29 @@ CONDITIONS = (
     ("mount options asked", lambda c: _options(c.fs.get("mount_options"))),
     ("mount options in force", lambda c: c.fs.get("mount_options_in_force") or "n/a"),
     ("sysctls set for the run", lambda c: _sysctls(c.result.get("sysctls"), "none (the machine's own)")),
-    ("dirty-page sysctls in force", lambda c: _sysctls(c.fs.get("behind", {}).get("writeback", {}).get("sysctls"),
-                                                       "not read")),
-    ("cache state", lambda c: "page cache dropped before the workload" if c.fs.get("caches_dropped")
-     else "not dropped (warm)"),
+    (
+        "dirty-page sysctls in force",
+        lambda c: _sysctls(c.fs.get("behind", {}).get("writeback", {}).get("sysctls"), "not read"),
+    ),
+    (
+        "cache state",
+        lambda c: "page cache dropped before the workload" if c.fs.get("caches_dropped") else "not dropped (warm)",
+    ),
     ("run time", lambda c: f"{c.fs.get('elapsed_s', 0):.2f} s"),
-    ("figures unavailable on this kernel", lambda c: "; ".join(
-        f"{u['figures']} ({u['probe']}: {u['why']})" for u in c.result.get("unavailable", [])) or "none"),
-    ("lost events", lambda c: ", ".join(f"{k} {v}" for k, v in maps.lost_events(c.fs.get("drops", {})).items())
-     or "none"),
-    ("recorded less exactly", lambda c: ", ".join(
-        f"{k} {v}" for k, v in maps.approximated_events(c.fs.get("drops", {})).items()) or "none"),
+    (
+        "figures unavailable on this kernel",
+        lambda c: (
+            "; ".join(f"{u['figures']} ({u['probe']}: {u['why']})" for u in c.result.get("unavailable", [])) or "none"
+        ),
+    ),
+    (
+        "lost events",
+        lambda c: ", ".join(f"{k} {v}" for k, v in maps.lost_events(c.fs.get("drops", {})).items()) or "none",
+    ),
+    (
+        "recorded less exactly",
+        lambda c: ", ".join(f"{k} {v}" for k, v in maps.approximated_events(c.fs.get("drops", {})).items()) or "none",
+    ),
     ("off-CPU time no rule explained", lambda c: f"{100 * c.fs.get('other_wait_share', 0):.1f}%"),
     ("off-CPU stacks", lambda c: stack_sampling(c.fs, share=False)),
 )
@@ -92,18 +116,30 @@ def conditions(group):
     for label, fn in CONDITIONS:
         values = [str(fn(c)) for c in group.columns]
         differs = len(set(values)) > 1
-        rows.append(f'<tr class="{"differs" if differs else "same"}"><th>{escape(label)}'
-                    f'{" ≠" if differs else ""}</th>'
-                    + "".join(_cell(v, data_fs=c.name, data_figure=f"condition:{label}")
-                              for c, v in zip(group.columns, values)) + "</tr>")
-    return ('<p class="note">Rows marked ≠ differ between the columns: make sure each difference is one '
-            "you meant to compare.</p>"
-            f'<table class="conditions"><tr><th></th>{head}</tr>{"".join(rows)}</table>')
+        rows.append(
+            f'<tr class="{"differs" if differs else "same"}"><th>{escape(label)}'
+            f"{' ≠' if differs else ''}</th>"
+            + "".join(_cell(v, data_fs=c.name, data_figure=f"condition:{label}") for c, v in zip(group.columns, values))
+            + "</tr>"
+        )
+    return (
+        '<p class="note">Rows marked ≠ differ between the columns: make sure each difference is one '
+        "you meant to compare.</p>"
+        f'<table class="conditions"><tr><th></th>{head}</tr>{"".join(rows)}</table>'
+    )
 
 
 def _hist_row(name, op, h):
-    cells = "".join(_cell(f"{h[key]:,}" if key == "count" else charts.fmt_ns(h[key]),
-                          data_fs=name, data_op=op, data_figure=key, data_value=h[key]) for _, key in HIST_FIGURES)
+    cells = "".join(
+        _cell(
+            f"{h[key]:,}" if key == "count" else charts.fmt_ns(h[key]),
+            data_fs=name,
+            data_op=op,
+            data_figure=key,
+            data_value=h[key],
+        )
+        for _, key in HIST_FIGURES
+    )
     return f"<tr><th>{escape(op)}</th>{cells}</tr>"
 
 
@@ -121,14 +157,25 @@ def block_table(name, fs):
         ours = fs.get("behind", {}).get("block", {}).get("devices", {}).get(dev, {}).get("as_sys_block_stat", {})
         flush = counts.get("flush", {}).get("count", 0)
         writes = sum(counts.get(c, {}).get("count", 0) for c in BLK_WRITE_CLASSES)
-        done = ", ".join(f"{k} {'n/a' if ours.get(k + '_ios') is None else ours[k + '_ios']}/{kernel.get(k + '_ios', 'n/a')}" for k in ("flush", "write", "read"))
-        rows.append(f"<tr><th>{escape(dev)}</th>" + _cell(flush, data_fs=name, data_figure=f"flushes:{dev}", data_value=flush)
-                    + _cell(f"{flush / fsyncs:.2f}" if fsyncs else "n/a") + _cell(writes)
-                    + _cell(counts.get("read", {}).get("count", 0)) + _cell(done) + "</tr>")
+        done = ", ".join(
+            f"{k} {'n/a' if ours.get(k + '_ios') is None else ours[k + '_ios']}/{kernel.get(k + '_ios', 'n/a')}"
+            for k in ("flush", "write", "read")
+        )
+        rows.append(
+            f"<tr><th>{escape(dev)}</th>"
+            + _cell(flush, data_fs=name, data_figure=f"flushes:{dev}", data_value=flush)
+            + _cell(f"{flush / fsyncs:.2f}" if fsyncs else "n/a")
+            + _cell(writes)
+            + _cell(counts.get("read", {}).get("count", 0))
+            + _cell(done)
+            + "</tr>"
+        )
     if not rows:
         return ""
-    return ('<table class="figures"><tr><th>requests issued to</th><th>cache flushes</th><th>per fsync</th>'
-            "<th>writes</th><th>reads</th><th>completed: ours / /sys/block stat</th></tr>" + "".join(rows) + "</table>")
+    return (
+        '<table class="figures"><tr><th>requests issued to</th><th>cache flushes</th><th>per fsync</th>'
+        "<th>writes</th><th>reads</th><th>completed: ours / /sys/block stat</th></tr>" + "".join(rows) + "</table>"
+    )
 
 
 def results(group):
@@ -142,8 +189,11 @@ def results(group):
         out.append(syscall_table(c.name, fs["syscalls"]))
         unresolved = fs.get("unresolved_syscalls", {})
         if unresolved:
-            out.append('<p class="note">Not placed on a filesystem (absolute path, sync, async I/O): '
-                       + escape(", ".join(f"{n} {h['count']}" for n, h in sorted(unresolved.items()))) + "</p>")
+            out.append(
+                '<p class="note">Not placed on a filesystem (absolute path, sync, async I/O): '
+                + escape(", ".join(f"{n} {h['count']}" for n, h in sorted(unresolved.items())))
+                + "</p>"
+            )
         out.append(block_table(c.name, fs))
     return "".join(out)
 
@@ -159,10 +209,14 @@ def at_a_glance(group):
         if h:
             count = h["count"]
             rate = f"{count / elapsed:,.0f}" if elapsed else "n/a"
-            cells = [f"{elapsed:.2f} s", f"{count:,}", rate] + [charts.fmt_ns(h[k]) for k in ("avg_ns", "p50_ns", "p99_ns", "max_ns")]
+            cells = [f"{elapsed:.2f} s", f"{count:,}", rate] + [
+                charts.fmt_ns(h[k]) for k in ("avg_ns", "p50_ns", "p99_ns", "max_ns")
+            ]
             rows.append(f"<tr><th>{escape(c.name)}</th>" + "".join(map(_cell, cells)) + "</tr>")
-    return (f'<table class="figures glance"><tr><th>at a glance: {escape(op)}</th><th>run time</th><th>calls</th>'
-            f"<th>calls/s</th><th>avg</th><th>p50</th><th>p99</th><th>max</th></tr>{''.join(rows)}</table>")
+    return (
+        f'<table class="figures glance"><tr><th>at a glance: {escape(op)}</th><th>run time</th><th>calls</th>'
+        f"<th>calls/s</th><th>avg</th><th>p50</th><th>p99</th><th>max</th></tr>{''.join(rows)}</table>"
+    )
 
 
 def _heaviest(group):
@@ -176,8 +230,10 @@ def _heaviest(group):
 def why(group):
     out = [f'<p class="note">{escape(group.no_comparison)}.</p>'] if group.no_comparison else []
     for cmp in group.comparisons:
-        out.append(f'<pre class="why"{charts.attrs(data_base=cmp["base"], data_other=cmp["other"])}>'
-                   f'{escape(chr(10).join(compare.sentences(cmp)))}</pre>')
+        out.append(
+            f'<pre class="why"{charts.attrs(data_base=cmp["base"], data_other=cmp["other"])}>'
+            f"{escape(chr(10).join(compare.sentences(cmp)))}</pre>"
+        )
     return "".join(out)
 
 
@@ -195,8 +251,12 @@ def latency(group):
 
 
 def _fewer_note(left_out):
-    return (f'<p class="note">{left_out} syscall(s) with fewer than {MIN_CALLS} calls on every column: '
-            "in the tables only.</p>" if left_out else "")
+    return (
+        f'<p class="note">{left_out} syscall(s) with fewer than {MIN_CALLS} calls on every column: '
+        "in the tables only.</p>"
+        if left_out
+        else ""
+    )
 
 
 def _top_ops(breakdowns):
@@ -213,8 +273,11 @@ def _top_ops(breakdowns):
 def causes(group, colours):
     out = []
     for op in _top_ops(c.fs["attribution"] for c in group.columns):
-        out.append(charts.cause_chart(op, [(c.name, c.fs["attribution"].get(op)) for c in group.columns], colours,
-                                      "; all phases"))
+        out.append(
+            charts.cause_chart(
+                op, [(c.name, c.fs["attribution"].get(op)) for c in group.columns], colours, "; all phases"
+            )
+        )
     out.append(phase_charts(group, colours))
     out.append(worker_charts(group, colours))
     return "".join(out)
@@ -230,12 +293,16 @@ def phase_charts(group, colours):
     plotted = {phase: ops for phase, ops in plotted.items() if ops}
     if len(plotted) < 2:
         only = f" (only phase {next(iter(plotted))} has them)" if plotted else ""
-        return (f'<p class="note">No per-phase bars: fewer than two workload phases have syscalls with '
-                f"{MIN_CALLS} calls or more{escape(only)}.</p>")
+        return (
+            f'<p class="note">No per-phase bars: fewer than two workload phases have syscalls with '
+            f"{MIN_CALLS} calls or more{escape(only)}.</p>"
+        )
     out = []
     for phase, ops in plotted.items():
-        bars = [charts.cause_chart(op, [(n, b.get(op)) for n, b in per_phase[phase]], colours, f"; phase {phase}")
-                for op in ops]
+        bars = [
+            charts.cause_chart(op, [(n, b.get(op)) for n, b in per_phase[phase]], colours, f"; phase {phase}")
+            for op in ops
+        ]
         out.append(f"<details open><summary>phase {escape(phase)}</summary>{''.join(bars)}</details>")
     return "".join(out)
 
@@ -247,8 +314,9 @@ def worker_charts(group, colours):
     for c in group.columns:
         op, count = heaviest_op(c.fs)
         for kind, by_cause in worker_causes(c.fs).items():
-            kinds.setdefault(kind, []).append((c.name, op, {"count": count, "wall_ns": sum(by_cause.values()),
-                                                            "causes": by_cause}))
+            kinds.setdefault(kind, []).append(
+                (c.name, op, {"count": count, "wall_ns": sum(by_cause.values()), "causes": by_cause})
+            )
     out = []
     for kind, rows in kinds.items():
         ops = {op for _, op, _ in rows}
@@ -278,15 +346,21 @@ def wakers_table(c):
         for cause, by in b.get("wakers", {}).items():
             total = sum(by.values()) or 1
             who = ", ".join(f"{w} {100 * ns / total:.0f}%" for w, ns in sorted(by.items(), key=lambda kv: -kv[1])[:4])
-            rows.append(f"<tr><th>{escape(op)}</th>{_cell(cause)}{_cell(charts.fmt_us(total / b['count'] / 1e3))}"
-                        f"{_cell(who)}</tr>")
+            rows.append(
+                f"<tr><th>{escape(op)}</th>{_cell(cause)}{_cell(charts.fmt_us(total / b['count'] / 1e3))}"
+                f"{_cell(who)}</tr>"
+            )
         if b.get("other_wait_frames"):
-            rows.append(f"<tr><th>{escape(op)}</th>{_cell('other wait: innermost frames')}{_cell('')}"
-                        f"{_cell(', '.join(list(b['other_wait_frames'])[:4]))}</tr>")
+            rows.append(
+                f"<tr><th>{escape(op)}</th>{_cell('other wait: innermost frames')}{_cell('')}"
+                f"{_cell(', '.join(list(b['other_wait_frames'])[:4]))}</tr>"
+            )
     if not rows:
         return ""
-    return ('<table class="figures wakers"><tr><th>syscall</th><th>wait</th><th>per call</th>'
-            f"<th>ended by (the waker)</th></tr>{''.join(rows)}</table>")
+    return (
+        '<table class="figures wakers"><tr><th>syscall</th><th>wait</th><th>per call</th>'
+        f"<th>ended by (the waker)</th></tr>{''.join(rows)}</table>"
+    )
 
 
 def flame_graphs(group):
@@ -304,20 +378,34 @@ def flame_graphs(group):
 # The page
 
 
-SECTIONS = (("conditions", "Conditions of the comparison"), ("results", "Workload results"),
-            ("why", "Why they differ"), ("latency", "Latency distributions"),
-            ("causes", "Where the time went (µs per call, by cause)"), ("behind", "Behind the wait"),
-            ("flamegraphs", "Flame graphs"))
+SECTIONS = (
+    ("conditions", "Conditions of the comparison"),
+    ("results", "Workload results"),
+    ("why", "Why they differ"),
+    ("latency", "Latency distributions"),
+    ("causes", "Where the time went (µs per call, by cause)"),
+    ("behind", "Behind the wait"),
+    ("flamegraphs", "Flame graphs"),
+)
 
 
 def group_html(k, group, colours):
-    parts = {"conditions": conditions(group), "results": results(group), "why": why(group),
-             "latency": latency(group), "causes": causes(group, colours), "behind": behind_chains(group),
-             "flamegraphs": flame_graphs(group)}
-    failed = "".join(f'<p class="missing">Run {escape(r["config"])} (repeat {r.get("repeat", 1)}) failed: '
-                     f'{escape(r["error"])}</p>' for r in group.failed)
-    body = "".join(f'<section id="g{k}-{key}"><h3>{escape(title)}</h3>{parts[key]}</section>'
-                   for key, title in SECTIONS)
+    parts = {
+        "conditions": conditions(group),
+        "results": results(group),
+        "why": why(group),
+        "latency": latency(group),
+        "causes": causes(group, colours),
+        "behind": behind_chains(group),
+        "flamegraphs": flame_graphs(group),
+    }
+    failed = "".join(
+        f'<p class="missing">Run {escape(r["config"])} (repeat {r.get("repeat", 1)}) failed: {escape(r["error"])}</p>'
+        for r in group.failed
+    )
+    body = "".join(
+        f'<section id="g{k}-{key}"><h3>{escape(title)}</h3>{parts[key]}</section>' for key, title in SECTIONS
+    )
     return f'<section class="workload" id="g{k}"><h2>{escape(group.title)}</h2>{failed}{body}</section>'
 
 
@@ -329,18 +417,23 @@ def warnings(groups):
 
 def page(path, groups):
     colours = cause_colour  # a cause keeps its colour (causes.py) on every page
-    toc = "".join(f'<li><a href="#g{k}">{escape(g.title)}</a>: '
-                  + " · ".join(f'<a href="#g{k}-{key}">{escape(title.split(" (")[0])}</a>' for key, title in SECTIONS)
-                  + "</li>" for k, g in enumerate(groups))
+    toc = "".join(
+        f'<li><a href="#g{k}">{escape(g.title)}</a>: '
+        + " · ".join(f'<a href="#g{k}-{key}">{escape(title.split(" (")[0])}</a>' for key, title in SECTIONS)
+        + "</li>"
+        for k, g in enumerate(groups)
+    )
     body = "".join(group_html(k, g, colours) for k, g in enumerate(groups))
     made = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>fsprof report: {escape(str(path))}</title><style>{CSS}{charts.CSS}{html_flame.CSS}</style></head>"
-            f"<body><header><h1>fsprof report</h1><p>{escape(str(path))}: "
-            f"{sum(len(g.columns) for g in groups)} measurement(s); written by fsprof {escape(__version__)} at {made}. "
-            f"How to read it and where each figure comes from: docs/report-html.md.</p><ul class=\"toc\">{toc}</ul>"
-            f"</header>{warnings(groups)}{body}<script>{html_flame.SCRIPT}</script></body></html>")
+    return (
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>fsprof report: {escape(str(path))}</title><style>{CSS}{charts.CSS}{html_flame.CSS}</style></head>"
+        f"<body><header><h1>fsprof report</h1><p>{escape(str(path))}: "
+        f"{sum(len(g.columns) for g in groups)} measurement(s); written by fsprof {escape(__version__)} at {made}. "
+        f'How to read it and where each figure comes from: docs/report-html.md.</p><ul class="toc">{toc}</ul>'
+        f"</header>{warnings(groups)}{body}<script>{html_flame.SCRIPT}</script></body></html>"
+    )
 
 
 CSS = """
