@@ -19,11 +19,11 @@ WL_BIN := $(patsubst workloads/%.c,build/workloads/%,$(WL_SRC))
 # readers of `record --continuous`'s metrics and pprof profiles in tests/test_continuous.py).
 DEB_PKGS := clang llvm bpftool libbpf1 libbpf-dev libelf-dev zlib1g-dev e2fsprogs xfsprogs \
             btrfs-progs util-linux bpftrace fio python3-venv liburing-dev libaio-dev libarchive-dev \
-            sysbench bonnie++ chromium prometheus golang-go
+            sysbench bonnie++ chromium prometheus golang-go clang-format
 # The untar workload's real kernel tree; without it the workload generates a synthetic one.
 OPT_PKGS := linux-source-6.1
 
-.PHONY: setup deps tracefs build bytecode inferno run report test test-unit test-stress bench clean
+.PHONY: setup deps tracefs build bytecode inferno run report test test-unit test-stress lint bench clean
 setup: deps $(VENV)/.installed tracefs build bytecode inferno
 
 # Install only what is missing, so a second `make setup` is quick and needs no network.
@@ -40,7 +40,7 @@ deps:
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PY_SYS) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,lint]'
 	touch $@
 
 # Flame graphs are rendered by inferno (crates.io), which cargo installs into $(CARGO_HOME)/bin:
@@ -101,6 +101,15 @@ test: setup
 test-unit: $(if $(shell [ -w $(VENV) ] || [ ! -e $(VENV) ] && echo yes),$(VENV)/.installed)
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
 	$(PY) -m pytest -q -m "not root" -p no:cacheprovider --basetemp="$$tmp/pytest" tests $(PYTEST_ARGS)
+
+# Static checks (CONTRIBUTING.md), run by CI before the tests: ruff's lint and format check on the
+# Python, mypy on profiler/, clang-format (.clang-format: the kernel's style) on bpf/. Needs no root.
+LINT_PY := profiler workloads bench kernels tests
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check $(LINT_PY)
+	$(VENV)/bin/ruff format --check $(LINT_PY)
+	$(VENV)/bin/mypy
+	clang-format --dry-run --Werror bpf/*.c bpf/*.h
 
 # The suite on a busy machine (not part of CI): `make test` while stress-ng keeps both CPUs busy
 # and writes and fsyncs a file on the root filesystem (`--cpu 2 --hdd 1`), the usual state of a

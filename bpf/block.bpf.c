@@ -37,7 +37,7 @@ char LICENSE[] SEC("license") = "GPL";
 
 /* traced_devs value bits (profiler/behind/block.py fills them from /sys/block/<dev>/queue). */
 #define DEV_TRACED 1
-#define DEV_FUA 2              /* the device does FUA itself: no post-flush for a FUA write */
+#define DEV_FUA 2 /* the device does FUA itself: no post-flush for a FUA write */
 
 #define SUBMITTER_LEN 32
 
@@ -79,15 +79,15 @@ struct {
 
 /* A request between its start and its end (the last completion). */
 struct rq_info {
-	__u64 born_ns;         /* block_io_start, or the kernel's rq->start_time_ns when none was seen */
-	__u64 start_ns;        /* queue start: as born_ns, cleared at issue (a requeue is inserted again) */
-	__u64 insert_ns;       /* the last block_rq_insert; 0 if none */
-	__u64 issue_ns;        /* the last block_rq_issue; 0 until issued */
+	__u64 born_ns;   /* block_io_start, or the kernel's rq->start_time_ns when none was seen */
+	__u64 start_ns;  /* queue start: as born_ns, cleared at issue (a requeue is inserted again) */
+	__u64 insert_ns; /* the last block_rq_insert; 0 if none */
+	__u64 issue_ns;  /* the last block_rq_issue; 0 until issued */
 	__u32 dev;
 	__u16 cls;
-	__u16 phase;           /* at issue */
-	__u8 device_done;      /* its first completion after issue was seen */
-	__u8 ended;            /* its last completion was seen; block_io_done follows */
+	__u16 phase;      /* at issue */
+	__u8 device_done; /* its first completion after issue was seen */
+	__u8 ended;       /* its last completion was seen; block_io_done follows */
 	__u16 pad[3];
 	char who[SUBMITTER_LEN];
 };
@@ -115,7 +115,6 @@ static __always_inline __u8 dev_flags(__u32 dev)
 
 	return f ? *f : 0;
 }
-
 
 static __always_inline struct blk_val *stats_of(__u32 dev, __u16 cls, __u16 phase)
 {
@@ -160,8 +159,7 @@ static __always_inline void submitter(char *who)
 	bpf_probe_read_kernel_str(who + 8, SUBMITTER_LEN - 8, wq->name);
 }
 
-static __always_inline void add_submitter(__u32 dev, __u16 cls, __u16 phase, const char *who,
-					  __u64 count, __u64 bytes)
+static __always_inline void add_submitter(__u32 dev, __u16 cls, __u16 phase, const char *who, __u64 count, __u64 bytes)
 {
 	struct sub_key key = { .dev = dev, .cls = cls, .phase = phase };
 	struct sub_val *v, zero = {};
@@ -187,7 +185,7 @@ static __always_inline void count_lost(struct rq_info *info)
 	v = stats_of(info->dev, info->cls, info->phase);
 	if (v)
 		__sync_fetch_and_add(&v->lost, 1);
-	info->ended = 1;   /* stale from now on */
+	info->ended = 1; /* stale from now on */
 }
 
 /* Cache flushes a submitted request asks for (blk_flush_policy): one before it for REQ_PREFLUSH
@@ -214,7 +212,7 @@ int BPF_PROG(on_io_start, struct request *rq)
 	struct blk_val *v;
 	__u8 devf;
 
-	if (!rq)   /* never, but 6.12 marks tp_btf pointers maybe-NULL */
+	if (!rq) /* never, but 6.12 marks tp_btf pointers maybe-NULL */
 		return 0;
 	dev = rq_dev(rq);
 	devf = dev_flags(dev);
@@ -258,7 +256,7 @@ int BPF_PROG(on_rq_insert, struct request *rq)
 	struct rq_info *info, fresh = {};
 	__u32 dev;
 
-	if (!rq)   /* never, but 6.12 marks tp_btf pointers maybe-NULL */
+	if (!rq) /* never, but 6.12 marks tp_btf pointers maybe-NULL */
 		return 0;
 	dev = rq_dev(rq);
 	if (!dev_flags(dev))
@@ -291,7 +289,7 @@ int BPF_PROG(on_rq_issue, struct request *rq)
 	__u32 dev, bytes;
 	__u16 phase;
 
-	if (!rq)   /* never, but 6.12 marks tp_btf pointers maybe-NULL */
+	if (!rq) /* never, but 6.12 marks tp_btf pointers maybe-NULL */
 		return 0;
 	dev = rq_dev(rq);
 	if (!dev_flags(dev))
@@ -300,7 +298,7 @@ int BPF_PROG(on_rq_issue, struct request *rq)
 	phase = current_phase();
 	bytes = rq->__data_len;
 	info = bpf_map_lookup_elem(&rqs, &ptr);
-	count_lost(info);   /* one lookup for both */
+	count_lost(info); /* one lookup for both */
 	if (!info || info->ended || info->issue_ns) {
 		/* The queue's flush request, or one started before tracing began: classified from its
 		 * flags now; queued since the kernel's own start time (blk_kick_flush for a flush). */
@@ -384,7 +382,7 @@ int BPF_PROG(on_rq_complete, struct request *rq, blk_status_t error, unsigned in
 
 	if (!info || info->ended || !rq)
 		return 0;
-	now = bpf_ktime_get_ns();  /* after the filter: reading the clock costs 50-80 ns in a VM */
+	now = bpf_ktime_get_ns(); /* after the filter: reading the clock costs 50-80 ns in a VM */
 	if (info->issue_ns && !info->device_done) {
 		info->device_done = 1;
 		v = stats_of(info->dev, info->cls, info->phase);
@@ -393,9 +391,8 @@ int BPF_PROG(on_rq_complete, struct request *rq, blk_status_t error, unsigned in
 			hist_record(&v->device, now - info->issue_ns);
 		}
 	}
-	if ((rq->rq_flags & flush_seq) &&
-	    op_of(rq->cmd_flags) != bpf_core_enum_value(enum req_op, REQ_OP_FLUSH))
-		return 0;   /* more to come */
+	if ((rq->rq_flags & flush_seq) && op_of(rq->cmd_flags) != bpf_core_enum_value(enum req_op, REQ_OP_FLUSH))
+		return 0; /* more to come */
 	info->ended = 1;
 	if (!info->issue_ns) {
 		info->phase = current_phase();
@@ -417,7 +414,7 @@ int BPF_PROG(on_io_done, struct request *rq)
 	struct blk_val *v;
 
 	if (!info || !info->ended)
-		return 0;   /* not ours, or the first end of a request in the flush sequence */
+		return 0; /* not ours, or the first end of a request in the flush sequence */
 	now = bpf_ktime_get_ns();
 	v = stats_of(info->dev, info->cls, info->phase);
 	if (v && info->born_ns && info->born_ns <= now) {

@@ -27,23 +27,23 @@ char LICENSE[] SEC("license") = "GPL";
 
 /* What an aggregate counts (mirrored in profiler/behind/btrfs.py EVENTS). */
 enum btrfs_event {
-	BT_SYNC_FILE = 0,      /* arg: datasync */
-	BT_COMMIT = 1,         /* stack: the committing thread's */
-	BT_OE_ADD = 2,         /* arg: ordered extent type (enum ordered_type below); bytes: len */
-	BT_OE_START = 3,       /* someone started and waits for an ordered extent; bytes: len */
-	BT_OE_FINISH = 4,      /* I/O of a range of an ordered extent completed; arg: uptodate */
-	BT_OE_REMOVE = 5,      /* ordered extent done (file extent item inserted) and removed */
-	BT_TICKET = 6,         /* arg: flush | space << 8 | failed << 16; bytes; wait time */
-	BT_FLUSH_SPACE = 7,    /* arg: state | for_preempt << 8 | failed << 9; bytes: num_bytes */
-	BT_TRIGGER_FLUSH = 8,  /* arg: flush | reason << 8 (0 enospc, 1 preempt, 2 other); bytes */
-	BT_SUPER_WRITE = 9,    /* dev: block device; arg: mirror (0 = primary); stack: submitter */
+	BT_SYNC_FILE = 0,     /* arg: datasync */
+	BT_COMMIT = 1,        /* stack: the committing thread's */
+	BT_OE_ADD = 2,        /* arg: ordered extent type (enum ordered_type below); bytes: len */
+	BT_OE_START = 3,      /* someone started and waits for an ordered extent; bytes: len */
+	BT_OE_FINISH = 4,     /* I/O of a range of an ordered extent completed; arg: uptodate */
+	BT_OE_REMOVE = 5,     /* ordered extent done (file extent item inserted) and removed */
+	BT_TICKET = 6,        /* arg: flush | space << 8 | failed << 16; bytes; wait time */
+	BT_FLUSH_SPACE = 7,   /* arg: state | for_preempt << 8 | failed << 9; bytes: num_bytes */
+	BT_TRIGGER_FLUSH = 8, /* arg: flush | reason << 8 (0 enospc, 1 preempt, 2 other); bytes */
+	BT_SUPER_WRITE = 9,   /* dev: block device; arg: mirror (0 = primary); stack: submitter */
 };
 
 /* Histograms (bt_hists "which"). */
 enum btrfs_hist {
-	BH_COMMIT = 0,         /* commit critical section, ns (commit_stats.last_commit_dur) */
-	BH_TICKET_WAIT = 1,    /* reservation ticket: queued -> granted or failed */
-	BH_OE_LIFE = 2,        /* ordered extent: added -> removed */
+	BH_COMMIT = 0,      /* commit critical section, ns (commit_stats.last_commit_dur) */
+	BH_TICKET_WAIT = 1, /* reservation ticket: queued -> granted or failed */
+	BH_OE_LIFE = 2,     /* ordered extent: added -> removed */
 };
 
 struct fsid_key {
@@ -51,7 +51,7 @@ struct fsid_key {
 };
 
 struct bt_key {
-	__u32 dev;             /* superblock dev_t (block dev_t for BT_SUPER_WRITE) */
+	__u32 dev; /* superblock dev_t (block dev_t for BT_SUPER_WRITE) */
 	__u16 phase;
 	__u16 event;
 	__u32 arg;
@@ -94,8 +94,8 @@ struct resv_key {
 };
 
 struct commit_seen {
-	__u64 commit_count;    /* commit_stats.commit_count at the last commit seen */
-	__u64 last_ns;         /* that commit's duration */
+	__u64 commit_count; /* commit_stats.commit_count at the last commit seen */
+	__u64 last_ns;      /* that commit's duration */
 };
 
 /* fsid -> superblock dev_t of each btrfs under test (userspace fills it). */
@@ -195,16 +195,14 @@ static __always_inline __u32 fs_info_dev(const struct btrfs_fs_info *fs_info)
  * trusted_ptr_or_null and refuses that arithmetic before the check. */
 static __always_inline __u32 inode_dev(const struct btrfs_inode *inode)
 {
-	struct btrfs_root *root = inode ? inode->root : NULL;   /* BTF pointers: plain loads */
+	struct btrfs_root *root = inode ? inode->root : NULL; /* BTF pointers: plain loads */
 
 	return root ? fs_info_dev(root->fs_info) : 0;
 }
 
-static __always_inline void count_event(__u32 dev, __u16 event, __u32 arg, __s32 stackid, __u64 bytes,
-					__u64 ns)
+static __always_inline void count_event(__u32 dev, __u16 event, __u32 arg, __s32 stackid, __u64 bytes, __u64 ns)
 {
-	struct bt_key key = { .dev = dev, .phase = current_phase(), .event = event, .arg = arg,
-			      .stackid = stackid };
+	struct bt_key key = { .dev = dev, .phase = current_phase(), .event = event, .arg = arg, .stackid = stackid };
 	struct bt_val *v, zero = {};
 
 	v = lookup_or_init(&bt_counts, &key, &zero, DROP_FS_FULL);
@@ -353,9 +351,9 @@ static __always_inline __u32 ordered_type(unsigned long flags)
  * btrfs_ino(inode), which is vfs_inode.i_ino on 64-bit kernels since 6.0; root_objectid =
  * inode->root->root_key.objectid; file_offset, len (= num_bytes) and flags from the ordered extent. */
 static __always_inline void oe_key_of(struct oe_key *key, __u32 dev, const struct btrfs_inode *inode,
-				      const struct btrfs_ordered_extent *ordered)
+                                      const struct btrfs_ordered_extent *ordered)
 {
-	struct btrfs_root *root = inode->root;   /* inode and ordered are non-NULL BTF pointers here */
+	struct btrfs_root *root = inode->root; /* inode and ordered are non-NULL BTF pointers here */
 
 	key->dev = dev;
 	key->root = root ? root->root_key.objectid : 0;
@@ -370,7 +368,7 @@ int BPF_PROG(on_oe_add, const struct btrfs_inode *inode, const struct btrfs_orde
 	struct oe_key key = {};
 	struct oe_val val = {};
 
-	if (!dev || !inode || !ordered)   /* all three checked: 6.12 takes the arguments as possibly NULL */
+	if (!dev || !inode || !ordered) /* all three checked: 6.12 takes the arguments as possibly NULL */
 		return 0;
 	count_event(dev, BT_OE_ADD, ordered_type(ordered->flags), -1, ordered->num_bytes, 0);
 	oe_key_of(&key, dev, inode, ordered);
@@ -412,7 +410,7 @@ int BPF_PROG(on_oe_remove, const struct btrfs_inode *inode, const struct btrfs_o
 	struct oe_key key = {};
 	struct oe_val *added;
 
-	if (!dev || !inode || !ordered)   /* all three checked: 6.12 takes the arguments as possibly NULL */
+	if (!dev || !inode || !ordered) /* all three checked: 6.12 takes the arguments as possibly NULL */
 		return 0;
 	count_event(dev, BT_OE_REMOVE, 0, -1, ordered->num_bytes, 0);
 	oe_key_of(&key, dev, inode, ordered);
@@ -429,8 +427,8 @@ int BPF_PROG(on_oe_remove, const struct btrfs_inode *inode, const struct btrfs_o
  * failed), in the waiting thread. start_ns is ktime_get_ns() when the ticket was queued (0 if
  * the tracepoint was off then), the same clock as bpf_ktime_get_ns(). */
 SEC("tp_btf/btrfs_reserve_ticket")
-int BPF_PROG(on_reserve_ticket, const struct btrfs_fs_info *fs_info, u64 flags, u64 bytes, u64 start_ns,
-	     int flush, int error)
+int BPF_PROG(on_reserve_ticket, const struct btrfs_fs_info *fs_info, u64 flags, u64 bytes, u64 start_ns, int flush,
+             int error)
 {
 	__u32 dev = fs_info_dev(fs_info);
 	__u64 now = bpf_ktime_get_ns(), start = start_ns, wait = 0;
@@ -452,8 +450,8 @@ int BPF_PROG(on_reserve_ticket, const struct btrfs_fs_info *fs_info, u64 flags, 
  * refs, delalloc, chunk allocation, a transaction commit...), by the async reclaim worker or a
  * priority ticket's own thread. */
 SEC("tp_btf/btrfs_flush_space")
-int BPF_PROG(on_flush_space, const struct btrfs_fs_info *fs_info, u64 flags, u64 num_bytes, int state,
-	     int ret, bool for_preempt)
+int BPF_PROG(on_flush_space, const struct btrfs_fs_info *fs_info, u64 flags, u64 num_bytes, int state, int ret,
+             bool for_preempt)
 {
 	__u32 dev = fs_info_dev(fs_info);
 	__u32 arg = (state & 0xff) | (for_preempt ? 1 : 0) << 8 | (ret ? 1 : 0) << 9;
@@ -468,7 +466,7 @@ int BPF_PROG(on_flush_space, const struct btrfs_fs_info *fs_info, u64 flags, u64
  * queued) or "preempt" (preemptive reclaim, nobody waits yet). */
 SEC("tp_btf/btrfs_trigger_flush")
 int BPF_PROG(on_trigger_flush, const struct btrfs_fs_info *fs_info, u64 flags, u64 bytes, int flush,
-	     const char *reason_str)
+             const char *reason_str)
 {
 	__u32 dev = fs_info_dev(fs_info);
 	char reason[2] = {};
@@ -487,8 +485,8 @@ int BPF_PROG(on_trigger_flush, const struct btrfs_fs_info *fs_info, u64 flags, u
 /* btrfs_space_reservation: bytes reserved or released in a block reserve, by type ("delalloc",
  * "transaction", "delayed_inode", "space_info", "space_info:enospc", ...). */
 SEC("tp_btf/btrfs_space_reservation")
-int BPF_PROG(on_space_reservation, const struct btrfs_fs_info *fs_info, const char *type, u64 val,
-	     u64 bytes, int reserve)
+int BPF_PROG(on_space_reservation, const struct btrfs_fs_info *fs_info, const char *type, u64 val, u64 bytes,
+             int reserve)
 {
 	__u32 dev = fs_info_dev(fs_info);
 	struct resv_key key = {};

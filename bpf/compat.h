@@ -90,7 +90,8 @@ static __always_inline __u64 global_dirty_limit(void)
 
 	if (k && k->global_wb_domain)
 		bpf_probe_read_kernel(&limit, sizeof(limit),
-				      (const char *)k->global_wb_domain + bpf_core_field_offset(struct wb_domain, dirty_limit));
+		                      (const char *)k->global_wb_domain +
+		                              bpf_core_field_offset(struct wb_domain, dirty_limit));
 	return limit;
 }
 
@@ -112,7 +113,7 @@ struct bdp_event {
 	__u64 limit, setpoint, dirty, wb_setpoint, wb_dirty;
 	__u64 dirty_ratelimit, task_ratelimit;
 	__u32 dirtied;
-	__s64 pause;       /* jiffies: the tracepoint's pause is pause * 1000 / HZ ms */
+	__s64 pause; /* jiffies: the tracepoint's pause is pause * 1000 / HZ ms */
 };
 
 /* Which argument layout this kernel has is a CO-RE constant: the other branch, whose context reads

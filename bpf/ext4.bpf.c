@@ -34,22 +34,22 @@ char LICENSE[] SEC("license") = "GPL";
 
 /* Commit phases, each timed from its tracepoint to the next. */
 enum commit_phase {
-	CPH_START = 0,     /* start_commit -> commit_locking */
-	CPH_LOCKING,       /* commit_locking -> commit_flushing: waiting for open handles */
-	CPH_FLUSHING,      /* commit_flushing -> commit_logging: submitting ordered data */
-	CPH_LOGGING,       /* commit_logging -> run_stats: log writes, data wait, flush, commit block */
-	CPH_END,           /* run_stats -> end_commit: commit callbacks */
+	CPH_START = 0, /* start_commit -> commit_locking */
+	CPH_LOCKING,   /* commit_locking -> commit_flushing: waiting for open handles */
+	CPH_FLUSHING,  /* commit_flushing -> commit_logging: submitting ordered data */
+	CPH_LOGGING,   /* commit_logging -> run_stats: log writes, data wait, flush, commit block */
+	CPH_END,       /* run_stats -> end_commit: commit callbacks */
 	N_CPH,
 };
 
 /* One (journal device, workload phase) of jbd2 commits. */
 struct jbd2_val {
-	__u64 commits;             /* jbd2_run_stats seen: what /proc/fs/jbd2/<dev>-8/info counts */
-	__u64 timed;               /* commits seen from jbd2_start_commit to jbd2_end_commit */
-	__u64 sync_commits;        /* timed commits whose transaction was marked synchronous */
+	__u64 commits;      /* jbd2_run_stats seen: what /proc/fs/jbd2/<dev>-8/info counts */
+	__u64 timed;        /* commits seen from jbd2_start_commit to jbd2_end_commit */
+	__u64 sync_commits; /* timed commits whose transaction was marked synchronous */
 	__u64 phase_ns[N_CPH];
 	__u64 phase_max_ns[N_CPH];
-	__u64 kernel_ns;           /* commit_flushing -> run_stats: the span jbd2's commit_time covers */
+	__u64 kernel_ns; /* commit_flushing -> run_stats: the span jbd2's commit_time covers */
 	/* The commit block (REQ_PREFLUSH|REQ_FUA unless barrier=0 or async_commit): from its
 	 * submission by the commit thread to the end of the commit's logging; its blocked time is the
 	 * cache flush + FUA write that the worker stacks cannot tell from log block writes (both
@@ -64,7 +64,7 @@ struct jbd2_val {
 	 * jbd2_checkpoint_stats (a transaction leaving the checkpoint list) */
 	__u64 checkpoints, checkpoint_errors;
 	__u64 chp_transactions, chp_time_j, chp_written, chp_dropped, chp_forced;
-	struct hist commit;        /* start_commit -> end_commit */
+	struct hist commit; /* start_commit -> end_commit */
 };
 
 struct jbd2_key {
@@ -80,8 +80,8 @@ struct commit_key {
 };
 
 struct commit_state {
-	__u64 ts[N_CPH];           /* when each phase began; 0 = not seen */
-	__u16 phase;               /* workload phase at jbd2_start_commit */
+	__u64 ts[N_CPH]; /* when each phase began; 0 = not seen */
+	__u16 phase;     /* workload phase at jbd2_start_commit */
 	__u8 sync;
 	__u8 pad[5];
 };
@@ -93,7 +93,7 @@ struct journal_state {
 	__u64 last_start_ns;
 	__u64 ewma_ns;
 	__u64 ewma_commits;
-	__u64 fc_ewma_ns;          /* the same for fast commits done fast (s_fc_avg_commit_time, fc_info) */
+	__u64 fc_ewma_ns; /* the same for fast commits done fast (s_fc_avg_commit_time, fc_info) */
 	__u64 fc_ewma_commits;
 };
 
@@ -122,25 +122,25 @@ struct fc_inflight {
 
 /* Delayed allocation and block allocation events, by who ran them. */
 enum da_event {
-	DA_WRITE_BEGIN = 0,    /* ext4_da_write_begin: a buffered write with delalloc (blocks reserved) */
-	DA_NODA_WRITE_BEGIN,   /* ext4_write_begin: a buffered write without delalloc (nodelalloc,
+	DA_WRITE_BEGIN = 0,  /* ext4_da_write_begin: a buffered write with delalloc (blocks reserved) */
+	DA_NODA_WRITE_BEGIN, /* ext4_write_begin: a buffered write without delalloc (nodelalloc,
 	                        * data=journal, or delalloc switched off when space runs low) */
-	DA_RESERVE,            /* ext4_da_reserve_space: blocks reserved at write time */
-	DA_RELEASE,            /* ext4_da_release_space: reservations dropped (truncate, punch) */
-	DA_CLAIM,              /* ext4_da_update_reserve_space: reserved blocks turned into allocated */
-	DA_MAP_EXTENT,         /* ext4_da_write_pages_extent: writeback maps a delayed extent */
-	DA_REQUEST,            /* ext4_request_blocks: an allocation request to mballoc */
-	DA_ALLOC_DELALLOC,     /* ext4_allocate_blocks with EXT4_MB_DELALLOC_RESV: delalloc blocks */
-	DA_ALLOC_OTHER,        /* ext4_allocate_blocks otherwise (metadata, nodelalloc data, ...) */
-	DA_MBALLOC,            /* ext4_mballoc_alloc: mballoc's search; blocks = groups scanned */
-	DA_FREE,               /* ext4_free_blocks: blocks freed (unlink, truncate, punch) */
+	DA_RESERVE,          /* ext4_da_reserve_space: blocks reserved at write time */
+	DA_RELEASE,          /* ext4_da_release_space: reservations dropped (truncate, punch) */
+	DA_CLAIM,            /* ext4_da_update_reserve_space: reserved blocks turned into allocated */
+	DA_MAP_EXTENT,       /* ext4_da_write_pages_extent: writeback maps a delayed extent */
+	DA_REQUEST,          /* ext4_request_blocks: an allocation request to mballoc */
+	DA_ALLOC_DELALLOC,   /* ext4_allocate_blocks with EXT4_MB_DELALLOC_RESV: delalloc blocks */
+	DA_ALLOC_OTHER,      /* ext4_allocate_blocks otherwise (metadata, nodelalloc data, ...) */
+	DA_MBALLOC,          /* ext4_mballoc_alloc: mballoc's search; blocks = groups scanned */
+	DA_FREE,             /* ext4_free_blocks: blocks freed (unlink, truncate, punch) */
 	N_DA_EVENTS,
 };
 
 enum who {
-	WHO_SYSCALL = 0,       /* a user thread inside syscall `nr` */
-	WHO_USER = 1,          /* a user thread outside a syscall (page fault: mmap writes) */
-	WHO_KTHREAD = 2,       /* a kernel thread (the flusher's kworker, jbd2, ...) */
+	WHO_SYSCALL = 0, /* a user thread inside syscall `nr` */
+	WHO_USER = 1,    /* a user thread outside a syscall (page fault: mmap writes) */
+	WHO_KTHREAD = 2, /* a kernel thread (the flusher's kworker, jbd2, ...) */
 };
 
 struct da_key {
@@ -158,7 +158,7 @@ struct da_val {
 	__u64 blocks;
 };
 
-#define EXT4_MB_DELALLOC_RESV 0x0400   /* allocation flag: blocks come from a delalloc reservation */
+#define EXT4_MB_DELALLOC_RESV 0x0400 /* allocation flag: blocks come from a delalloc reservation */
 
 /* Devices under test (kernel dev_t): the superblock's and its block devices. */
 struct {
@@ -224,7 +224,7 @@ struct {
  * sched_switch program for all, rather than one more run at every switch on the machine). */
 struct commit_block {
 	__u64 start_ns;
-	__u64 blocked_at_start;   /* NO_WINDOW: the commit had no worker window (its blocked time is not known) */
+	__u64 blocked_at_start; /* NO_WINDOW: the commit had no worker window (its blocked time is not known) */
 	struct commit_key commit;
 };
 
@@ -300,15 +300,14 @@ static __always_inline struct commit_state *commit_of(__u32 dev, __u32 tid)
 /* The dev every journal_t tracepoint records: journal->j_fs_dev->bd_dev. */
 static __always_inline __u32 journal_dev(journal_t *journal)
 {
-	struct block_device *bdev = journal ? journal->j_fs_dev : NULL;   /* BTF pointers: plain loads */
+	struct block_device *bdev = journal ? journal->j_fs_dev : NULL; /* BTF pointers: plain loads */
 
 	return bdev ? bdev->bd_dev : 0;
 }
 
 /* The jbd2_commit class's dev and transaction (and jbd2_end_commit's, assigned the same way):
  * journal->j_fs_dev->bd_dev and commit_transaction->t_tid. false if an argument is NULL. */
-static __always_inline bool commit_key_of(journal_t *journal, transaction_t *txn,
-					  struct commit_key *key)
+static __always_inline bool commit_key_of(journal_t *journal, transaction_t *txn, struct commit_key *key)
 {
 	if (!journal || !txn)
 		return false;
@@ -394,7 +393,6 @@ int BPF_PROG(on_jbd2_commit_logging, journal_t *journal, transaction_t *commit_t
 
 /* ---- the commit block ---- */
 
-
 /* A bio queued by a commit thread with REQ_PREFLUSH and data ("FWFS..." in rwbs): the commit
  * block, which with barriers on carries the cache flush and the FUA write. (jbd2 runs
  * journal_submit_commit_record() in its own context, so block_bio_queue sees the commit thread.) An
@@ -418,8 +416,7 @@ int BPF_PROG(on_bio_queue, struct bio *bio)
 	if (!commit || !bio || !(bio->bi_iter.bi_size >> 9))
 		return 0;
 	opf = bio->bi_opf;
-	if (!(opf & REQ_BIT(__REQ_PREFLUSH)) &&
-	    op_of(opf) != bpf_core_enum_value(enum req_op, REQ_OP_FLUSH))
+	if (!(opf & REQ_BIT(__REQ_PREFLUSH)) && op_of(opf) != bpf_core_enum_value(enum req_op, REQ_OP_FLUSH))
 		return 0;
 	cb.start_ns = bpf_ktime_get_ns();
 	cb.blocked_at_start = window_blocked_ns(thread);
@@ -882,8 +879,7 @@ static __always_inline void span_end(void *map, struct inode *inode, __u16 event
 	key.phase = current_phase();
 	key.event = event_on_cpu + (switches_of(bpf_get_current_task_btf()) != st->switches);
 	fill_who(&key);
-	if (st->start_ns && st->start_ns <= now &&
-	    (v = lookup_or_init(&freeing_spans, &key, &zero, DROP_FS_FULL))) {
+	if (st->start_ns && st->start_ns <= now && (v = lookup_or_init(&freeing_spans, &key, &zero, DROP_FS_FULL))) {
 		__sync_fetch_and_add(&v->count, 1);
 		__sync_fetch_and_add(&v->ns, now - st->start_ns);
 	}

@@ -5,14 +5,14 @@
 #ifndef FSPROF_H
 #define FSPROF_H
 
-#define HIST_SLOTS 40          /* log2(ns) slots: 2^40 ns is about 18 minutes */
+#define HIST_SLOTS 40 /* log2(ns) slots: 2^40 ns is about 18 minutes */
 #define MAX_SYSCALL_NR 512
 /* Latency histograms are linear-in-log: each power of two is cut into 2^FINE_SUB_BITS slots, so a
  * percentile read at a slot's midpoint is within 1/32 (3.1%) of the true value. Values below 16 ns
  * have a slot each; 2^40 ns (about 18 minutes) and above share the last slot. */
 #define FINE_SUB_BITS 4
 #define FINE_SLOTS ((40 - FINE_SUB_BITS + 1) << FINE_SUB_BITS)
-#define MAX_STACK_DEPTH 64     /* filesystem stacks seen here are 20-45 frames deep */
+#define MAX_STACK_DEPTH 64 /* filesystem stacks seen here are 20-45 frames deep */
 
 /* Phase markers: a traced process calls prctl(FSPROF_PHASE_MAGIC, index) (workloads/phase.h and
  * workloads/common.py); no kernel defines this option, so it returns EINVAL and changes nothing. */
@@ -41,7 +41,7 @@ enum filter_mode {
 
 struct filter {
 	__u32 mode;
-	__u32 dev;             /* nonzero: only operations on this superblock count */
+	__u32 dev; /* nonzero: only operations on this superblock count */
 };
 
 /* Stack sampling (fsprof --stack-sample): off-CPU and waker stacks are walked in 1 of `every`
@@ -60,26 +60,26 @@ struct stack_sampling {
 struct phase_state {
 	__u32 current;
 	__u32 pad;
-	__u64 start_ns[MAX_PHASES];   /* bpf_ktime_get_ns() when each phase was first entered */
+	__u64 start_ns[MAX_PHASES]; /* bpf_ktime_get_ns() when each phase was first entered */
 };
 
 /* Events the probes could not record, counted so that nothing is lost silently. */
 enum drop_reason {
-	DROP_INFLIGHT_FULL = 0,  /* no room to remember a traced syscall: its time is not counted */
-	DROP_OPS_FULL,           /* op histogram map full */
-	DROP_OFFCPU_FULL,        /* off-CPU aggregate map full */
-	DROP_OFFCPU_STACK,       /* switch-out stack not captured (stack map full or collision) */
-	DROP_SAMPLES_FULL,       /* on-CPU sample map full */
-	DROP_SAMPLE_STACK,       /* sample stack not captured */
-	DROP_OFF_SLOTS,          /* an open blocked at more distinct stacks than it keeps: the extra
+	DROP_INFLIGHT_FULL = 0, /* no room to remember a traced syscall: its time is not counted */
+	DROP_OPS_FULL,          /* op histogram map full */
+	DROP_OFFCPU_FULL,       /* off-CPU aggregate map full */
+	DROP_OFFCPU_STACK,      /* switch-out stack not captured (stack map full or collision) */
+	DROP_SAMPLES_FULL,      /* on-CPU sample map full */
+	DROP_SAMPLE_STACK,      /* sample stack not captured */
+	DROP_OFF_SLOTS,         /* an open blocked at more distinct stacks than it keeps: the extra
 	                          * interval went under the filesystem known at entry (its relative
 	                          * path's), which differs from the final one only across a mount */
-	DROP_BLOCK_FULL,         /* block request map full */
-	DROP_WAKER_STACK,        /* a waker's stack not captured: the wait is kept, its waker stack is -1 */
-	DROP_WORKER_FULL,        /* a filesystem worker window or its off-CPU aggregate did not fit */
-	DROP_FS_FULL,            /* a journal/log/transaction aggregate map full (bpf/<fs>.bpf.c) */
-	DROP_RQ_FULL,            /* block request tracking map full: that request's times are not counted */
-	DROP_WRITEBACK_FULL,     /* writeback/dirty-throttling aggregate map full */
+	DROP_BLOCK_FULL,        /* block request map full */
+	DROP_WAKER_STACK,       /* a waker's stack not captured: the wait is kept, its waker stack is -1 */
+	DROP_WORKER_FULL,       /* a filesystem worker window or its off-CPU aggregate did not fit */
+	DROP_FS_FULL,           /* a journal/log/transaction aggregate map full (bpf/<fs>.bpf.c) */
+	DROP_RQ_FULL,           /* block request tracking map full: that request's times are not counted */
+	DROP_WRITEBACK_FULL,    /* writeback/dirty-throttling aggregate map full */
 	N_DROPS,
 };
 
@@ -87,7 +87,7 @@ struct hist {
 	__u64 count;
 	__u64 total_ns;
 	__u64 max_ns;
-	__u64 ret_sum;         /* op_hist: sum of positive return values (bytes, for read/write calls) */
+	__u64 ret_sum; /* op_hist: sum of positive return values (bytes, for read/write calls) */
 	__u64 slots[FINE_SLOTS];
 };
 
@@ -121,24 +121,24 @@ enum worker_kind {
 	WORKER_JBD2_COMMIT = 1,
 	WORKER_EXT4_FC_COMMIT = 2,
 	WORKER_XFS_CIL_PUSH = 3,
-	WORKER_XFS_LOG_WORKER = 4,   /* xfs_log_worker: the periodic log force and cover */
+	WORKER_XFS_LOG_WORKER = 4, /* xfs_log_worker: the periodic log force and cover */
 	WORKER_BTRFS_COMMIT = 5,
 	WORKER_BTRFS_LOG_SYNC = 6,
-	WORKER_XFS_INODEGC = 7,      /* xfs_inodegc_worker: inactivating unlinked inodes (freeing their blocks) */
-	WORKER_FLUSHER = 8,          /* a flusher pass (writeback_start to writeback_written) over a bdi */
+	WORKER_XFS_INODEGC = 7, /* xfs_inodegc_worker: inactivating unlinked inodes (freeing their blocks) */
+	WORKER_FLUSHER = 8,     /* a flusher pass (writeback_start to writeback_written) over a bdi */
 	N_WORKER_KINDS,
 };
 
 struct worker_window {
 	__u64 start_ns;
-	__u64 out_ns;          /* switched out inside the window; 0 while on CPU */
-	__u32 dev;             /* superblock (or journal) dev_t the work is for */
-	__u16 kind;            /* enum worker_kind */
+	__u64 out_ns; /* switched out inside the window; 0 while on CPU */
+	__u32 dev;    /* superblock (or journal) dev_t the work is for */
+	__u16 kind;   /* enum worker_kind */
 	__u16 phase;
 	__s32 out_stack;
 	__u16 out_runnable;
-	__u16 no_stacks;       /* stack sampling passed this window over: its intervals are STACK_NOT_WALKED */
-	__u64 blocked_ns;      /* off CPU and not runnable inside the window so far (ext4's commit block
+	__u16 no_stacks;  /* stack sampling passed this window over: its intervals are STACK_NOT_WALKED */
+	__u64 blocked_ns; /* off CPU and not runnable inside the window so far (ext4's commit block
 				* takes its part as the difference between two readings) */
 };
 
@@ -165,16 +165,16 @@ struct sample_key {
 /* Block request classes (bpf/block.bpf.c), from the flags the submitter gave (read at
  * block_io_start, before the flush machinery strips PREFLUSH/FUA on a device without them). */
 enum blk_class {
-	BLK_FLUSH = 0,         /* REQ_OP_FLUSH: what /sys/block/<dev>/stat counts as flush requests; also
+	BLK_FLUSH = 0,      /* REQ_OP_FLUSH: what /sys/block/<dev>/stat counts as flush requests; also
 	                        * an empty REQ_PREFLUSH write (blkdev_issue_flush), which only waits for one */
-	BLK_PREFLUSH_WRITE,    /* a write with REQ_PREFLUSH (cache flush before it; FUA or not) */
-	BLK_FUA_WRITE,         /* a write with REQ_FUA and no PREFLUSH */
-	BLK_META_WRITE,        /* a REQ_META write (journal, log, btree blocks) */
-	BLK_SYNC_WRITE,        /* a REQ_SYNC write (someone waits for it: fsync, O_DIRECT) */
-	BLK_ASYNC_WRITE,       /* any other write (background writeback) */
+	BLK_PREFLUSH_WRITE, /* a write with REQ_PREFLUSH (cache flush before it; FUA or not) */
+	BLK_FUA_WRITE,      /* a write with REQ_FUA and no PREFLUSH */
+	BLK_META_WRITE,     /* a REQ_META write (journal, log, btree blocks) */
+	BLK_SYNC_WRITE,     /* a REQ_SYNC write (someone waits for it: fsync, O_DIRECT) */
+	BLK_ASYNC_WRITE,    /* any other write (background writeback) */
 	BLK_READ,
-	BLK_DISCARD,           /* discard, secure erase */
-	BLK_OTHER,             /* write zeroes, zone and driver commands */
+	BLK_DISCARD, /* discard, secure erase */
+	BLK_OTHER,   /* write zeroes, zone and driver commands */
 	N_BLK_CLASSES,
 };
 
@@ -206,26 +206,26 @@ struct blk_key {
 	__u16 phase;
 };
 
-#define BLK_SIZE_SLOTS 24      /* log2(bytes) of issued requests; 8 MiB and above share the last */
+#define BLK_SIZE_SLOTS 24 /* log2(bytes) of issued requests; 8 MiB and above share the last */
 
 /* One (device, class, phase) of bpf/block.bpf.c. Counts at issue unless said otherwise; the
  * histograms in ns: queue = insert (or start) -> issue, device = issue -> completion. */
 struct blk_val {
-	__u64 count;           /* block_rq_issue events (as a bpftrace one-liner counts them) */
-	__u64 bytes;           /* bytes at issue */
-	__u64 completed;       /* issued, then completed (the device histogram's count) */
-	__u64 unissued;        /* ended without being issued: served by the flush machinery */
-	__u64 merged;          /* merged into another request before issue (block_rq_merge) */
-	__u64 requeued;        /* issued, then requeued (block_rq_requeue): issued again later */
-	__u64 lost;            /* issued, then issued again with no completion or requeue seen between:
+	__u64 count;            /* block_rq_issue events (as a bpftrace one-liner counts them) */
+	__u64 bytes;            /* bytes at issue */
+	__u64 completed;        /* issued, then completed (the device histogram's count) */
+	__u64 unissued;         /* ended without being issued: served by the flush machinery */
+	__u64 merged;           /* merged into another request before issue (block_rq_merge) */
+	__u64 requeued;         /* issued, then requeued (block_rq_requeue): issued again later */
+	__u64 lost;             /* issued, then issued again with no completion or requeue seen between:
 	                        * its completion passed untraced (see docs/behind-block.md) */
-	__u64 submitted;       /* block_io_start: new requests made from bios (phase at submission) */
-	__u64 fua;             /* of those, submitted with REQ_FUA */
-	__u64 preflush;        /* ... with REQ_PREFLUSH */
-	__u64 meta;            /* ... with REQ_META */
-	__u64 flush_asked;     /* flush class: cache flushes the submitted requests asked for */
-	__u64 wait_ns;         /* start -> insert of requests inserted after they started (plug, flush sequence) */
-	__u64 life_ns;         /* start -> end of issued requests, flush sequence included: the span
+	__u64 submitted;        /* block_io_start: new requests made from bios (phase at submission) */
+	__u64 fua;              /* of those, submitted with REQ_FUA */
+	__u64 preflush;         /* ... with REQ_PREFLUSH */
+	__u64 meta;             /* ... with REQ_META */
+	__u64 flush_asked;      /* flush class: cache flushes the submitted requests asked for */
+	__u64 wait_ns;          /* start -> insert of requests inserted after they started (plug, flush sequence) */
+	__u64 life_ns;          /* start -> end of issued requests, flush sequence included: the span
 	                        * /sys/block/<dev>/stat ticks measure */
 	__u64 unissued_life_ns; /* the same for the unissued ones */
 	__u64 size_log2[BLK_SIZE_SLOTS];
@@ -239,7 +239,7 @@ struct throttle_key {
 	__u16 bdi;
 	__u16 phase;
 	__u16 who;
-	__u16 nr;          /* syscall number for WHO_SYSCALL, else 0 */
+	__u16 nr; /* syscall number for WHO_SYSCALL, else 0 */
 };
 
 /* A pause announced by balance_dirty_pages, until the task is back on a CPU. */
@@ -250,11 +250,11 @@ struct pause_pending {
 };
 
 struct pause_val {
-	__u64 unmatched;           /* pauses whose sleep was not seen (BDP_ASYNC, or map full) */
-	struct hist slept;         /* ns from the tracepoint to the task's switch-in after the sleep */
+	__u64 unmatched;   /* pauses whose sleep was not seen (BDP_ASYNC, or map full) */
+	struct hist slept; /* ns from the tracepoint to the task's switch-in after the sleep */
 };
 
-#define PF_KTHREAD 0x00200000   /* include/linux/sched.h: a #define, not in BTF */
+#define PF_KTHREAD 0x00200000 /* include/linux/sched.h: a #define, not in BTF */
 
 /* Whether the current task is a kernel thread (task flags are a plain load through the BTF pointer). */
 static __always_inline bool in_kthread(void)
@@ -276,12 +276,29 @@ static __always_inline __u32 log2_slot(__u64 v)
 	__u32 slot = 0;
 
 	/* Unrolled binary search: the verifier accepts it and it costs a handful of instructions. */
-	if (v >= (1ULL << 32)) { v >>= 32; slot += 32; }
-	if (v >= (1ULL << 16)) { v >>= 16; slot += 16; }
-	if (v >= (1ULL << 8))  { v >>= 8;  slot += 8; }
-	if (v >= (1ULL << 4))  { v >>= 4;  slot += 4; }
-	if (v >= (1ULL << 2))  { v >>= 2;  slot += 2; }
-	if (v >= (1ULL << 1))  { slot += 1; }
+	if (v >= (1ULL << 32)) {
+		v >>= 32;
+		slot += 32;
+	}
+	if (v >= (1ULL << 16)) {
+		v >>= 16;
+		slot += 16;
+	}
+	if (v >= (1ULL << 8)) {
+		v >>= 8;
+		slot += 8;
+	}
+	if (v >= (1ULL << 4)) {
+		v >>= 4;
+		slot += 4;
+	}
+	if (v >= (1ULL << 2)) {
+		v >>= 2;
+		slot += 2;
+	}
+	if (v >= (1ULL << 1)) {
+		slot += 1;
+	}
 	return slot < HIST_SLOTS ? slot : HIST_SLOTS - 1;
 }
 
@@ -293,7 +310,7 @@ static __always_inline __u32 fine_slot(__u64 v)
 		return v;
 	if (v >= (1ULL << 40))
 		return FINE_SLOTS - 1;
-	e = log2_slot(v);   /* >= FINE_SUB_BITS here */
+	e = log2_slot(v); /* >= FINE_SUB_BITS here */
 	slot = ((e - FINE_SUB_BITS + 1) << FINE_SUB_BITS) + ((v >> (e - FINE_SUB_BITS)) & ((1 << FINE_SUB_BITS) - 1));
 	return slot < FINE_SLOTS ? slot : FINE_SLOTS - 1;
 }

@@ -8,7 +8,15 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
-enum { HIT_TP, HIT_RAW_TP, HIT_TP_BTF, HIT_PERF, HIT_KPROBE, HIT_FENTRY, HIT_MAX };
+enum {
+	HIT_TP,
+	HIT_RAW_TP,
+	HIT_TP_BTF,
+	HIT_PERF,
+	HIT_KPROBE,
+	HIT_FENTRY,
+	HIT_MAX
+};
 
 /* How often each program ran. */
 struct {

@@ -72,7 +72,7 @@ struct {
 } stacks_spill SEC(".maps");
 
 #define SPILL_STACK_BIT (1 << 30)
-#define ERR_EEXIST 17   /* errno.h is not in vmlinux.h */
+#define ERR_EEXIST 17 /* errno.h is not in vmlinux.h */
 
 /* The kernel stack id of ctx's context: from the main map, else (a collision there) from the
  * spill map with SPILL_STACK_BIT set; negative when neither could keep it (counted by callers). */
@@ -274,7 +274,7 @@ static __always_inline void pause_begin(struct throttle_key *key, __u64 now)
 	struct pause_pending p = { .start_ns = now, .key = *key };
 	struct pause_pending *earlier = bpf_map_lookup_elem(&pauses, &tid);
 
-	if (earlier) {   /* it never slept (BDP_ASYNC): unmatched, and replaced in place */
+	if (earlier) { /* it never slept (BDP_ASYNC): unmatched, and replaced in place */
 		pause_unmatched(&earlier->key);
 		*earlier = p;
 	} else if (bpf_map_update_elem(&pauses, &tid, &p, BPF_NOEXIST)) {
@@ -286,8 +286,8 @@ static __always_inline void pause_begin(struct throttle_key *key, __u64 now)
 }
 
 /* At a switch while pauses are open: prev's sleep starts, next's ends. */
-static __always_inline void pause_switch(struct task_struct *prev, unsigned int prev_state,
-					 struct task_struct *next, __u64 now)
+static __always_inline void pause_switch(struct task_struct *prev, unsigned int prev_state, struct task_struct *next,
+                                         __u64 now)
 {
 	__u32 tid = prev->pid;
 	struct pause_pending *p = bpf_map_lookup_elem(&pauses, &tid);
@@ -316,8 +316,9 @@ static __always_inline void pause_switch(struct task_struct *prev, unsigned int 
 static __always_inline void worker_begin(__u16 kind, __u32 dev)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct worker_window w = { .start_ns = bpf_ktime_get_ns(), .dev = dev, .kind = kind,
-				   .phase = current_phase(), .out_stack = -1 };
+	struct worker_window w = {
+		.start_ns = bpf_ktime_get_ns(), .dev = dev, .kind = kind, .phase = current_phase(), .out_stack = -1
+	};
 	struct worker_run *run;
 	long err;
 
@@ -326,7 +327,7 @@ static __always_inline void worker_begin(__u16 kind, __u32 dev)
 	run = worker_run_of(&w);
 	w.no_stacks = s && sampled_out(s, run ? run->windows : 0);
 	err = bpf_map_update_elem(&worker_windows, &tid, &w, BPF_NOEXIST);
-	if (err == -ERR_EEXIST) {  /* a window left open (its end missed): replaced, not counted again */
+	if (err == -ERR_EEXIST) { /* a window left open (its end missed): replaced, not counted again */
 		err = bpf_map_update_elem(&worker_windows, &tid, &w, BPF_ANY);
 	} else if (!err) {
 		open_count_add(&workers_open, 1);

@@ -18,7 +18,7 @@
 #include "shared_maps.h"
 
 #define AT_FDCWD -100
-#define OFF_SLOTS 4      /* distinct (stack, runnable) off-CPU kinds kept per in-flight syscall */
+#define OFF_SLOTS 4 /* distinct (stack, runnable) off-CPU kinds kept per in-flight syscall */
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -75,17 +75,17 @@ struct off_slot {
 
 struct inflight {
 	__u64 start_ns;
-	__u64 out_ns;          /* when it switched out; 0 while on CPU */
-	__u64 woken_ns;        /* when it was woken while switched out; 0 if not (yet) */
-	struct op_key op;      /* dev as known at entry; an open's fd is resolved at exit */
+	__u64 out_ns;     /* when it switched out; 0 while on CPU */
+	__u64 woken_ns;   /* when it was woken while switched out; 0 if not (yet) */
+	struct op_key op; /* dev as known at entry; an open's fd is resolved at exit */
 	__s32 out_stack;
 	__u8 out_runnable;
-	__u8 deferred;         /* an open, or a call its path did not place: its filesystem is known only
+	__u8 deferred;      /* an open, or a call its path did not place: its filesystem is known only
 	                        * at exit, so its off-CPU time waits in slots */
-	__u8 no_stacks;        /* stack sampling passed this call over: its intervals are STACK_NOT_WALKED */
-	__u8 counts_walks;     /* sampling, before the op's first waits_walked: its blocked intervals count there */
-	__u8 decided;          /* no_stacks and counts_walks are set (at the call's first switch-out) */
-	struct waker waker;    /* who woke it while switched out */
+	__u8 no_stacks;     /* stack sampling passed this call over: its intervals are STACK_NOT_WALKED */
+	__u8 counts_walks;  /* sampling, before the op's first waits_walked: its blocked intervals count there */
+	__u8 decided;       /* no_stacks and counts_walks are set (at the call's first switch-out) */
+	struct waker waker; /* who woke it while switched out */
 	struct off_slot slots[OFF_SLOTS];
 };
 
@@ -312,8 +312,8 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 
 /* waker NULL: no waker (runnable time, or a wakeup not seen). No const global stands for it:
  * struct copies from .rodata came out wrong on this kernel/clang (the in-flight record was clobbered). */
-static __always_inline void add_offcpu(struct op_key *opk, __s32 stackid, __u32 runnable,
-				       const struct waker *waker, __u64 count, __u64 ns)
+static __always_inline void add_offcpu(struct op_key *opk, __s32 stackid, __u32 runnable, const struct waker *waker,
+                                       __u64 count, __u64 ns)
 {
 	struct off_key key = { .op = *opk, .stackid = stackid, .runnable = runnable, .waker_stack = waker->stack };
 	struct off_val *v, zero = {};
@@ -375,11 +375,11 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 	f = get_filter();
 	if (!f || !f->dev || key.dev == f->dev) {
 		add_op(&key, delta, ret);
-		#pragma unroll
+#pragma unroll
 		for (int i = 0; i < OFF_SLOTS; i++) {
 			if (op->deferred && op->slots[i].count)
 				add_offcpu(&key, op->slots[i].stackid, op->slots[i].runnable, &op->slots[i].waker,
-					   op->slots[i].count, op->slots[i].total_ns);
+				           op->slots[i].count, op->slots[i].total_ns);
 		}
 	}
 	op->start_ns = 0;
@@ -417,10 +417,10 @@ __noinline int add_interval(struct inflight *op, __u32 runnable, __u32 woken, __
 		add_offcpu(&op->op, stack, runnable, waker, 1, ns);
 		return 0;
 	}
-	#pragma unroll
+#pragma unroll
 	for (int i = 0; i < OFF_SLOTS; i++) {
-		if (op->slots[i].count && op->slots[i].stackid == stack &&
-		    op->slots[i].runnable == runnable && op->slots[i].waker.stack == waker->stack) {
+		if (op->slots[i].count && op->slots[i].stackid == stack && op->slots[i].runnable == runnable &&
+		    op->slots[i].waker.stack == waker->stack) {
 			op->slots[i].count++;
 			op->slots[i].total_ns += ns;
 			return 0;
@@ -536,16 +536,15 @@ static __always_inline void decide_stacks(struct inflight *op)
 	op->decided = 1;
 	if (!s)
 		return;
-	key = op->op;   /* a copy on the stack: older verifiers take a map key from there */
+	key = op->op; /* a copy on the stack: older verifiers take a map key from there */
 	n = bpf_map_lookup_elem(&waits_walked, &key);
-	walked = n ? *n : 0;   /* read once: other CPUs add to it */
+	walked = n ? *n : 0; /* read once: other CPUs add to it */
 	op->counts_walks = walked < s->first;
 	op->no_stacks = sampled_out(s, walked);
 }
 
 SEC("tp_btf/sched_switch")
-int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
-	     unsigned int prev_state)
+int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next, unsigned int prev_state)
 {
 	struct inflight *op;
 	__u64 now = 0;
@@ -688,7 +687,7 @@ int BPF_PROG(on_exit, struct task_struct *p)
 	__u32 tid = (__u32)id, tgid = id >> 32;
 	struct inflight *op = inflight_of(bpf_get_current_task_btf());
 
-	if (op)   /* exit inside a syscall (exit_group): no sys_exit, and its last switch is no wait */
+	if (op) /* exit inside a syscall (exit_group): no sys_exit, and its last switch is no wait */
 		op->start_ns = 0;
 	worker_forget(tid);
 	/* Threads were added by tid when they were created; the process leaves with its last thread

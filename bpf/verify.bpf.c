@@ -22,22 +22,22 @@ char LICENSE[] SEC("license") = "GPL";
 #define N_COMPRESS 8
 
 /* vdevs value bits (profiler/verify/probe.py fills them). */
-#define VDEV_FS 1      /* a device the filesystem submits bios to (block_bio_queue's bio->bi_bdev) */
-#define VDEV_DISK 2    /* a disk whose requests are counted (block_rq_*: the whole disk) */
+#define VDEV_FS 1   /* a device the filesystem submits bios to (block_bio_queue's bio->bi_bdev) */
+#define VDEV_DISK 2 /* a disk whose requests are counted (block_rq_*: the whole disk) */
 
 /* vinos values: what the probe uses the inode for. */
-#define ROLE_DATA 1     /* written and fsynced: ordered extents, delalloc */
-#define ROLE_ATIME 2    /* only read: is it dirtied? */
-#define ROLE_EXPIRE 3   /* dirtied once, then left to the flusher */
-#define ROLE_KEEP 4     /* rewritten every few hundred ms to keep the bdi and the journal busy */
+#define ROLE_DATA 1   /* written and fsynced: ordered extents, delalloc */
+#define ROLE_ATIME 2  /* only read: is it dirtied? */
+#define ROLE_EXPIRE 3 /* dirtied once, then left to the flusher */
+#define ROLE_KEEP 4   /* rewritten every few hundred ms to keep the bdi and the journal busy */
 
 struct verify_cfg {
-	__u32 tgid;              /* the probe workload: verify's own process */
-	__u32 sb_dev;            /* the superblock's s_dev (kernel encoding) */
-	__u32 journal_dev;       /* jbd2's dev (the journal's filesystem device) */
-	__u32 has_fsid;          /* btrfs: fsid below is set */
-	__u8 fsid[FSID_LEN];     /* btrfs */
-	char bdi[BDI_LEN];       /* the bdi the filesystem writes back through, as writeback_* name it */
+	__u32 tgid;          /* the probe workload: verify's own process */
+	__u32 sb_dev;        /* the superblock's s_dev (kernel encoding) */
+	__u32 journal_dev;   /* jbd2's dev (the journal's filesystem device) */
+	__u32 has_fsid;      /* btrfs: fsid below is set */
+	__u8 fsid[FSID_LEN]; /* btrfs */
+	char bdi[BDI_LEN];   /* the bdi the filesystem writes back through, as writeback_* name it */
 };
 
 /* Counters, all for the filesystem under test; mirrored by COUNTERS in profiler/verify/probe.py. */
@@ -77,19 +77,19 @@ enum vcounter {
 	VC_OE_DISK_BYTES,        /* their bytes on disk (smaller when compressed) */
 	VC_SYNC_FS,              /* sync_fs of the filesystem by another process */
 	VC_WB_REASON,            /* writeback_start by reason: N_WB_REASONS slots from here */
-	VC_OE_COMPRESS = VC_WB_REASON + N_WB_REASONS,   /* ordered extents by compress_type: N_COMPRESS slots */
+	VC_OE_COMPRESS = VC_WB_REASON + N_WB_REASONS, /* ordered extents by compress_type: N_COMPRESS slots */
 	N_VCOUNTERS = VC_OE_COMPRESS + N_COMPRESS,
 };
 
 /* Running statistics of a value; min and max are racy (no atomic min/max in BPF). */
 enum vstat_id {
-	VS_DIRTY_THRESH = 0,     /* global_dirty_state dirty_thresh (pages) */
-	VS_BG_THRESH,            /* global_dirty_state background_thresh */
-	VS_DIRTY_LIMIT,          /* global_dirty_state dirty_limit (the smoothed limit) */
-	VS_BDP_LIMIT,            /* balance_dirty_pages limit */
-	VS_ICLOG_SIZE,           /* the log's l_iclog_size at each log write */
-	VS_ICLOG_BUFS,           /* the log's l_iclog_bufs */
-	VS_LOG_WRITE,            /* bytes of each log write */
+	VS_DIRTY_THRESH = 0, /* global_dirty_state dirty_thresh (pages) */
+	VS_BG_THRESH,        /* global_dirty_state background_thresh */
+	VS_DIRTY_LIMIT,      /* global_dirty_state dirty_limit (the smoothed limit) */
+	VS_BDP_LIMIT,        /* balance_dirty_pages limit */
+	VS_ICLOG_SIZE,       /* the log's l_iclog_size at each log write */
+	VS_ICLOG_BUFS,       /* the log's l_iclog_bufs */
+	VS_LOG_WRITE,        /* bytes of each log write */
 	N_VSTATS,
 };
 
@@ -103,12 +103,12 @@ struct vstat {
 
 /* Timed records for profiler/verify/probe.py (rare events only). */
 enum vevent_kind {
-	EV_JBD2_COMMIT = 1,      /* a = tid, b = jiffies the transaction ran, c = blocks logged, d = blocks */
-	EV_BTRFS_COMMIT = 2,     /* a = generation, b = 1 if by the btrfs-transaction kthread */
-	EV_WB_PERIODIC = 3,      /* writeback_start with for_kupdate: a = reason, b = nr_pages */
-	EV_INODE_WRITEBACK = 4,  /* writeback of a probe inode starts: a = ino, b = age in jiffies,
+	EV_JBD2_COMMIT = 1,     /* a = tid, b = jiffies the transaction ran, c = blocks logged, d = blocks */
+	EV_BTRFS_COMMIT = 2,    /* a = generation, b = 1 if by the btrfs-transaction kthread */
+	EV_WB_PERIODIC = 3,     /* writeback_start with for_kupdate: a = reason, b = nr_pages */
+	EV_INODE_WRITEBACK = 4, /* writeback of a probe inode starts: a = ino, b = age in jiffies,
 	                          * c = 1 kupdate | 2 background | 4 WB_SYNC_ALL, d = role */
-	EV_SYNC_FS = 5,          /* sync_fs of the filesystem by another process */
+	EV_SYNC_FS = 5,         /* sync_fs of the filesystem by another process */
 };
 
 struct vevent {
@@ -212,7 +212,7 @@ static __always_inline void emit(__u32 kind, __u64 a, __u64 b, __u64 c, __u64 d)
 	struct vevent *e = bpf_ringbuf_reserve(&vevents, sizeof(*e), 0);
 
 	if (!e)
-		return;   /* a full ring loses the record: 256 KiB holds thousands of these rare events */
+		return; /* a full ring loses the record: 256 KiB holds thousands of these rare events */
 	e->ns = bpf_ktime_get_ns();
 	e->kind = kind;
 	e->pid = bpf_get_current_pid_tgid() >> 32;
@@ -292,7 +292,6 @@ static __always_inline bool same_fsid(const struct btrfs_fs_info *fs_info)
 
 /* ---- barriers: the bio level (what the filesystem asked for) and the request level ---- */
 
-
 /* submit_bio_noacct() has already dropped REQ_PREFLUSH/REQ_FUA here when the device has no
  * volatile write cache (and completed an empty flush bio without queueing it): on such a device
  * this counts what survived, not what the filesystem asked for (docs/verify.md). */
@@ -334,7 +333,8 @@ static __always_inline __u32 rq_disk(struct request *rq)
 static __always_inline bool has_data(struct request *rq, __u32 op)
 {
 	return (op == bpf_core_enum_value(enum req_op, REQ_OP_READ) ||
-		op == bpf_core_enum_value(enum req_op, REQ_OP_WRITE)) && BPF_CORE_READ(rq, __data_len);
+	        op == bpf_core_enum_value(enum req_op, REQ_OP_WRITE)) &&
+	       BPF_CORE_READ(rq, __data_len);
 }
 
 static __always_inline void note_elevator(struct request *rq)
@@ -487,8 +487,8 @@ int BPF_PROG(on_xfs_update_time, struct xfs_inode *ip)
 
 /* btrfs updates the inode item through a delayed inode, reserving space for it first. */
 SEC("tp_btf/btrfs_space_reservation")
-int BPF_PROG(on_btrfs_space_reservation, const struct btrfs_fs_info *fs_info, const char *name, u64 val,
-	     u64 bytes, int reserve)
+int BPF_PROG(on_btrfs_space_reservation, const struct btrfs_fs_info *fs_info, const char *name, u64 val, u64 bytes,
+             int reserve)
 {
 	char type[16] = {};
 
@@ -496,7 +496,7 @@ int BPF_PROG(on_btrfs_space_reservation, const struct btrfs_fs_info *fs_info, co
 		return 0;
 	bpf_probe_read_kernel_str(type, sizeof(type), name);
 	if (type[0] == 'd' && type[1] == 'e' && type[2] == 'l' && type[7] == '_' && type[8] == 'i')
-		count(VC_BTRFS_DELAYED_INODE, 1);   /* "delayed_inode" */
+		count(VC_BTRFS_DELAYED_INODE, 1); /* "delayed_inode" */
 	return 0;
 }
 
@@ -626,7 +626,7 @@ int BPF_PROG(on_iclog_sync, struct xlog_in_core *iclog, unsigned long caller_ip)
 	__u64 ptr = (__u64)iclog, one = 1, *n;
 	__u32 offset, hsize, roundoff, bytes;
 
-	if (!iclog || !is_sb(BPF_CORE_READ(iclog, ic_log, l_mp, m_super, s_dev)))   /* see xfs.bpf.c iclog_dev */
+	if (!iclog || !is_sb(BPF_CORE_READ(iclog, ic_log, l_mp, m_super, s_dev))) /* see xfs.bpf.c iclog_dev */
 		return 0;
 	offset = BPF_CORE_READ(iclog, ic_offset);
 	hsize = BPF_CORE_READ(iclog, ic_log, l_iclog_hsize);
@@ -675,7 +675,7 @@ int BPF_PROG(on_ordered_extent_add, const struct btrfs_inode *inode, const struc
 SEC("tp_btf/btrfs_transaction_commit")
 int BPF_PROG(on_btrfs_commit, const struct btrfs_fs_info *fs_info)
 {
-	const char kthread[] = "btrfs-transacti";   /* "btrfs-transaction" as a comm holds it */
+	const char kthread[] = "btrfs-transacti"; /* "btrfs-transaction" as a comm holds it */
 	char comm[16];
 	__u64 by_kthread = 1;
 

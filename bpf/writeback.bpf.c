@@ -24,23 +24,23 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
-#define BDI_NAME_LEN 32           /* the tracepoints' char bdi[32] / name[32] */
-#define BDEVFS_MAGIC 0x62646576   /* the bdev pseudo filesystem's s_magic (include/uapi/linux/magic.h) */
-#define KBPS_SHIFT 2              /* the tracepoints' KBps(x): x << (PAGE_SHIFT - 10), 4 KiB pages */
+#define BDI_NAME_LEN 32         /* the tracepoints' char bdi[32] / name[32] */
+#define BDEVFS_MAGIC 0x62646576 /* the bdev pseudo filesystem's s_magic (include/uapi/linux/magic.h) */
+#define KBPS_SHIFT 2            /* the tracepoints' KBps(x): x << (PAGE_SHIFT - 10), 4 KiB pages */
 
 /* Who ran an event (who ran the syscall: saved user registers' orig_ax, as in bpf/ext4.bpf.c). */
 enum wb_who {
-	WHO_SYSCALL = 0,   /* a user thread inside syscall `nr` */
-	WHO_USER = 1,      /* a user thread outside a syscall (a page fault of an mmap write) */
-	WHO_FLUSHER = 2,   /* the flusher: a kworker inside a wb_writeback() pass */
-	WHO_KTHREAD = 3,   /* another kernel thread (jbd2, a filesystem worker, ...) */
+	WHO_SYSCALL = 0, /* a user thread inside syscall `nr` */
+	WHO_USER = 1,    /* a user thread outside a syscall (a page fault of an mmap write) */
+	WHO_FLUSHER = 2, /* the flusher: a kworker inside a wb_writeback() pass */
+	WHO_KTHREAD = 3, /* another kernel thread (jbd2, a filesystem worker, ...) */
 };
 
 /* Inode-level events, by who ran them. */
 enum inode_event {
-	INODE_WB_STARTED = 0,  /* sb_mark_inode_writeback: the inode's first folio went under writeback */
-	INODE_WRITTEN = 1,     /* writeback_single_inode: one inode written (pages = its `wrote`) */
-	FOLIO_WAITED = 2,      /* folio_wait_writeback: a thread waited for a folio under writeback */
+	INODE_WB_STARTED = 0, /* sb_mark_inode_writeback: the inode's first folio went under writeback */
+	INODE_WRITTEN = 1,    /* writeback_single_inode: one inode written (pages = its `wrote`) */
+	FOLIO_WAITED = 2,     /* folio_wait_writeback: a thread waited for a folio under writeback */
 };
 
 struct bdi_name {
@@ -74,17 +74,17 @@ struct {
 /* ---- dirty throttling ---- */
 
 struct throttle_val {
-	__u64 checks;              /* tracepoint hits: pause <= 0 means the task was let go at once */
-	__u64 sleeps;              /* pause > 0: the task slept */
-	__u64 planned_ms;          /* sum of the planned pauses (ms, jiffy-granular) */
-	__u64 dirtied;             /* pages the tasks dirtied since their previous pause */
-	__u64 last_ns;             /* time of the newest hit, to pick the last figures across CPUs */
-	__u64 limit_last, limit_min, limit_max;   /* pages: hard limit (max of thresh and dirty_limit) */
-	__u64 setpoint_last;       /* pages: where the control line balances */
-	__u64 dirty_last, dirty_min, dirty_max, dirty_sum;  /* pages dirty + under writeback, globally */
+	__u64 checks;                           /* tracepoint hits: pause <= 0 means the task was let go at once */
+	__u64 sleeps;                           /* pause > 0: the task slept */
+	__u64 planned_ms;                       /* sum of the planned pauses (ms, jiffy-granular) */
+	__u64 dirtied;                          /* pages the tasks dirtied since their previous pause */
+	__u64 last_ns;                          /* time of the newest hit, to pick the last figures across CPUs */
+	__u64 limit_last, limit_min, limit_max; /* pages: hard limit (max of thresh and dirty_limit) */
+	__u64 setpoint_last;                    /* pages: where the control line balances */
+	__u64 dirty_last, dirty_min, dirty_max, dirty_sum; /* pages dirty + under writeback, globally */
 	__u64 wb_dirty_last, wb_setpoint_last;             /* the same for this bdi's writeback */
 	__u64 task_ratelimit_last, dirty_ratelimit_last;   /* KB/s the task may dirty at */
-};   /* The pauses' sleeps and those not seen: pause_slept (bpf/shared_maps.h), by the same key. */
+}; /* The pauses' sleeps and those not seen: pause_slept (bpf/shared_maps.h), by the same key. */
 
 /* One value for all CPUs, with atomic adds (the pauses are few): per CPU, its values (4.9 KB while
  * they held the sleep histogram) made 5 MB per CPU, 320 MB on 64 CPUs, and 10 ms of every start on
@@ -98,9 +98,10 @@ struct {
 
 /* ---- global dirty state ---- */
 
-#define N_GDS_FIELDS 7   /* nr_dirty, nr_writeback, background_thresh, dirty_thresh, dirty_limit,
+#define N_GDS_FIELDS \
+	7              /* nr_dirty, nr_writeback, background_thresh, dirty_thresh, dirty_limit,
                           * nr_dirtied, nr_written: the tracepoint's fields, in its order */
-#define N_GDS_RANGED 5   /* the first five also keep min and max */
+#define N_GDS_RANGED 5 /* the first five also keep min and max */
 
 struct dirty_state_val {
 	__u64 count;
@@ -114,7 +115,7 @@ struct dirty_state_val {
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
 	__uint(max_entries, MAX_PHASES);
-	__type(key, __u32);           /* phase */
+	__type(key, __u32); /* phase */
 	__type(value, struct dirty_state_val);
 } dirty_state SEC(".maps");
 
@@ -123,21 +124,21 @@ struct {
 struct work_key {
 	__u16 bdi;
 	__u16 phase;
-	__u8 reason;       /* enum wb_reason (names from this kernel's tracepoint format) */
-	__u8 integrity;    /* sync_mode == WB_SYNC_ALL: a data-integrity pass (sync, syncfs) */
+	__u8 reason;    /* enum wb_reason (names from this kernel's tracepoint format) */
+	__u8 integrity; /* sync_mode == WB_SYNC_ALL: a data-integrity pass (sync, syncfs) */
 	__u16 pad;
 };
 
 struct work_val {
-	__u64 queued;      /* writeback_queue: a work item queued (in the queuer's context) */
-	__u64 executed;    /* writeback_exec: a queued work item taken by the flusher */
-	__u64 runs;        /* wb_writeback() calls: a queued item, or the flusher's own periodic /
+	__u64 queued;   /* writeback_queue: a work item queued (in the queuer's context) */
+	__u64 executed; /* writeback_exec: a queued work item taken by the flusher */
+	__u64 runs;     /* wb_writeback() calls: a queued item, or the flusher's own periodic /
 	                    * background / start-all work */
-	__u64 passes;      /* writeback_start -> writeback_written pairs */
-	__u64 pages;       /* pages written: nr_pages at start minus nr_pages at written */
-	__u64 run_ns;      /* from a run's first pass start to its last pass end */
+	__u64 passes;   /* writeback_start -> writeback_written pairs */
+	__u64 pages;    /* pages written: nr_pages at start minus nr_pages at written */
+	__u64 run_ns;   /* from a run's first pass start to its last pass end */
 	__u64 pass_max_ns;
-	__u64 waits;       /* writeback_wait: the flusher slept on an inode under writeback */
+	__u64 waits; /* writeback_wait: the flusher slept on an inode under writeback */
 };
 
 struct {
@@ -164,7 +165,7 @@ struct {
 } run_gaps SEC(".maps");
 
 struct last_run_key {
-	__u64 cgroup_ino;  /* each cgroup's writeback (struct bdi_writeback) runs on its own */
+	__u64 cgroup_ino; /* each cgroup's writeback (struct bdi_writeback) runs on its own */
 	__u16 bdi;
 	__u8 reason;
 	__u8 pad[5];
@@ -179,7 +180,7 @@ struct {
 
 /* A flusher kworker's state within one wb_do_writeback() call (one bdi_writeback), by tid. */
 struct flusher_state {
-	__u64 mark_ns;         /* the current run's start, then each pass's end */
+	__u64 mark_ns; /* the current run's start, then each pass's end */
 	__u64 pass_start_ns;
 	__s64 start_nr_pages;
 	__u16 bdi;
@@ -187,7 +188,7 @@ struct flusher_state {
 	__u8 reason;
 	__u8 integrity;
 	__u8 in_pass;
-	__u8 new_run;          /* writeback_exec seen: the next pass starts a run */
+	__u8 new_run; /* writeback_exec seen: the next pass starts a run */
 };
 
 struct {
@@ -203,9 +204,9 @@ struct flush_key {
 };
 
 struct flush_val {
-	__u64 calls;           /* wb_do_writeback() calls that wrote for this bdi */
-	__u64 pages;           /* writeback_pages_written: what those calls wrote */
-	__u64 background_kicks;/* writeback_wake_background: a dirtier woke the flusher */
+	__u64 calls;            /* wb_do_writeback() calls that wrote for this bdi */
+	__u64 pages;            /* writeback_pages_written: what those calls wrote */
+	__u64 background_kicks; /* writeback_wake_background: a dirtier woke the flusher */
 };
 
 struct {
@@ -220,8 +221,8 @@ struct {
 struct inode_key {
 	__u16 bdi;
 	__u16 phase;
-	__u8 event;        /* enum inode_event */
-	__u8 who;          /* enum wb_who */
+	__u8 event; /* enum inode_event */
+	__u8 who;   /* enum wb_who */
 	__u16 nr;
 };
 
@@ -316,7 +317,7 @@ static __always_inline void keep_min_max(__u64 *lo, __u64 *hi, __u64 v, bool fir
 /* 6.1's and 6.12's limit is global_dirty_limit() (compat.h). CONFIG_HZ, like global_wb_domain's
  * address, comes in the loader's kernel_flags (found once per boot): a __kconfig or __ksym would
  * make libbpf read the kernel config or kallsyms at every load. */
-#define HZ_IF_UNKNOWN 250          /* Debian's and the host's CONFIG_HZ */
+#define HZ_IF_UNKNOWN 250 /* Debian's and the host's CONFIG_HZ */
 
 /* writeback:balance_dirty_pages: a task dirtying pages of this bdi is over its share of the dirty
  * limit. Fires in that task, with the pause it is about to sleep; pause <= 0: no sleep. */
@@ -360,7 +361,7 @@ int BPF_PROG(on_balance_dirty_pages, struct bdi_writeback *wb)
 	__sync_fetch_and_add(&v->sleeps, 1);
 	__sync_fetch_and_add(&v->planned_ms, (__u64)e.pause * 1000 / hz);
 
-	pause_begin(&key, now);   /* its sleep is timed by syscalls.bpf.c's on_switch */
+	pause_begin(&key, now); /* its sleep is timed by syscalls.bpf.c's on_switch */
 	return 0;
 }
 
@@ -380,8 +381,8 @@ int on_global_dirty_state(struct trace_event_raw_global_dirty_state *ctx)
 	static const struct dirty_state_val zero;
 	struct dirty_state_val *v = lookup_or_init(&dirty_state, &phase, &zero, DROP_WRITEBACK_FULL);
 	__u64 now = bpf_ktime_get_ns();
-	__u64 f[N_GDS_FIELDS] = { ctx->nr_dirty, ctx->nr_writeback, ctx->background_thresh,
-				  ctx->dirty_thresh, ctx->dirty_limit, ctx->nr_dirtied, ctx->nr_written };
+	__u64 f[N_GDS_FIELDS] = { ctx->nr_dirty,    ctx->nr_writeback, ctx->background_thresh, ctx->dirty_thresh,
+		                  ctx->dirty_limit, ctx->nr_dirtied,   ctx->nr_written };
 	bool first;
 
 	if (!v)
@@ -411,11 +412,11 @@ struct work_event {
 	__s64 nr_pages;
 	__u16 bdi;
 	__u8 reason;
-	__u8 integrity;    /* sync_mode == WB_SYNC_ALL */
+	__u8 integrity; /* sync_mode == WB_SYNC_ALL */
 };
 
 static __always_inline void read_work_event(struct bdi_writeback *wb, struct wb_writeback_work *work,
-					    struct work_event *e)
+                                            struct work_event *e)
 {
 	e->bdi = bdi_id(BPF_CORE_READ(wb, bdi));
 	e->reason = BPF_CORE_READ(work, reason);
@@ -595,7 +596,7 @@ int BPF_PROG(on_writeback_pages_written, long pages_written)
 	struct flush_val *v;
 
 	if (!st)
-		return 0;   /* the call did not pass over a bdi under test */
+		return 0; /* the call did not pass over a bdi under test */
 	key.bdi = st->bdi;
 	key.phase = current_phase();
 	bpf_map_delete_elem(&flushers, &tid);
@@ -658,8 +659,7 @@ int BPF_PROG(on_sb_mark_inode_writeback, struct inode *inode)
 /* writeback:writeback_single_inode: __writeback_single_inode() wrote one inode (the flusher's
  * writeback_sb_inodes, or sync_inode_metadata / write_inode_now in the caller's thread). */
 SEC("tp_btf/writeback_single_inode")
-int BPF_PROG(on_writeback_single_inode, struct inode *inode, struct writeback_control *wbc,
-	     unsigned long nr_to_write)
+int BPF_PROG(on_writeback_single_inode, struct inode *inode, struct writeback_control *wbc, unsigned long nr_to_write)
 {
 	__u16 bdi = bdi_id(inode_bdi(inode));
 

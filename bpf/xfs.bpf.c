@@ -28,41 +28,41 @@ char LICENSE[] SEC("license") = "GPL";
 
 /* Histograms of xlog_hists (key.which). */
 enum xfs_hist {
-	XH_ICLOG_WRITE = 0,   /* xlog_iclog_sync -> xlog_iclog_sync_done of one iclog */
-	XH_CIL_PUSH = 1,      /* one xlog_cil_push_work run (workqueue_execute_start -> end) */
-	XH_GRANT_SLEEP = 2,   /* xfs_log_grant_sleep -> xfs_log_grant_wake in one thread */
-	XH_LOG_WORKER = 3,    /* one xfs_log_worker run (the periodic log force / cover) */
+	XH_ICLOG_WRITE = 0, /* xlog_iclog_sync -> xlog_iclog_sync_done of one iclog */
+	XH_CIL_PUSH = 1,    /* one xlog_cil_push_work run (workqueue_execute_start -> end) */
+	XH_GRANT_SLEEP = 2, /* xfs_log_grant_sleep -> xfs_log_grant_wake in one thread */
+	XH_LOG_WORKER = 3,  /* one xfs_log_worker run (the periodic log force / cover) */
 };
 
 /* Plain counters per (dev, phase): one value for all CPUs, atomic adds. */
 struct xlog_counts {
-	__u64 iclog_syncs;        /* xlog_iclog_sync: one per iclog write, what xs_log_writes counts */
-	__u64 iclog_bytes;        /* bytes written per sync, as xlog_sync sizes them (xs_log_blocks * 512) */
-	__u64 iclog_data_bytes;   /* ic_offset: log data in the iclog, without header and roundoff */
-	__u64 iclog_flush;        /* syncs with XLOG_ICL_NEED_FLUSH (cache flush before the write) */
-	__u64 iclog_fua;          /* syncs with XLOG_ICL_NEED_FUA */
-	__u64 iclog_bio_writes;   /* xlog_iclog_write: xlog_write_iclog, the bio submission */
-	__u64 sync_to_write_ns;   /* sync -> write: packing the iclog, waiting for its buffer */
-	__u64 iclog_done;         /* xlog_iclog_sync_done: I/O completion seen by xlog_ioend_work */
-	__u64 done_to_clean_ns;   /* sync_done -> clean: completion callbacks before waiters wake */
-	__u64 iclog_cleans;       /* xlog_iclog_clean: ic_force_wait woken */
-	__u64 iclog_force;        /* xlog_iclog_force: xfs_log_force looked at the head iclog */
-	__u64 iclog_force_lsn;    /* xlog_iclog_force_lsn: iclogs stepped over looking for an LSN */
-	__u64 iclog_switch;       /* xlog_iclog_switch: an iclog closed (WANT_SYNC) */
-	__u64 iclog_release;      /* xlog_iclog_release: a reference dropped */
-	__u64 iclog_syncing;      /* xlog_iclog_syncing: last reference gone, state SYNCING */
-	__u64 iclog_activate;     /* xlog_iclog_activate: back to ACTIVE for reuse */
-	__u64 force_wait_ns;      /* time force waiters slept, wait_on -> the iclog's clean (wakeup) */
-	__u64 force_waits_woken;  /* sleeping waiters whose wakeup was seen */
-	__u64 log_reserve;        /* xfs_log_reserve: a transaction's reservation */
-	__u64 log_regrant;        /* xfs_log_regrant: a rolling transaction's write-head regrant */
-	__u64 grant_sleep_reserve;/* xfs_log_grant_sleep while reserving (reserve head) */
-	__u64 grant_sleep_write;  /* xfs_log_grant_sleep while regranting (write head) */
+	__u64 iclog_syncs;            /* xlog_iclog_sync: one per iclog write, what xs_log_writes counts */
+	__u64 iclog_bytes;            /* bytes written per sync, as xlog_sync sizes them (xs_log_blocks * 512) */
+	__u64 iclog_data_bytes;       /* ic_offset: log data in the iclog, without header and roundoff */
+	__u64 iclog_flush;            /* syncs with XLOG_ICL_NEED_FLUSH (cache flush before the write) */
+	__u64 iclog_fua;              /* syncs with XLOG_ICL_NEED_FUA */
+	__u64 iclog_bio_writes;       /* xlog_iclog_write: xlog_write_iclog, the bio submission */
+	__u64 sync_to_write_ns;       /* sync -> write: packing the iclog, waiting for its buffer */
+	__u64 iclog_done;             /* xlog_iclog_sync_done: I/O completion seen by xlog_ioend_work */
+	__u64 done_to_clean_ns;       /* sync_done -> clean: completion callbacks before waiters wake */
+	__u64 iclog_cleans;           /* xlog_iclog_clean: ic_force_wait woken */
+	__u64 iclog_force;            /* xlog_iclog_force: xfs_log_force looked at the head iclog */
+	__u64 iclog_force_lsn;        /* xlog_iclog_force_lsn: iclogs stepped over looking for an LSN */
+	__u64 iclog_switch;           /* xlog_iclog_switch: an iclog closed (WANT_SYNC) */
+	__u64 iclog_release;          /* xlog_iclog_release: a reference dropped */
+	__u64 iclog_syncing;          /* xlog_iclog_syncing: last reference gone, state SYNCING */
+	__u64 iclog_activate;         /* xlog_iclog_activate: back to ACTIVE for reuse */
+	__u64 force_wait_ns;          /* time force waiters slept, wait_on -> the iclog's clean (wakeup) */
+	__u64 force_waits_woken;      /* sleeping waiters whose wakeup was seen */
+	__u64 log_reserve;            /* xfs_log_reserve: a transaction's reservation */
+	__u64 log_regrant;            /* xfs_log_regrant: a rolling transaction's write-head regrant */
+	__u64 grant_sleep_reserve;    /* xfs_log_grant_sleep while reserving (reserve head) */
+	__u64 grant_sleep_write;      /* xfs_log_grant_sleep while regranting (write head) */
 	__u64 grant_sleep_kthread;    /* of the grant sleeps, those of kernel threads */
 	__u64 grant_sleep_kthread_ns; /* and their time */
-	__u64 grant_wake_up;      /* xfs_log_grant_wake_up: a waiter woken because space freed */
-	__u64 cil_throttle;       /* xfs_log_cil_wait: a commit throttled by a full CIL */
-	__u64 lost_iclog;         /* sync_done or clean of an iclog whose sync was not seen */
+	__u64 grant_wake_up;          /* xfs_log_grant_wake_up: a waiter woken because space freed */
+	__u64 cil_throttle;           /* xfs_log_cil_wait: a commit throttled by a full CIL */
+	__u64 lost_iclog;             /* sync_done or clean of an iclog whose sync was not seen */
 };
 
 struct xfs_key {
@@ -74,7 +74,7 @@ struct xfs_key {
 struct hist_key {
 	__u32 dev;
 	__u16 phase;
-	__u16 which;   /* enum xfs_hist */
+	__u16 which; /* enum xfs_hist */
 };
 
 /* A log force: the xfs_log_force tracepoint fires in xfs_log_force (lsn 0), xfs_log_force_seq
@@ -84,9 +84,9 @@ struct hist_key {
 struct force_key {
 	__u32 dev;
 	__u16 phase;
-	__u16 nr;       /* the syscall of a process's thread (NO_SYSCALL for kernel threads) */
-	__u8 seq;       /* lsn != 0: a force to a sequence, not to the head of the log */
-	__u8 kthread;   /* forced from a kernel thread (AIL, log worker, kworker), not a process */
+	__u16 nr;     /* the syscall of a process's thread (NO_SYSCALL for kernel threads) */
+	__u8 seq;     /* lsn != 0: a force to a sequence, not to the head of the log */
+	__u8 kthread; /* forced from a kernel thread (AIL, log worker, kworker), not a process */
 	__u16 pad;
 	__u32 pad2;
 	__u64 caller_ip;
@@ -105,27 +105,27 @@ struct wait_key {
 };
 
 enum alloc_event {
-	AL_DELALLOC_RESERVE = 0,  /* xfs_iomap_alloc with a null startblock: write-time reservation */
-	AL_IOMAP_REAL = 1,        /* xfs_iomap_alloc with a real startblock (direct I/O, zeroing) */
-	AL_WB_CONVERT = 2,        /* xfs_map_blocks_alloc: writeback converted delalloc to real */
-	AL_WB_FOUND = 3,          /* xfs_map_blocks_found: writeback mapped an existing extent */
-	AL_DELALLOC_ENOSPC = 4,   /* xfs_delalloc_enospc: a reservation failed, space being freed */
-	AL_INACTIVE_QUEUED = 5,   /* xfs_inode_set_need_inactive: an inode queued for inodegc (by whom) */
-	AL_INACTIVATING = 6,      /* xfs_inode_inactivating: an inode inactivated (its blocks freed), where */
+	AL_DELALLOC_RESERVE = 0, /* xfs_iomap_alloc with a null startblock: write-time reservation */
+	AL_IOMAP_REAL = 1,       /* xfs_iomap_alloc with a real startblock (direct I/O, zeroing) */
+	AL_WB_CONVERT = 2,       /* xfs_map_blocks_alloc: writeback converted delalloc to real */
+	AL_WB_FOUND = 3,         /* xfs_map_blocks_found: writeback mapped an existing extent */
+	AL_DELALLOC_ENOSPC = 4,  /* xfs_delalloc_enospc: a reservation failed, space being freed */
+	AL_INACTIVE_QUEUED = 5,  /* xfs_inode_set_need_inactive: an inode queued for inodegc (by whom) */
+	AL_INACTIVATING = 6,     /* xfs_inode_inactivating: an inode inactivated (its blocks freed), where */
 };
 
 struct alloc_key {
 	__u32 dev;
 	__u16 phase;
-	__u16 nr;       /* the syscall that did it (e.g. fsync), NO_SYSCALL in a kernel thread */
-	__u8 event;     /* enum alloc_event */
-	__u8 kthread;   /* done by a kernel thread (the flusher), not the workload's own call */
+	__u16 nr;     /* the syscall that did it (e.g. fsync), NO_SYSCALL in a kernel thread */
+	__u8 event;   /* enum alloc_event */
+	__u8 kthread; /* done by a kernel thread (the flusher), not the workload's own call */
 	__u16 pad;
 };
 
 struct alloc_val {
 	__u64 count;
-	__u64 blocks;   /* filesystem blocks of the extent the tracepoint names */
+	__u64 blocks; /* filesystem blocks of the extent the tracepoint names */
 };
 
 /* One iclog between its sync and its clean (keyed by the iclog pointer). */
@@ -158,9 +158,9 @@ struct grant_state {
 
 /* Kernel addresses of the work functions that bracket XFS log work (userspace fills from kallsyms). */
 struct xfs_cfg {
-	__u64 cil_push_work;    /* xlog_cil_push_work: one CIL checkpoint push */
-	__u64 log_worker;       /* xfs_log_worker: the periodic log force / log cover */
-	__u64 inodegc_worker;   /* xfs_inodegc_worker: inactivating the inodes queued on one CPU */
+	__u64 cil_push_work;  /* xlog_cil_push_work: one CIL checkpoint push */
+	__u64 log_worker;     /* xfs_log_worker: the periodic log force / log cover */
+	__u64 inodegc_worker; /* xfs_inodegc_worker: inactivating the inodes queued on one CPU */
 };
 
 struct {
@@ -186,7 +186,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 512);     /* 4 histograms x 32 phases x 4 filesystems; 4.7 KiB each */
+	__uint(max_entries, 512); /* 4 histograms x 32 phases x 4 filesystems; 4.7 KiB each */
 	__type(key, struct hist_key);
 	__type(value, struct hist);
 } xlog_hists SEC(".maps");
@@ -289,12 +289,12 @@ static __always_inline __u32 inode_dev(struct xfs_inode *ip)
 
 /* A call by a path that placed it on no filesystem (an absolute one) ran XFS's code: a lookup
  * that missed the dentry cache, a stat, a directory change or a setattr names the inode. */
-#define PLACE_CALL(event)                                       \
-	SEC("tp_btf/" #event)                                   \
-	int BPF_PROG(place_##event, struct xfs_inode *ip)       \
-	{                                                       \
-		place_call(inode_dev(ip));                      \
-		return 0;                                       \
+#define PLACE_CALL(event)                                 \
+	SEC("tp_btf/" #event)                             \
+	int BPF_PROG(place_##event, struct xfs_inode *ip) \
+	{                                                 \
+		place_call(inode_dev(ip));                \
+		return 0;                                 \
 	}
 PLACE_CALL(xfs_lookup)
 PLACE_CALL(xfs_getattr)
@@ -578,8 +578,7 @@ int BPF_PROG(on_iclog_activate, struct xlog_in_core *iclog, unsigned long caller
 static __always_inline void grant_enter(__u32 dev, __u8 regrant)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct grant_state g = { .dev = dev, .phase = current_phase(), .regrant = regrant,
-				 .kthread = in_kthread() };
+	struct grant_state g = { .dev = dev, .phase = current_phase(), .regrant = regrant, .kthread = in_kthread() };
 	struct xlog_counts *c;
 
 	if (!traced_dev(dev))
@@ -823,7 +822,7 @@ static __always_inline void count_alloc(__u32 dev, __u8 event, __u64 blocks)
  * allocation reserved at write time), or a real allocation (direct I/O, zeroing past EOF). */
 SEC("tp_btf/xfs_iomap_alloc")
 int BPF_PROG(on_iomap_alloc, struct xfs_inode *ip, xfs_off_t offset, ssize_t count, int whichfork,
-	     struct xfs_bmbt_irec *irec)
+             struct xfs_bmbt_irec *irec)
 {
 	/* As the classic fields: startblock and blockcount are 0 without an irec. */
 	__u64 startblock = irec ? BPF_CORE_READ(irec, br_startblock) : 0;
@@ -837,8 +836,8 @@ int BPF_PROG(on_iomap_alloc, struct xfs_inode *ip, xfs_off_t offset, ssize_t cou
 /* xfs_map_blocks after xfs_bmapi_convert_delalloc: writeback (flusher or fsync) allocated real
  * blocks for a delalloc range. */
 SEC("tp_btf/xfs_map_blocks_alloc")
-int BPF_PROG(on_map_blocks_alloc, struct xfs_inode *ip, xfs_off_t offset, ssize_t count,
-	     int whichfork, struct xfs_bmbt_irec *irec)
+int BPF_PROG(on_map_blocks_alloc, struct xfs_inode *ip, xfs_off_t offset, ssize_t count, int whichfork,
+             struct xfs_bmbt_irec *irec)
 {
 	count_alloc(inode_dev(ip), AL_WB_CONVERT, irec ? BPF_CORE_READ(irec, br_blockcount) : 0);
 	return 0;
@@ -846,8 +845,8 @@ int BPF_PROG(on_map_blocks_alloc, struct xfs_inode *ip, xfs_off_t offset, ssize_
 
 /* xfs_map_blocks: writeback found the range already allocated. */
 SEC("tp_btf/xfs_map_blocks_found")
-int BPF_PROG(on_map_blocks_found, struct xfs_inode *ip, xfs_off_t offset, ssize_t count,
-	     int whichfork, struct xfs_bmbt_irec *irec)
+int BPF_PROG(on_map_blocks_found, struct xfs_inode *ip, xfs_off_t offset, ssize_t count, int whichfork,
+             struct xfs_bmbt_irec *irec)
 {
 	count_alloc(inode_dev(ip), AL_WB_FOUND, irec ? BPF_CORE_READ(irec, br_blockcount) : 0);
 	return 0;

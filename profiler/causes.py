@@ -17,7 +17,7 @@ class Cause:
     kind: str  # WAIT: blocked off-CPU; CPU: on-CPU; RUNNABLE: preempted; UNEXPLAINED: no rule matched
     description: str
     colour: str  # HTML report; each cause keeps its colour on every page
-    worker: str = None  # the worker kind (trace/maps.py WORKER_KINDS) whose own time explains this wait
+    worker: str | None = None  # the worker kind (trace/maps.py WORKER_KINDS) whose own time explains this wait
     evidence: tuple = ()  # substrings of the evidence labels that bear on this cause (fsprof compare)
 
 

@@ -35,7 +35,7 @@ class Filesystem:
 # ext4lazyinit thread zeroes them after mount, with cache flushes of its own, during the workload.
 _EAGER_INIT = ("-E", "lazy_itable_init=0,lazy_journal_init=0")
 
-_EXT = dict(
+_EXT: dict = dict(
     module="ext4",
     behind="ext4",
     rules="ext4",

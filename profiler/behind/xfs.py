@@ -114,7 +114,7 @@ class XlogCounts(c.Structure):
     ]
 
 
-COUNT_FIELDS = tuple(n for n, _ in XlogCounts._fields_)
+COUNT_FIELDS = tuple(f[0] for f in XlogCounts._fields_)
 
 
 class XfsKey(c.Structure):

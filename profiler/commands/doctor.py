@@ -73,7 +73,7 @@ def _probe_attach_types():
         return {prog: sum(hits.lookup(c.c_uint32(i))) for prog, i in PROBE_HITS.items()}
 
 
-_attach_results = {}
+_attach_results: dict[str, int | str] = {}
 
 
 def attach_check(prog, what):
@@ -92,7 +92,8 @@ def attach_check(prog, what):
 
 
 # What check_fsprof_programs found, for capability_lines: (object, loaded, total) and the figures left out.
-_program_counts, _left_out = [], []
+_program_counts: list[tuple[str, int, int]] = []
+_left_out: list[str] = []
 
 
 def check_fsprof_programs():

@@ -36,7 +36,7 @@ class FsConfig:
     mount_options: str = ""
     size_bytes: int = GIB
     devices: int = 1
-    label: str = None
+    label: str | None = None
     # How a loop device reaches its image: "direct" (O_DIRECT: writes, reads and flushes reach the
     # backing disk, as on a real one) or "buffered" (through the host's page cache: a flush writes
     # the host's cache, reads may never reach a disk). docs/test-bed.md.

@@ -124,7 +124,7 @@ def tracepoint_of(section):
 # and listing the groups again at each of 99 programs cost 10 ms more. An event not in the index
 # (a module loaded since) is asked of tracefs itself, so the index can only save time, never skip
 # a program wrongly.
-_event_groups = {}
+_event_groups: dict[str, frozenset[str]] = {}
 _event_groups_lock = threading.Lock()  # objects load side by side
 
 

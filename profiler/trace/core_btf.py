@@ -18,7 +18,7 @@ VMLINUX_BTF = Path("/sys/kernel/btf/vmlinux")
 # use, with the kernel's own offsets, so relocations come out the same. It is made once per boot
 # (the running kernel's BTF cannot change before a reboot) and per build of the objects, and kept
 # in CORE_BTF_DIR. Without bpftool, or if it fails, objects relocate against the kernel's BTF.
-_core_btf = {}
+_core_btf: dict[str, Path | None] = {}
 _core_btf_lock = threading.Lock()
 
 
