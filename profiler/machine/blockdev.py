@@ -3,9 +3,13 @@ BPF probes count), queue settings, and the kernel's dev_t encoding used in trace
 
 import os
 import time
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
+from typing import Any, TypeVar
 
 from .mounts import mounts
+
+_T = TypeVar("_T")
 
 SYS_BLOCK = Path("/sys/block")
 CLASS_BLOCK = Path("/sys/class/block")  # disks and partitions alike
@@ -32,33 +36,33 @@ STAT_FIELDS = (
 )
 
 
-def kdev(major, minor):
+def kdev(major: int, minor: int) -> int:
     """The kernel's internal dev_t (MKDEV), as tracepoints and super_block.s_dev carry it."""
     return (major << 20) | minor
 
 
-def kdev_str(dev):
+def kdev_str(dev: int) -> str:
     return f"{dev >> 20}:{dev & 0xFFFFF}"
 
 
-def whole_disk(name):
+def whole_disk(name: str) -> str:
     """The disk a partition belongs to ('sda' for 'sda1'): block tracepoints and flush counters
     are per disk, so a partition's I/O is counted on its disk (with its sibling partitions')."""
     node = CLASS_BLOCK / name
     return node.resolve().parent.name if (node / "partition").exists() else name
 
 
-def kdev_of_block(name):
+def kdev_of_block(name: str) -> int:
     major, minor = (CLASS_BLOCK / name / "dev").read_text().split(":")
     return kdev(int(major), int(minor))
 
 
-def read_stat(name):
+def read_stat(name: str) -> dict[str, int]:
     values = [int(v) for v in (CLASS_BLOCK / name / "stat").read_text().split()]
     return dict(zip(STAT_FIELDS, values))
 
 
-def wait_idle(names, timeout_s=2.0):
+def wait_idle(names: Iterable[str], timeout_s: float = 2.0) -> None:
     """Waits (at most timeout_s) until the devices `names` have no request in flight (the stat's
     in_flight column: issued to the driver, not completed)."""
     deadline = time.monotonic() + timeout_s
@@ -66,7 +70,9 @@ def wait_idle(names, timeout_s=2.0):
         time.sleep(0.001)
 
 
-def read_settled(names, take, timeout_s=5.0):
+def read_settled(
+    names: Collection[str], take: Callable[[], _T], timeout_s: float = 5.0
+) -> tuple[_T, dict[str, dict[str, int]], bool]:
     """Calls take() while the devices `names` are quiet; returns (take()'s result, their stats,
     settled). Quiet: nothing in flight, and the stats read just before take() equal those read
     just after, so take() saw exactly the requests the stats count. A filesystem keeps writing
@@ -84,18 +90,18 @@ def read_settled(names, take, timeout_s=5.0):
             return result, after, settled
 
 
-def stat_delta(before, after):
+def stat_delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     return {k: after[k] - before[k] for k in after if k != "in_flight"}
 
 
-def scheduler(name):
+def scheduler(name: str) -> tuple[str | None, list[str]]:
     """(active, available) I/O schedulers of a block device, from the bracketed sysfs list."""
     words = (SYS_BLOCK / name / "queue" / "scheduler").read_text().split()
     active = next((w[1:-1] for w in words if w.startswith("[")), None)
     return active, [w.strip("[]") for w in words]
 
 
-def queue_info(name):
+def queue_info(name: str) -> dict[str, Any]:
     """What the block layer does with flushes depends on these: no volatile cache, no flushes."""
     q = SYS_BLOCK / name / "queue"
 
@@ -120,7 +126,7 @@ def queue_info(name):
 # Where a loop device's I/O lands.
 
 
-def disks_below(name):
+def disks_below(name: str) -> list[str]:
     """The disks carrying block device `name`: itself, its whole disk for a partition, or the disks
     under a device-mapper/md device (bio-based: requests are only seen on the disks below)."""
     disk = whole_disk(name)
@@ -131,7 +137,7 @@ def disks_below(name):
     return [d for s in below for d in disks_below(s)]
 
 
-def block_dev_of_file(path):
+def block_dev_of_file(path: str) -> str | None:
     """The block device the filesystem holding `path` lives on, or None (tmpfs, network, ...)."""
     st = os.stat(path)
     node = Path(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}")
@@ -149,7 +155,7 @@ def block_dev_of_file(path):
     return None
 
 
-def backing_of(name):
+def backing_of(name: str) -> dict[str, Any] | None:
     """{"file", "direct_io", "disks": [names]} for loop device `name`; None for any other device."""
     loop = SYS_BLOCK / name / "loop"
     try:
@@ -174,7 +180,7 @@ def _read(path):
         return None
 
 
-def test_bed(name):
+def test_bed(name: str) -> dict[str, Any]:
     """What stands behind a block device, as far as it changes what a measurement means:
     {"kind": "loop" | "zram" | "disk", ...}. For a loop device: its backing file, whether it
     passes I/O through (direct I/O: reads and flushes reach the backing disk) or goes through
@@ -192,7 +198,7 @@ def test_bed(name):
     return {"kind": "disk"}
 
 
-def space(mountpoint):
+def space(mountpoint: str) -> dict[str, int]:
     """{size_bytes, used_bytes} of the filesystem at `mountpoint`, as df counts them (statvfs:
     blocks in all, less the free ones, in fragment-size units)."""
     st = os.statvfs(mountpoint)

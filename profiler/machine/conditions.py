@@ -3,6 +3,7 @@
 import gzip
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 from .tracefs import TRACEFS
@@ -18,7 +19,7 @@ WRITEBACK_SYSCTLS = (
 )
 
 
-def sysctls_in_force(names=WRITEBACK_SYSCTLS):
+def sysctls_in_force(names: Iterable[str] = WRITEBACK_SYSCTLS) -> dict[str, str]:
     values = {}
     for name in names:
         try:
@@ -28,7 +29,7 @@ def sysctls_in_force(names=WRITEBACK_SYSCTLS):
     return values
 
 
-def kernel_hz():
+def kernel_hz() -> int | None:
     """CONFIG_HZ of the running kernel (jiffies per second), or None: from writeback_single_inode's
     format, which prints an inode's age as (jiffies - dirtied_when) / HZ, else the kernel config."""
     try:

@@ -6,6 +6,7 @@ filesystems.py (`kthreads`). Kworkers are shared by every filesystem: their work
 measured inside worker windows instead (docs/compare.md, "Work done elsewhere")."""
 
 import fnmatch
+from collections.abc import Collection
 from pathlib import Path
 
 from .. import filesystems
@@ -38,7 +39,7 @@ def _matches(comm, pattern):
     return len(comm) == COMM_LEN and fnmatch.fnmatchcase(comm, pattern[:COMM_LEN]) and "*" not in pattern[:COMM_LEN]
 
 
-def find(fs, device_names):
+def find(fs: str, device_names: Collection[str]) -> dict[int, str]:
     """{pid: name} of filesystem `fs`'s own kernel threads for the block devices `device_names`.
     A pattern without the device (btrfs names its threads alike for every filesystem) counts only
     while this is the one filesystem of its type mounted."""
@@ -49,7 +50,7 @@ def find(fs, device_names):
     return {pid: comm for pid, comm in _kernel_threads().items() if any(_matches(comm, p) for p in wanted)}
 
 
-def read(threads):
+def read(threads: dict[int, str]) -> dict[int, tuple[str, int, int, int]]:
     """{pid: (name, on-CPU ns, run-queue ns, timeslices)} of those still there."""
     out = {}
     for pid, comm in threads.items():
@@ -61,9 +62,11 @@ def read(threads):
     return out
 
 
-def delta(before, after):
+def delta(
+    before: dict[int, tuple[str, int, int, int]], after: dict[int, tuple[str, int, int, int]]
+) -> dict[str, dict[str, int]]:
     """{name: {"cpu_ns", "runqueue_ns", "timeslices"}} over the interval, threads of one name summed."""
-    out = {}
+    out: dict[str, dict[str, int]] = {}
     for pid, (comm, cpu, wait, slices) in after.items():
         if pid not in before:
             continue

@@ -8,7 +8,7 @@ def _unescape(text):
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), text)
 
 
-def mounts():
+def mounts() -> list[dict[str, str]]:
     """Each mount: majmin (the superblock's "major:minor"), target, source, fstype, options (the
     mount's and the superblock's, comma-joined)."""
     out = []
@@ -28,7 +28,7 @@ def mounts():
     return out
 
 
-def mount_of(path):
+def mount_of(path: str) -> dict[str, str] | None:
     """The mount whose target is `path` exactly (after resolving symlinks), or None."""
     real = os.path.realpath(path)
     found = [m for m in mounts() if m["target"] == real]

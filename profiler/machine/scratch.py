@@ -9,12 +9,17 @@ import re
 import shlex
 import stat
 import subprocess
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from profiler.machine.blockdev import kdev, kdev_of_block, whole_disk
 from profiler import filesystems
 from profiler.errors import FsprofError
 from profiler.machine.mounts import mounts
 from profiler.signals import deferred
+
+if TYPE_CHECKING:  # undo.py imports this module
+    from profiler.machine.undo import Changes
 
 SCRATCH_DIR = "/var/tmp/fsprof/scratch"
 GIB = 1 << 30
@@ -32,7 +37,7 @@ LOOP_IO = ("direct", "buffered")
 @dataclasses.dataclass
 class FsConfig:
     fs: str
-    mkfs_options: tuple = ()
+    mkfs_options: Sequence[str] = ()  # made a tuple by __post_init__
     mount_options: str = ""
     size_bytes: int = GIB
     devices: int = 1
@@ -71,12 +76,12 @@ class ScratchFs:
     block_devs: list  # (name, kernel dev_t) of the underlying block devices
 
 
-def kernel_devt(devnum):
+def kernel_devt(devnum: int) -> int:
     """Python's st_dev/st_rdev to the kernel's internal dev_t encoding, as tracepoints report it."""
     return kdev(os.major(devnum), os.minor(devnum))
 
 
-def provision(changes, config, scratch_dir=SCRATCH_DIR):
+def provision(changes: "Changes", config: FsConfig, scratch_dir: str | os.PathLike[str] = SCRATCH_DIR) -> ScratchFs:
     """Make loop-backed image(s), mkfs them and mount at <scratch_dir>/<label>/mnt, recording each step."""
     filesystems.load_modules([config.fs], loop=True)  # modules on distribution kernels
     base = _make_label_dir(changes, scratch_dir, config.label)
@@ -89,12 +94,14 @@ def provision(changes, config, scratch_dir=SCRATCH_DIR):
 ZRAM_CONTROL = "/sys/class/zram-control"
 
 
-def boot_id():
+def boot_id() -> str:
     with open("/proc/sys/kernel/random/boot_id") as f:
         return f.read().strip()
 
 
-def provision_zram(changes, config, scratch_dir=SCRATCH_DIR):
+def provision_zram(
+    changes: "Changes", config: FsConfig, scratch_dir: str | os.PathLike[str] = SCRATCH_DIR
+) -> ScratchFs:
     """A fresh RAM-backed zram device (the "fast device" baseline), mkfs'd and mounted like a loop image."""
     if config.devices != 1:
         raise FsprofError(
@@ -117,7 +124,14 @@ def provision_zram(changes, config, scratch_dir=SCRATCH_DIR):
     return _mount(changes, config, [f"/dev/{name}"], [], base)
 
 
-def provision_device(changes, config, device, erase=False, force=False, scratch_dir=SCRATCH_DIR):
+def provision_device(
+    changes: "Changes",
+    config: FsConfig,
+    device: str,
+    erase: bool = False,
+    force: bool = False,
+    scratch_dir: str | os.PathLike[str] = SCRATCH_DIR,
+) -> ScratchFs:
     """mkfs and mount a device the user named; refuses unless erasing was asked for and is safe."""
     _check_device(device, erase, force)
     if config.devices != 1:
@@ -130,7 +144,7 @@ def provision_device(changes, config, device, erase=False, force=False, scratch_
     return _mount(changes, config, [device], [], base)
 
 
-def make_scratch_dir(changes, path):
+def make_scratch_dir(changes: "Changes", path: str | os.PathLike[str]) -> str:
     """A run's own scratch directory (its parent is created as needed and stays), journaled so a
     dead run's empty directory goes too."""
     try:
@@ -343,12 +357,12 @@ def _superblock_dev(target):
     return kdev(int(major), int(minor))
 
 
-def mountinfo():
+def mountinfo() -> list[dict[str, str]]:
     """Mounts of our namespace: dicts with majmin (the superblock's), target and source."""
     return mounts()
 
 
-def majmin_of(path):
+def majmin_of(path: str) -> str | None:
     """ "major:minor" of a block device path, or None if it is not one."""
     try:
         st = os.stat(path)
@@ -357,7 +371,7 @@ def majmin_of(path):
     return f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}" if stat.S_ISBLK(st.st_mode) else None
 
 
-def run_tool(argv, purpose, check=False):
+def run_tool(argv: list[str], purpose: str, check: bool = False) -> subprocess.CompletedProcess[str]:
     """Run a tool with its output captured; a missing tool is a one-sentence error."""
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)

@@ -6,6 +6,7 @@ import os
 from profiler.errors import FsprofError
 from profiler.machine.blockdev import scheduler
 from profiler.machine.undo import (
+    Changes,
     read_sysctl,
     read_write_cache,
     same_sysctl,
@@ -26,7 +27,7 @@ _SYSCTL_PARTNERS = {
 }
 
 
-def set_sysctl(changes, name, value):
+def set_sysctl(changes: Changes, name: str, value: str | int) -> None:
     """Set /proc/sys/<name> (e.g. "vm.dirty_bytes") after recording how to restore it."""
     value = str(value)
     try:
@@ -46,7 +47,7 @@ def set_sysctl(changes, name, value):
         raise FsprofError(f"the kernel rejected {name} = {value}: {e.strerror}") from None
 
 
-def set_scheduler(changes, blockdev_name, sched):
+def set_scheduler(changes: Changes, blockdev_name: str, sched: str) -> None:
     """Set the I/O scheduler of a block device ("loop3" or "/dev/loop3") after recording the old one."""
     device = os.path.basename(blockdev_name)
     try:
@@ -66,7 +67,7 @@ def set_scheduler(changes, blockdev_name, sched):
 WRITE_CACHE_MODES = ("write back", "write through")
 
 
-def set_write_cache(changes, blockdev_name, mode):
+def set_write_cache(changes: Changes, blockdev_name: str, mode: str) -> None:
     """Set a block device's write cache mode ("write back" or "write through") after recording the
     old one. "write through" tells the block layer the device has no volatile cache: it then drops
     every cache flush and FUA before they are queued (what `fsprof verify` tests barriers against)."""
@@ -86,7 +87,7 @@ def set_write_cache(changes, blockdev_name, mode):
         raise FsprofError(f"the kernel rejected write cache '{mode}' for {device}: {e.strerror}") from None
 
 
-def drop_caches():
+def drop_caches() -> None:
     """Write back dirty data, then drop page cache, dentries and inodes, for a cold-cache start."""
     os.sync()
     with open("/proc/sys/vm/drop_caches", "w") as f:

@@ -8,6 +8,7 @@ import re
 import shlex
 import tomllib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import filesystems
 from . import scratch
@@ -15,6 +16,9 @@ from ..errors import FsprofError
 from ..units import parse_size
 from ..work_unit import parse_unit
 from .workload import WORKLOADS, WorkloadSpec, check_args, image_size
+
+if TYPE_CHECKING:
+    from .undo import Changes
 
 DEVICE_KINDS = ("loop", "zram")
 _TOP_KEYS = {"description", "repeats", "drop_caches", "sample_hz", "stack_sample", "image_size", "config", "workload"}
@@ -45,11 +49,11 @@ class Config:
     scheduler: str | None
     device: str  # "loop", "zram", or a block device the user named
     devices: int
-    image_size: int | None
+    image_size: int
     erase_device: bool
     loop_io: str = scratch.FsConfig.loop_io  # a loop device's: "direct" or "buffered"
 
-    def fs_config(self):
+    def fs_config(self) -> scratch.FsConfig:
         return scratch.FsConfig(
             fs=self.fs,
             mkfs_options=filesystems.mkfs_defaults(self.fs) + self.mkfs_options,
@@ -60,7 +64,7 @@ class Config:
             loop_io=self.loop_io,
         )
 
-    def provision(self, changes, scratch_dir, erased):
+    def provision(self, changes: "Changes", scratch_dir: str, erased: set[str]) -> scratch.ScratchFs:
         """This configuration's filesystem, made in scratch_dir (loop, zram) or on its device.
         `erased`: the devices this matrix has already erased (and adds this one)."""
         config = self.fs_config()
@@ -96,7 +100,7 @@ class Spec:
     stack_sample: int | None
     image_size: int | None
 
-    def plan(self):
+    def plan(self) -> list[tuple[int, Workload, Config]]:
         """(repeat, workload, config) in run order: repeats interleaved (A B A B ...), so that
         drift on a noisy machine spreads evenly over the configurations."""
         return [(r, w, c) for r in range(1, self.repeats + 1) for w in self.workloads for c in self.configs]
@@ -229,7 +233,7 @@ def _workload_spec(path, where, t):
     return Workload(_name(path, where, t.get("name", name)), WorkloadSpec(name, args))
 
 
-def load(path):
+def load(path: str | Path) -> Spec:
     path = Path(path)
     try:
         data = tomllib.loads(path.read_text())

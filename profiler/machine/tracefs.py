@@ -9,11 +9,11 @@ from ..errors import FsprofError
 TRACEFS = Path("/sys/kernel/tracing")
 
 
-def is_mounted():
+def is_mounted() -> bool:
     return (TRACEFS / "events").is_dir()
 
 
-def ensure_mounted():
+def ensure_mounted() -> None:
     """Mount tracefs at /sys/kernel/tracing if it is absent. It stays mounted: it is the kernel's
     standard tracing interface, changes nothing else, and other tools expect it there."""
     if is_mounted():
@@ -25,7 +25,7 @@ def ensure_mounted():
         raise FsprofError(f"could not mount tracefs at {TRACEFS}: {proc.stderr.strip() or 'no events directory'}")
 
 
-def has_event(name, category=None):
+def has_event(name: str, category: str | None = None) -> bool:
     """True if the tracepoint exists; without a category, in any category (as raw_tp looks it up)."""
     events = TRACEFS / "events"
     if category:
@@ -33,7 +33,7 @@ def has_event(name, category=None):
     return any((d / name).is_dir() for d in events.iterdir() if d.is_dir())
 
 
-def events_in(category):
+def events_in(category: str) -> list[str]:
     """The event names of one tracepoint group, or [] when the group is absent."""
     d = TRACEFS / "events" / category
     return sorted(p.name for p in d.iterdir() if p.is_dir()) if d.is_dir() else []

@@ -19,6 +19,7 @@ import signal
 import stat
 import tempfile
 import time
+from typing import Any
 
 from profiler.machine.blockdev import scheduler
 from profiler.machine.scratch import ZRAM_CONTROL, boot_id, majmin_of, mountinfo, run_tool
@@ -31,7 +32,7 @@ log = logging.getLogger("fsprof")
 _STATE_SUFFIX = ".jsonl"
 
 
-def state_dir_default():
+def state_dir_default() -> str:
     """The state directory: FSPROF_STATE_DIR if set (read at call time, so tests can set it), else STATE_DIR."""
     return os.environ.get("FSPROF_STATE_DIR") or STATE_DIR
 
@@ -58,7 +59,7 @@ class Changes:
         self.close()
         return False
 
-    def record(self, kind, **fields):
+    def record(self, kind: str, **fields: Any) -> None:
         """Append one change and make it durable before the caller makes the change."""
         if self._fd is None:
             raise RuntimeError("Changes.record() outside 'with Changes()'")
@@ -67,14 +68,14 @@ class Changes:
         os.write(self._fd, (json.dumps(rec) + "\n").encode())
         os.fsync(self._fd)
 
-    def undo(self):
+    def undo(self) -> list[str]:
         """Undo every record, newest first; returns sentences of what was done. Failed steps stay recorded."""
         with deferred():
             done, warnings, self.records = _undo_records(self.records)
         self.warnings += warnings
         return done
 
-    def close(self):
+    def close(self) -> None:
         """Undo, then drop the state file; if some step failed, keep those records for `fsprof cleanup`."""
         if self._fd is None:
             return
@@ -130,7 +131,7 @@ def _finish_state_file(path, fd, remaining, warnings):
         os.close(fd)
 
 
-def cleanup_stale(state_dir=None):
+def cleanup_stale(state_dir: str | None = None) -> list[str]:
     """Undo the changes of every fsprof that died without undoing them; returns sentences of what was done."""
     state_dir = state_dir or state_dir_default()
     try:
@@ -292,7 +293,7 @@ def _start_time(pid):
         return None
 
 
-def record_process(changes, pid):
+def record_process(changes: Changes, pid: int) -> None:
     """Record a workload process group fsprof started: undo kills it, so that a run killed with
     SIGKILL leaves no workload holding the scratch mount busy."""
     changes.record("process", pid=pid, start_time=_start_time(pid))
@@ -349,21 +350,21 @@ def _undo_zram(rec):
 # imports these, never the reverse, and `fsprof cleanup` finds every step without importing settings.
 
 
-def sysctl_path(name):
+def sysctl_path(name: str) -> str:
     return "/proc/sys/" + name.replace(".", "/")
 
 
-def read_sysctl(name):
+def read_sysctl(name: str) -> str:
     with open(sysctl_path(name)) as f:
         return f.read().strip()
 
 
-def write_sysctl(name, value):
+def write_sysctl(name: str, value: str | int) -> None:
     with open(sysctl_path(name), "w") as f:
         f.write(str(value))
 
 
-def same_sysctl(a, b):
+def same_sysctl(a: str | int, b: str | int) -> bool:
     """Sysctl values compare by their words: the kernel prints tabs where one writes spaces."""
     return str(a).split() == str(b).split()
 
@@ -402,7 +403,7 @@ def _restore_queue_setting(rec, what, read, write):
     return f'restored the {what} of {device} to "{old}" (was "{new}")'
 
 
-def write_scheduler(device, sched):
+def write_scheduler(device: str, sched: str) -> None:
     with open(f"/sys/block/{device}/queue/scheduler", "w") as f:
         f.write(sched)
 
@@ -411,16 +412,16 @@ def _undo_scheduler(rec):
     return _restore_queue_setting(rec, "I/O scheduler", lambda d: scheduler(d)[0], write_scheduler)
 
 
-def write_cache_path(device):
+def write_cache_path(device: str) -> str:
     return f"/sys/block/{device}/queue/write_cache"
 
 
-def read_write_cache(device):
+def read_write_cache(device: str) -> str:
     with open(write_cache_path(device)) as f:
         return f.read().strip()
 
 
-def write_write_cache(device, mode):
+def write_write_cache(device: str, mode: str) -> None:
     with open(write_cache_path(device), "w") as f:
         f.write(mode)
 
@@ -437,7 +438,7 @@ def _undo_write_cache(rec):
 PROBE_DIR_PREFIX = ".fsprof-verify-"
 
 
-def make_probe_dir(changes, parent):
+def make_probe_dir(changes: Changes, parent: str | os.PathLike[str]) -> str:
     path = tempfile.mkdtemp(prefix=PROBE_DIR_PREFIX, dir=parent)
     st = os.lstat(path)
     changes.record("probe_dir", path=path, dev=st.st_dev, ino=st.st_ino)

@@ -9,12 +9,16 @@ import signal
 import sys
 import threading
 import time
-
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Self
 
 from ..errors import FsprofError
 from ..units import parse_size
 from workloads.common import UsageError
+
+if TYPE_CHECKING:
+    from types import ModuleType
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _PR_SET_PDEATHSIG = 1
@@ -33,13 +37,13 @@ PHASE_FILE_ENV = "FSPROF_PHASE_FILE"
 PHASE_FILE = "phases.txt"
 
 
-def module(name):
+def module(name: str) -> "ModuleType":
     if name not in WORKLOADS:
         raise FsprofError(f"unknown workload '{name}'; fsprof has: {', '.join(sorted(WORKLOADS))}")
     return importlib.import_module(WORKLOADS[name])
 
 
-def check_args(name, args):
+def check_args(name: str, args: Iterable[str]) -> None:
     """Parses and checks a bundled workload's own options before anything is provisioned: a bad
     parameter is one sentence (exit 2), as any other usage error."""
     mod = module(name)
@@ -49,12 +53,12 @@ def check_args(name, args):
         raise FsprofError(str(e), exit_code=2)
 
 
-def image_size(name):
+def image_size(name: str) -> int:
     """A bundled workload's scratch image size (its IMAGE_SIZE), else 1 GiB."""
     return parse_size(getattr(module(name), "IMAGE_SIZE", "1G")) if name in WORKLOADS else 1 << 30
 
 
-def workload_argv(name, args, result_file):
+def workload_argv(name: str, args: Iterable[str], result_file: str) -> list[str]:
     module(name)
     return [sys.executable, "-m", WORKLOADS[name], "--result", result_file, *args]
 
@@ -70,7 +74,7 @@ class WorkloadSpec:
         self.phase0 = "run" if command else "startup"
 
     @classmethod
-    def checked(cls, name, args=(), command=()):
+    def checked(cls, name: str, args: Sequence[str] = (), command: Sequence[str] = ()) -> Self:
         """The bundled workload `name` with its own options `args` (checked by it now), or the
         user's `command` when given (then `args` must be empty)."""
         if command:
@@ -84,15 +88,15 @@ class WorkloadSpec:
         check_args(name, args)
         return cls(name, args)
 
-    def argv(self, result_file, mountpoint):
+    def argv(self, result_file: str, mountpoint: str) -> list[str]:
         if self.command:
             return [part.replace("{mnt}", str(mountpoint)) for part in self.command]
         return workload_argv(self.name, self.args, result_file)
 
-    def describe(self):
+    def describe(self) -> dict[str, Any]:
         return {"name": self.name, "args": self.args} if not self.command else {"name": COMMAND, "argv": self.command}
 
-    def env(self, run_dir):
+    def env(self, run_dir: str | Path) -> dict[str, str]:
         """The environment the workload runs in. A command gets FSPROF_PHASE_FILE, where `fsprof
         phase NAME` (profiler/commands/phase.py) numbers the phases it marks, and finds `fsprof`
         on its PATH (this interpreter's directory: the venv's or the installed script's)."""
@@ -104,7 +108,7 @@ class WorkloadSpec:
                 env["PATH"] = here + os.pathsep + env.get("PATH", "")
         return env
 
-    def own_result(self, result_file, status, run_dir=None):
+    def own_result(self, result_file: str | Path, status: int, run_dir: str | Path | None = None) -> dict[str, Any]:
         """The workload's own figures; its failure as one sentence. A command's phases are the
         names `fsprof phase` wrote, in their numbers' order."""
         if self.command:
@@ -129,7 +133,7 @@ class WorkloadSpec:
         return own
 
 
-def render(name, result):
+def render(name: str, result: dict[str, Any] | None) -> str:
     """The workload's own terminal text for its result (tables as its reference tool prints)."""
     if name not in WORKLOADS or not result or "error" in result:
         return ""
@@ -137,13 +141,13 @@ def render(name, result):
     return mod.render(result) if hasattr(mod, "render") else ""
 
 
-def parse_result_line(line):
+def parse_result_line(line: str) -> dict[str, int | float | str]:
     """{key: number or text} of a workload's `RESULT key=value [key=value ...]` line ({} for any
     other line): the figures a workload reports about itself (docs/compare.md, units of work)."""
     words = line.split()
     if not words or words[0] != "RESULT":
         return {}
-    out = {}
+    out: dict[str, int | float | str] = {}
     for word in words[1:]:
         key, sep, value = word.partition("=")
         if sep and key:
@@ -203,7 +207,7 @@ class GatedProcess:
         self.pid, self._gate, self.returncode = pid, gate_w, None
         self.started = None
 
-    def release(self):
+    def release(self) -> None:
         self.started = time.monotonic()
         os.write(self._gate, b"g")
         os.close(self._gate)
@@ -218,7 +222,7 @@ class GatedProcess:
                 except (OSError, ValueError):
                     pass  # our stdout is gone (a closed pipe): keep reading, or the workload would block
 
-    def wait(self):
+    def wait(self) -> int:
         # wait4: the rusage of the workload and of every descendant it waited for.
         _, status, self.rusage = os.wait4(self.pid, 0)
         self.returncode = os.waitstatus_to_exitcode(status)
@@ -226,11 +230,11 @@ class GatedProcess:
             self._tee.join(timeout=5)  # a daemon it left may hold the pipe open: not waited for
         return self.returncode
 
-    def cpu(self):
+    def cpu(self) -> dict[str, float] | None:
         """The workload's CPU time (its process tree's, reaped), from wait4's rusage."""
         return {"user_s": self.rusage.ru_utime, "system_s": self.rusage.ru_stime} if self.rusage else None
 
-    def kill(self):
+    def kill(self) -> None:
         if self.returncode is None:
             try:
                 os.killpg(self.pid, signal.SIGKILL)

@@ -4,12 +4,19 @@ test, and turns their in-kernel aggregates into plain data. Nothing here sees a 
 import ctypes as c
 import os
 import time
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
 
 from .. import behind, filesystems, signals
 from ..trace import maps, syscalls
 from ..trace.bpf import BpfObject, close_all, create_maps, detach_all
 from ..errors import FsprofError
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from ..trace.libbpf import SharedMap
 
 DEFAULT_SAMPLE_HZ = 999
 # Stack sampling (--stack-sample N): every call of an op is walked until this many of its blocked
@@ -49,13 +56,13 @@ FIGURES = {
 }
 
 
-def create_shared_maps():
+def create_shared_maps() -> dict[str, "SharedMap"]:
     """{name: SharedMap} of bpf/shared_maps.h, made before any object loads; the caller closes them
     once every object holds its own fd."""
     return create_maps("syscalls", [name for name, _, _ in SHARED_MAPS])
 
 
-def behind_modules(fs):
+def behind_modules(fs: Iterable[str]) -> list["ModuleType"]:
     """The behind-the-wait modules with a BPF object that a Collector for filesystems `fs` loads
     beside syscalls.bpf.o: every filesystem-independent one, and those of `fs`."""
     fs_objects = {f.behind for f in filesystems.TABLE.values()}
@@ -135,17 +142,17 @@ class Collector:
                 m.close()  # each object holds its own fd of the shared maps
 
     @property
-    def skipped(self):
+    def skipped(self) -> dict[str, str]:
         return {f"{o.name}:{p}": why for o in self.objects for p, why in o.skipped.items()}
 
-    def left_out(self, object_name):
+    def left_out(self, object_name: str) -> list[str]:
         """Programs of an object this kernel lacks or refused."""
         return sorted(
             p for o in self.objects if o.name == object_name for p, why in o.skipped.items() if why != "not requested"
         )
 
     @property
-    def unavailable(self):
+    def unavailable(self) -> list[dict[str, str]]:
         """[{figures, probe, why}]: what this kernel cannot give, one entry per program left out
         (its tracepoint absent, or refused by the kernel), in result.json and the report."""
         tables = {m.OBJECT: getattr(m, "FIGURES", {}) for m in behind.MODULES}
@@ -163,12 +170,12 @@ class Collector:
     def _set_filter(self, mode, dev=0):
         self.filter.update(c.c_uint32(0), maps.Filter(mode=mode, dev=dev))
 
-    def trace_pid(self, pid, dev=0):
+    def trace_pid(self, pid: int, dev: int = 0) -> None:
         """Trace process `pid` and its children (threads included), optionally only on superblock dev."""
         self._set_filter(maps.FILTER_PID, dev)
         self.tgids.update(c.c_uint32(pid), c.c_uint8(1))
 
-    def trace_cgroup(self, path, dev=0):
+    def trace_cgroup(self, path: str, dev: int = 0) -> None:
         """Trace every task in the cgroup v2 directory `path` and its descendants."""
         try:
             fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
@@ -180,16 +187,16 @@ class Collector:
             os.close(fd)
         self._set_filter(maps.FILTER_CGROUP, dev)
 
-    def trace_all(self, dev):
+    def trace_all(self, dev: int) -> None:
         """Every process, operations on superblock `dev` only (`fsprof record --mount`)."""
         self._set_filter(maps.FILTER_ALL, dev)
 
-    def set_targets(self, targets):
+    def set_targets(self, targets: list[behind.Target]) -> None:
         """The filesystems under test (a list of behind.Target): what the behind-the-wait probes watch."""
         for probe in self.probes.values():
             probe.set_targets(targets)
 
-    def reset(self):
+    def reset(self) -> None:
         for m in (
             self.op_hist,
             self.offcpu,
@@ -220,7 +227,7 @@ class Collector:
     def _read_drops(self):
         return [sum(self.drops.lookup(c.c_uint32(i)) or [0]) for i in range(len(maps.DROP_REASONS))]
 
-    def snapshot(self, drain=False):
+    def snapshot(self, drain: bool = False) -> dict[str, Any]:
         """Everything the probes aggregated since reset(), as plain data keyed by superblock dev
         and phase index. Stacks are raw addresses; "behind" holds each behind-the-wait probe's own.
         With drain, the stack-keyed aggregates (off-CPU intervals, on-CPU samples, workers' off-CPU
@@ -324,23 +331,23 @@ class Collector:
             "drops": dict(zip(maps.DROP_REASONS, drops)),
         }
 
-    def forget_stacks(self):
+    def forget_stacks(self) -> None:
         """Empties the stack maps (their ids are meaningful only to snapshots already taken): a
         continuous recording's stacks stay bounded by what one stretch of windows sees."""
         self.stacks.clear()
         self.stacks_spill.clear()
 
-    def run_stats(self):
+    def run_stats(self) -> dict[str, tuple[int, int, int]]:
         """{object:program: (run_cnt, run_time_ns, recursion_misses)} of every loaded program."""
         return {f"{o.name}:{p}": v for o in self.objects for p, v in o.run_stats().items()}
 
-    def stop(self):
+    def stop(self) -> None:
         """Detach every program, keeping the maps to read: a snapshot taken after it is of a
         recording that has ended, and the classic tracepoint's slow detach (bpf.destroy_links)
         has begun while the snapshot is taken."""
         detach_all(self.objects)
 
-    def close(self):
+    def close(self) -> None:
         """Detach everything; the one classic tracepoint's link, whose detach waits in the kernel,
         goes on a thread of its own that the process waits for before exiting (bpf.destroy_links)."""
         close_all(reversed(self.objects))

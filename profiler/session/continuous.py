@@ -20,6 +20,7 @@ import socket
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from .. import behind, filesystems
 from ..analysis.assemble import assemble
@@ -28,6 +29,11 @@ from ..machine.mounts import mount_of, mounts
 from ..views import flamegraph, metrics, pprof
 from .collect import Collector
 from .record import _block_of, _sb_dev, apply_target, check_target, parse_duration, zero_block_classes
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
+    import requests
 
 DEFAULT_WINDOW = "15s"
 DEFAULT_LISTEN = "127.0.0.1:9478"
@@ -57,14 +63,14 @@ class ContinuousOptions:
     stack_sample: int = 1
 
 
-def parse_listen(text):
+def parse_listen(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
         raise FsprofError(f"--listen {text}: give HOST:PORT, e.g. {DEFAULT_LISTEN}", exit_code=2)
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
-def serve(listen, totals):
+def serve(listen: str, totals: metrics.Totals) -> "WSGIServer":
     """The HTTP endpoint Prometheus scrapes (/metrics), on a thread of its own."""
     from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
 
@@ -91,7 +97,7 @@ class Scope:
         else:
             self.kind, self.value, _ = check_target(options.pid, options.cgroup, options.mount)
 
-    def mounts(self):
+    def mounts(self) -> list[tuple[dict[str, str], behind.Target]]:
         """The traced filesystems mounted now: (mount, behind.Target), one per superblock."""
         if self.kind == "mount":
             m = mount_of(self.mount)
@@ -108,7 +114,7 @@ class Scope:
                 )
         return out
 
-    def point(self, collector, targets):
+    def point(self, collector: Collector, targets: list[behind.Target]) -> str:
         """Points the collector at the target as it is now; returns its description."""
         if self.kind == "all":
             collector.trace_all(0)
@@ -147,13 +153,13 @@ class Windows:
         self.ops = {}  # (dev, op, phase) -> cumulative histogram at the last window
         self.carry = {}  # (dev, op, phase) -> ns of off-CPU time recorded before its syscall ended
 
-    def window_raw(self, raw):
+    def window_raw(self, raw: dict[str, Any]) -> dict[str, Any]:
         """raw with ops turned into this window's change. A syscall whose off-CPU intervals were
         drained in an earlier window than its exit is held to them: its wall time in a window is
         raised to that window's off-CPU time and the excess carried (negative) into the next, so
         that no window shows negative on-CPU time and the sum over windows is the true one."""
         now = {(r["dev"], r["op"], r["phase"]): r for r in raw["ops"] if r["dev"]}
-        off = {}
+        off: dict[tuple[int, str, int], int] = {}
         for r in raw["offcpu"]:
             key = (r["dev"], r["op"], r["phase"])
             off[key] = off.get(key, 0) + r["total_ns"]
@@ -187,7 +193,7 @@ def _entry(raw, mount, target, end_ns):
     return entry
 
 
-def window_profile(entries, start_ns_wall, duration_ns, host):
+def window_profile(entries: list[dict[str, Any]], start_ns_wall: int, duration_ns: int, host: str) -> pprof.Profile:
     """One pprof profile of a window: off-CPU, on-CPU and worker time (ns) under the flame graphs'
     [filesystem];[op or worker];[cause] roots."""
     prof = pprof.Profile(
@@ -205,7 +211,7 @@ def window_profile(entries, start_ns_wall, duration_ns, host):
     return prof
 
 
-def write_profile(directory, prof, end_wall_s, keep):
+def write_profile(directory: str | Path, prof: pprof.Profile, end_wall_s: float, keep: int) -> Path:
     """DIR/fsprof-<UTC time of the window's end, to the millisecond>.pb.gz; the oldest beyond `keep` go."""
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(end_wall_s)) + f".{int(end_wall_s * 1000) % 1000:03d}Z"
     path = Path(directory) / f"{PPROF_PREFIX}{stamp}.pb.gz"
@@ -218,10 +224,17 @@ def write_profile(directory, prof, end_wall_s, keep):
     return path
 
 
-def post_profile(url, data, start_s, end_s, host, session):
+def post_profile(
+    url: str, data: bytes, start_s: float, end_s: float, host: str, session: "requests.Session"
+) -> str | None:
     """Pyroscope's ingest API: POST /ingest?name=...&from=&until=&format=pprof, the profile as
     the multipart field "profile". A refusal is said once per window, and recording goes on."""
-    params = {"name": f"fsprof{{host={host}}}", "from": int(start_s), "until": int(end_s), "format": "pprof"}
+    params: dict[str, str | int] = {
+        "name": f"fsprof{{host={host}}}",
+        "from": int(start_s),
+        "until": int(end_s),
+        "format": "pprof",
+    }
     try:
         r = session.post(url, params=params, files={"profile": ("profile.pb.gz", data)}, timeout=10)
     except Exception as e:  # requests' connection errors, timeouts, bad URLs
@@ -244,7 +257,7 @@ class Generation:
         self.stacks_seen = set()
         self.last_entries = []  # the last window's result entries (its profile's source)
 
-    def close(self):
+    def close(self) -> None:
         self.collector.close()
 
 
@@ -252,7 +265,7 @@ def _say(text):
     print(f"fsprof: {text}", file=sys.stderr, flush=True)
 
 
-def continuous(options):
+def continuous(options: ContinuousOptions) -> int:
     window_s = parse_duration(options.window, "--window")
     if window_s < 1:
         raise FsprofError("--window must be at least 1s", exit_code=2)
@@ -274,6 +287,7 @@ def continuous(options):
     server = serve(options.listen, totals) if options.listen != "off" else None
     rescan = []
     old_hup = signal.signal(signal.SIGHUP, lambda *_: rescan.append(1))
+    found: list[tuple[dict[str, str], behind.Target]]
     gen, started, found, w_end = None, time.monotonic(), [], 0
     try:
         while time.monotonic() - started < duration:
@@ -315,6 +329,7 @@ def continuous(options):
                 if options.pprof_dir:
                     write_profile(options.pprof_dir, prof, time.time(), keep)
                 if session:
+                    assert options.pprof_url is not None  # session is made only for it
                     problem = post_profile(options.pprof_url, prof.gzipped(), w_start_wall, time.time(), host, session)
                     if problem:
                         _say(problem)
@@ -334,7 +349,13 @@ def continuous(options):
             server.server_close()
 
 
-def one_window(gen, found, totals, start_ns, end_ns):
+def one_window(
+    gen: Generation,
+    found: list[tuple[dict[str, str], behind.Target]],
+    totals: metrics.Totals,
+    start_ns: int,
+    end_ns: int,
+) -> list[dict[str, Any]]:
     """Drains the window's figures into `totals` (and gen.last_entries, for its profile)."""
     c = gen.collector
     raw = c.snapshot(drain=True)

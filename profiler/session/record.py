@@ -8,8 +8,10 @@ import platform
 import signal
 import sys
 import time
+from collections.abc import Iterable
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from .. import __version__, behind, filesystems
 from ..machine import blockdev
@@ -38,7 +40,7 @@ class RecordOptions:
     output: str | None = None
 
 
-def parse_duration(text, option="--duration"):
+def parse_duration(text: str, option: str = "--duration") -> float:
     """Seconds of a duration the user gave as `option`; one sentence if it is not one."""
     try:
         return units.parse_duration(text)
@@ -46,7 +48,7 @@ def parse_duration(text, option="--duration"):
         raise FsprofError(f"{option} {e}", exit_code=2)
 
 
-def cgroup2_root():
+def cgroup2_root() -> Path:
     """Where the cgroup v2 hierarchy is mounted (/sys/fs/cgroup, or .../unified on hybrid systems)."""
     found = [m["target"] for m in mounts() if m["fstype"] == "cgroup2"]
     return Path(found[0] if found else "/sys/fs/cgroup")
@@ -69,7 +71,9 @@ def _sb_dev(mount):
     return blockdev.kdev(int(major), int(minor))
 
 
-def check_target(pid=None, cgroup=None, mount=None):
+def check_target(
+    pid: int | None = None, cgroup: str | None = None, mount: str | None = None
+) -> tuple[str, int | Path | dict[str, str], list[dict[str, str]]]:
     """What the user named, checked before anything is loaded or written: (kind, value, mount)."""
     named = [x for x in (pid, cgroup, mount) if x is not None]
     if len(named) != 1:
@@ -86,6 +90,7 @@ def check_target(pid=None, cgroup=None, mount=None):
         if not (path / "cgroup.procs").exists():
             raise FsprofError(f"{cgroup} is not a cgroup v2 directory (no cgroup.procs in {path})", exit_code=2)
         return "cgroup", path, fs_mounts
+    assert mount is not None  # the one named, pid and cgroup being None
     found = mount_of(mount)
     if found is None:
         raise FsprofError(f"{mount} is not a mount point", exit_code=2)
@@ -94,7 +99,7 @@ def check_target(pid=None, cgroup=None, mount=None):
     return "mount", found, [found]
 
 
-def apply_target(collector, kind, value):
+def apply_target(collector: Collector, kind: str, value: Any) -> str:
     """Points the collector at the target; returns its description."""
     if kind == "pid":
         collector.trace_pid(value)
@@ -108,9 +113,9 @@ def apply_target(collector, kind, value):
     return f"every process, operations on {value['target']}"
 
 
-def descendants(pid):
+def descendants(pid: int) -> list[int]:
     """Processes below `pid` now, from /proc's parent links."""
-    children = {}
+    children: dict[int, list[int]] = {}
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
@@ -126,7 +131,7 @@ def descendants(pid):
     return found
 
 
-def wait(pid, deadline):
+def wait(pid: int | None, deadline: float) -> str:
     """Until the duration is over, the traced process `pid` (None: none) is gone, or Ctrl-C / SIGTERM."""
     try:
         while (left := deadline - time.monotonic()) > 0:
@@ -159,7 +164,7 @@ def _target(m):
     return behind.Target(m["fstype"], _sb_dev(m), {block[1]: block[0]} if block else {}, m["target"])
 
 
-def zero_block_classes(entry, names):
+def zero_block_classes(entry: dict[str, Any], names: Iterable[str]) -> None:
     """Every block class of devices `names` in entry["block"], 0 where none was issued: a class
     the device never saw is a figure of 0, not an unknown."""
     for name in names:
@@ -168,7 +173,7 @@ def zero_block_classes(entry, names):
             dev_counts.setdefault(cls, {"count": 0, "bytes": 0})
 
 
-def record(options):
+def record(options: RecordOptions) -> tuple[dict[str, Any], Path]:
     duration = parse_duration(options.duration) if options.duration else float("inf")
     kind, value, scope = check_target(options.pid, options.cgroup, options.mount)
     out_dir = rundir.make_out_dir(options.output)

@@ -12,8 +12,10 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from .. import __version__, behind, filesystems
 from ..machine import blockdev, kthreads, scratch, settings, undo
@@ -28,6 +30,9 @@ from .. import rundir
 from ..rundir import SCHEMA
 from ..machine.workload import GatedProcess, WorkloadSpec, image_size
 from ..verify import expectations_for, verify_scratch
+
+if TYPE_CHECKING:
+    from ..machine.spec import Config, Spec, Workload
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -58,10 +63,10 @@ class RunOptions:
     stack_sample: int = 1
 
 
-def per_fs_option(values, fs_names, what, sep):
+def per_fs_option(values: Iterable[str] | None, fs_names: list[str], what: str, sep: str) -> dict[str, str]:
     """--mkfs-options / --mount-options values are '[FS=]OPTS'; a value without a known
     filesystem prefix applies to every filesystem of the run. Returns {fs: OPTS joined by sep}."""
-    out = {}
+    out: dict[str, list[str]] = {}
     for value in values or []:
         prefix, has_eq, rest = value.partition("=")
         if has_eq and prefix in filesystems.NAMES:
@@ -75,7 +80,7 @@ def per_fs_option(values, fs_names, what, sep):
     return {fs: sep.join(opts) for fs, opts in out.items()}
 
 
-def parse_sysctls(values):
+def parse_sysctls(values: Iterable[str] | None) -> list[tuple[str, str]]:
     out = []
     for value in values or []:
         name, sep, val = value.partition("=")
@@ -85,7 +90,7 @@ def parse_sysctls(values):
     return out
 
 
-def build_configs(options):
+def build_configs(options: RunOptions) -> list[scratch.FsConfig]:
     names = [n.strip() for n in options.fs.split(",") if n.strip()]
     if not names:
         raise FsprofError("--fs names no filesystem; give e.g. --fs ext4,xfs,btrfs")
@@ -98,6 +103,7 @@ def build_configs(options):
         raise FsprofError(
             f"--devices {options.devices} applies to {', '.join(multi)} only, and --fs has no {' or '.join(multi)}"
         )
+    seen: dict[str, int]
     configs, seen = [], {}
     for name in names:
         seen[name] = seen.get(name, 0) + 1
@@ -121,10 +127,18 @@ def _syncfs(path):
     subprocess.run(["sync", "-f", str(path)], check=False)
 
 
-def measure(collector, sfs, workload, out_dir, drop_caches, changes=None):
+def measure(
+    collector: Collector,
+    sfs: scratch.ScratchFs,
+    workload: WorkloadSpec,
+    out_dir: Path,
+    drop_caches: bool,
+    changes: undo.Changes | None = None,
+) -> dict[str, Any]:
     """One traced workload run on a provisioned filesystem; returns its result entry. `workload`
     is a WorkloadSpec. With `changes`, the workload is journaled so that a cleanup after SIGKILL
     stops it."""
+    assert sfs.config.label is not None  # FsConfig.__post_init__ sets it
     label_dir = out_dir / sfs.config.label
     label_dir.mkdir(parents=True, exist_ok=True)
     result_file = label_dir / "workload.json"
@@ -215,7 +229,9 @@ def measure(collector, sfs, workload, out_dir, drop_caches, changes=None):
     return entry
 
 
-def provision_one(changes, config, options, scratch_dir, first):
+def provision_one(
+    changes: undo.Changes, config: scratch.FsConfig, options: RunOptions, scratch_dir: str, first: bool
+) -> scratch.ScratchFs:
     if not options.device:
         return scratch.provision(changes, config, scratch_dir)
     # The device is checked for a signature before the first filesystem only: the next one finds
@@ -230,7 +246,13 @@ def provision_one(changes, config, options, scratch_dir, first):
     )
 
 
-def check_settings(sfs, sysctls, scheduler, go_on, progress=None):
+def check_settings(
+    sfs: scratch.ScratchFs,
+    sysctls: dict[str, str] | list[tuple[str, str]],
+    scheduler: str | None,
+    go_on: bool,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[dict[str, Any] | None, list[str]]:
     """Verify (profiler/verify/__init__.py) that what this configuration sets took effect, by what the
     kernel does in a short probe, before the workload runs: a comparison of settings that were
     silently ignored compares something else. Refuses unless go_on; returns (verify's report as
@@ -252,7 +274,7 @@ def check_settings(sfs, sysctls, scheduler, go_on, progress=None):
     return report.to_json(), warnings + loop
 
 
-def loop_io_warnings(sfs):
+def loop_io_warnings(sfs: scratch.ScratchFs) -> list[str]:
     """Direct I/O asked of a scratch loop device and kept off by the kernel (its backing filesystem
     cannot do it, e.g. tmpfs): the run goes on, buffered, and says so (docs/test-bed.md)."""
     if not sfs.images or sfs.config.loop_io != "direct":
@@ -273,13 +295,13 @@ def _say(line):
     print(line, file=sys.stderr, flush=True)
 
 
-def run(options):
+def run(options: RunOptions) -> tuple[dict[str, Any], Path]:
     configs = build_configs(options)
     sysctls = parse_sysctls(options.sysctl)
     # A bad workload parameter fails before anything is touched.
     workload = WorkloadSpec.checked(options.workload, options.workload_args, options.command_argv)
     out_dir = rundir.make_out_dir(options.output)
-    result = {
+    result: dict[str, Any] = {
         "schema": SCHEMA,
         "fsprof_version": __version__,
         "kernel": platform.release(),
@@ -314,10 +336,19 @@ def run(options):
     return result, out_dir
 
 
-def run_spec_one(collector, spec, workload, cfg, run_dir, scratch_dir, erased, go_on=False):
+def run_spec_one(
+    collector: Collector,
+    spec: "Spec",
+    workload: "Workload",
+    cfg: "Config",
+    run_dir: Path,
+    scratch_dir: str,
+    erased: set[str],
+    go_on: bool = False,
+) -> dict[str, Any]:
     """One (workload, configuration) of a spec on a fresh filesystem: its sysctls and scheduler
     hold for this run only. Writes run_dir/result.json (the same schema as `fsprof run`)."""
-    result = {
+    result: dict[str, Any] = {
         "schema": SCHEMA,
         "fsprof_version": __version__,
         "kernel": platform.release(),
@@ -351,12 +382,12 @@ def run_spec_one(collector, spec, workload, cfg, run_dir, scratch_dir, erased, g
     return result
 
 
-def run_spec(spec, options, progress=print):
+def run_spec(spec: "Spec", options: RunOptions, progress: Callable[[str], None] = print) -> tuple[dict[str, Any], Path]:
     """Every (repeat, workload, configuration) of a spec, repeats interleaved; one result
     directory per run (OUT/<workload>/<config>[/rep<N>]) and OUT/index.json listing them. A run
     that fails is recorded with its reason and the matrix goes on."""
     out_dir = rundir.make_out_dir(options.output)
-    index = {
+    index: dict[str, Any] = {
         "schema": rundir.INDEX_SCHEMA,
         "spec": str(spec.path),
         "description": spec.description,
@@ -368,7 +399,7 @@ def run_spec(spec, options, progress=print):
     stack_sample = spec.stack_sample if spec.stack_sample is not None else options.stack_sample
     with undo.Changes() as run_changes:
         scratch_dir = scratch.make_scratch_dir(run_changes, Path(options.scratch_dir) / out_dir.name)
-        erased = set()
+        erased: set[str] = set()
         names = sorted({cfg.fs for _, _, cfg in plan})
         with Collector(sample_hz=sample_hz, fs=names, stack_sample=stack_sample) as collector:
             for i, (rep, workload, cfg) in enumerate(plan, 1):

@@ -8,8 +8,10 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from ..errors import FsprofError
 from .. import signals
@@ -64,7 +66,7 @@ class _MapCreateOpts(_c.Structure):
     ]
 
 
-def create_maps(name, map_names, path=None):
+def create_maps(name: str, map_names: Iterable[str], path: str | Path | None = None) -> dict[str, SharedMap]:
     """Makes the maps `map_names` as build/<name>.bpf.o (or `path`) defines them (type, key and
     value sizes, entries, flags) without loading the object: {map name: SharedMap}. Made first,
     they let every object that shares them load at the same time as the others."""
@@ -108,7 +110,7 @@ _TP_SECTION = re.compile(r"^(?:tracepoint|tp)/(?P<cat>[^/]+)/(?P<name>[^/]+)$")
 _RAW_SECTION = re.compile(r"^(?:raw_tp|raw_tracepoint|tp_btf)/(?P<name>[^/]+)$")
 
 
-def tracepoint_of(section):
+def tracepoint_of(section: str) -> tuple[str | None, str] | None:
     """(category or None, name) of the tracepoint a program attaches to, or None if not a tracepoint."""
     m = _TP_SECTION.match(section)
     if m:
@@ -172,8 +174,9 @@ _VERIFIER_STATS = re.compile(r"^(processed \d+ insns|verification time|stack dep
 _MAX_LEFT_OUT = 64
 
 
-def failed_program(lines):
+def failed_program(lines: Iterable[str]) -> tuple[str | None, str | None]:
     """(program, reason) of the program libbpf's messages say failed to load, or (None, None)."""
+    log: list[str]
     prog, reason, in_log, log = None, None, False, []
     for line in lines:
         m = _PROG_LINE.search(line)
@@ -208,7 +211,7 @@ _STATS_FIELDS = {
 }
 
 
-def verifier_statistics(log):
+def verifier_statistics(log: str) -> dict[str, int | None]:
     """{usec, insns, peak_states} from a verifier log at _BPF_LOG_STATS (a field it lacks: None)."""
     found = {k: rx.search(log) for k, rx in _STATS_FIELDS.items()}
     return {k: int(m[1]) if m else None for k, m in found.items()}
@@ -365,7 +368,7 @@ class BpfObject:
             raise FsprofError(f"{self.name}.bpf.o has no map named {name}")
         return handle
 
-    def map(self, name, key_type, value_type):
+    def map(self, name: str, key_type: type[Any], value_type: type[Any]) -> Map:
         if name not in self._maps:
             btf = libbpf().bpf_object__btf(self._obj)
             self._maps[name] = Map(
@@ -373,7 +376,7 @@ class BpfObject:
             )
         return self._maps[name]
 
-    def ring_buffer(self, name, callback):
+    def ring_buffer(self, name: str, callback: Callable[[bytes], object]) -> RingBuffer:
         """A reader of ring buffer map `name`; the caller polls and closes it."""
         return RingBuffer(libbpf().bpf_map__fd(self._map_handle(name)), name, callback)
 
@@ -383,11 +386,11 @@ class BpfObject:
             raise FsprofError(f"program {pname} of {self.name}.bpf.o is not loaded: {why}")
         return self.programs[pname][0]
 
-    def run_stats(self):
+    def run_stats(self) -> dict[str, tuple[int, int, int]]:
         """{program: (run_cnt, run_time_ns, recursion_misses)} of this object's loaded programs."""
         return {p: prog_run_stats(libbpf().bpf_program__fd(handle)) for p, (handle, _) in self.programs.items()}
 
-    def attach(self, pname):
+    def attach(self, pname: str) -> None:
         """Attach a tracepoint, raw_tp or tp_btf program as its SEC() says."""
         link = libbpf().bpf_program__attach(self._prog(pname))
         if not link:
@@ -396,13 +399,13 @@ class BpfObject:
         # A classic tracepoint's link waits for grace periods when destroyed (above destroy_links).
         (self.slow_links if _TP_SECTION.match(self.programs[pname][1]) else self.links).append(link)
 
-    def attach_all(self):
+    def attach_all(self) -> None:
         """Attach every loaded program that libbpf can attach by its section (not perf_event ones)."""
         for pname, (_, section) in self.programs.items():
             if section != "perf_event":
                 self.attach(pname)
 
-    def attach_perf_sampling(self, pname, freq_hz=99):
+    def attach_perf_sampling(self, pname: str, freq_hz: int = 99) -> None:
         """Attach a perf_event program to cpu-clock sampling on every online CPU."""
         prog = self._prog(pname)
         for cpu in online_cpus():
@@ -414,7 +417,7 @@ class BpfObject:
                 raise FsprofError(f"could not attach {pname} to CPU {cpu}: {_errno_text(err)}")
             self.links.append(link)  # the link owns the perf event fd and closes it on destroy
 
-    def close(self):
+    def close(self) -> None:
         """Detach and free; safe to call twice, and a signal cannot cut it in half."""
         close_all([self])
 
@@ -448,7 +451,7 @@ class BpfObject:
 _MAX_DETACH_THREADS = 4
 
 
-def destroy_links(links, slow_links=()):
+def destroy_links(links: Iterable[int], slow_links: Iterable[int] = ()) -> None:
     """bpf_link__destroy every link: `links` before returning, `slow_links` (classic tracepoints)
     on a thread of their own."""
     lib = libbpf()
@@ -479,7 +482,7 @@ def destroy_links(links, slow_links=()):
             lib.bpf_link__destroy(link)
 
 
-def detach_all(objects):
+def detach_all(objects: Iterable[BpfObject]) -> None:
     """Detach every link of these objects together (a classic tracepoint's on a thread of its own:
     destroy_links); their maps stay readable until the objects are freed. A signal cannot cut it
     in half (the detach threads inherit the blocked signals)."""
@@ -492,7 +495,7 @@ def detach_all(objects):
         destroy_links(links, slow)
 
 
-def close_all(objects):
+def close_all(objects: Iterable[BpfObject]) -> None:
     """detach_all, then free the objects in the order given."""
     objects = list(objects)
     with signals.deferred():

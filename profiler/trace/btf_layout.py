@@ -6,6 +6,10 @@ offset, size and signedness, recursing into structs and arrays. A byte array
 """
 
 import ctypes as c
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import os
 
 # BTF kinds (linux/btf.h)
 _INT, _PTR, _ARRAY, _STRUCT, _UNION, _ENUM = 1, 2, 3, 4, 5, 6
@@ -26,7 +30,7 @@ class _Array(c.Structure):
     _fields_ = [("type", c.c_uint32), ("index_type", c.c_uint32), ("nelems", c.c_uint32)]
 
 
-def declare(lib):
+def declare(lib: c.CDLL) -> None:
     """The BTF functions' signatures (the loader calls this with the other libbpf signatures)."""
     for name, res, args in (
         ("bpf_object__btf", c.c_void_p, [c.c_void_p]),
@@ -58,14 +62,14 @@ class Btf:
                 return kind, t.info & 0xFFFF, t.info >> 31, name, t.size_or_type, c.addressof(t) + c.sizeof(_Type)
             type_id = t.size_or_type
 
-    def size(self, type_id):
+    def size(self, type_id: int) -> int:
         kind, vlen, _, _, size_or_type, extra = self._type(type_id)
         if kind == _ARRAY:
             arr = _Array.from_address(extra)
             return arr.nelems * self.size(arr.type)
         return 8 if kind == _PTR else size_or_type
 
-    def mismatch(self, ctype, type_id, where="value"):
+    def mismatch(self, ctype: Any, type_id: int, where: str = "value") -> str | None:
         """A sentence naming the first difference between ctype and BTF type type_id, or None."""
         kind, vlen, kflag, name, size_or_type, extra = self._type(type_id)
         size = self.size(type_id)
@@ -112,16 +116,16 @@ class Btf:
         return None
 
 
-def parse_file(lib, path):
+def parse_file(lib: c.CDLL, path: "str | os.PathLike[str]") -> Btf | None:
     """The BTF of an ELF file (a .bpf.o), for checks without loading it; free with close()."""
     handle = lib.btf__parse(str(path).encode(), None)
     return Btf(lib, handle) if handle else None
 
 
-def find_struct(btf, name):
+def find_struct(btf: Btf, name: str) -> int | None:
     type_id = btf.lib.btf__find_by_name_kind(btf.handle, name.encode(), _STRUCT)
     return type_id if type_id > 0 else None
 
 
-def close(btf):
+def close(btf: Btf) -> None:
     btf.lib.btf__free(btf.handle)

@@ -22,7 +22,7 @@ _core_btf: dict[str, Path | None] = {}
 _core_btf_lock = threading.Lock()
 
 
-def module_btf():
+def module_btf() -> list[str]:
     """Names of the kernel modules with BTF of their own (/sys/kernel/btf/<module>). Where there
     are any (distribution kernels build ext4, jbd2, xfs and btrfs as modules), objects relocate
     against the kernel's BTF: given a custom BTF, libbpf consults no module's."""
@@ -41,7 +41,7 @@ def _core_btf_key(objects):
     return hashlib.sha1("\n".join(parts).encode()).hexdigest()[:20]
 
 
-def core_btf(objects_dir):
+def core_btf(objects_dir: str | Path) -> Path | None:
     """The minimised kernel BTF for the objects in `objects_dir`, every *.bpf.o there (made on
     first use), or None."""
     if module_btf():

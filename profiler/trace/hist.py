@@ -2,12 +2,15 @@
 percentiles, log2 buckets and merges. A slot's value range is exact, so a percentile read at the
 slot's midpoint is within half a slot width (1/32 of the value, 3.1%) of the true figure."""
 
+from collections.abc import Iterable, Mapping
+from typing import Any
+
 from .maps import FINE_SUB_BITS, HIST_SLOTS
 
 SUB = 1 << FINE_SUB_BITS
 
 
-def slot_range(slot):
+def slot_range(slot: int) -> tuple[int, int]:
     """[low, high) in ns of a fine slot."""
     if slot < SUB:
         return slot, slot + 1
@@ -18,7 +21,7 @@ def slot_range(slot):
     return low, low + width
 
 
-def percentile(fine, q, max_ns=None):
+def percentile(fine: Mapping[Any, int], q: float, max_ns: int | None = None) -> float:
     """The q-quantile (0..1) of a sparse {slot: count} histogram, at the slot midpoint (never
     beyond the recorded maximum)."""
     total = sum(fine.values())
@@ -35,7 +38,7 @@ def percentile(fine, q, max_ns=None):
     return max_ns or 0
 
 
-def log2_buckets(fine):
+def log2_buckets(fine: Mapping[Any, int]) -> list[int]:
     """Counts per power of two (bucket i holds [2^i, 2^(i+1)) ns; bucket 0 also holds 0)."""
     out = [0] * HIST_SLOTS
     for slot, n in fine.items():
@@ -44,8 +47,9 @@ def log2_buckets(fine):
     return out
 
 
-def merge(hists):
+def merge(hists: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """One histogram summary from several (e.g. a syscall over all phases)."""
+    fine: dict[int, int]
     fine, count, total, mx = {}, 0, 0, 0
     hists = list(hists)
     for h in hists:
@@ -60,7 +64,7 @@ def merge(hists):
     return summarize(merged)
 
 
-def summarize(h):
+def summarize(h: dict[str, Any]) -> dict[str, Any]:
     """The plain-data form stored in result.json: counts, percentiles and both bucket layouts."""
     fine = {int(k): v for k, v in h["fine"].items()}
     out = {

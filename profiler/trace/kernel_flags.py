@@ -16,9 +16,13 @@ import os
 import platform
 import re
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from ..machine import conditions, tracefs
+
+_T = TypeVar("_T")
 
 CACHE_DIR = Path(os.environ.get("FSPROF_CORE_BTF_DIR", "/var/tmp/fsprof/cache/core-btf"))
 FIELDS = (
@@ -97,7 +101,7 @@ def _kallsyms_address(symbol):
     return 0
 
 
-def values():
+def values() -> dict[str, int]:
     """{field: flag mask} for the running kernel, found once per boot and kept in CACHE_DIR."""
     try:
         boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
@@ -108,7 +112,7 @@ def values():
     return cached(f"kernel-flags-{fields}-{boot}.json", _find)
 
 
-def cached(name, find, keep=lambda found: True):
+def cached(name: str, find: Callable[[], _T], keep: Callable[[_T], bool] = lambda found: True) -> _T:
     """What CACHE_DIR/name holds, else find()'s result, kept there when keep(result) says so.
     Written whole or not at all (several fsprof processes may start at once)."""
     cache = CACHE_DIR / name

@@ -9,7 +9,9 @@ import ctypes
 import errno
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from ..errors import FsprofError
 from . import btf_layout
@@ -103,7 +105,7 @@ def _signatures(lib):
     btf_layout.declare(lib)
 
 
-def libbpf():
+def libbpf() -> ctypes.CDLL:
     """The loaded libbpf, with signatures declared and its messages captured."""
     global _lib
     if _lib is None:
@@ -126,13 +128,13 @@ def _errno_text(err):
 NEEDED_CAPS = {"CAP_SYS_ADMIN": 21, "CAP_PERFMON": 38, "CAP_BPF": 39}
 
 
-def missing_capabilities():
+def missing_capabilities() -> list[str]:
     text = Path("/proc/self/status").read_text()
     eff = int(next(line.split()[1] for line in text.splitlines() if line.startswith("CapEff:")), 16)
     return [name for name, bit in NEEDED_CAPS.items() if not eff >> bit & 1]
 
 
-def check_privileges():
+def check_privileges() -> None:
     if os.geteuid() != 0:
         raise FsprofError("fsprof must run as root: it loads BPF programs, opens perf events and mounts filesystems")
     missing = missing_capabilities()
@@ -172,7 +174,7 @@ class Map:
         # Per-CPU values come back as one 8-byte-aligned slot per possible CPU.
         self._slot = (_c.sizeof(value_type) + 7) & ~7
 
-    def keys(self):
+    def keys(self) -> list[Any]:
         lib, key = libbpf(), None
         nxt = self.key_type()
         keys = []
@@ -181,7 +183,7 @@ class Map:
             key, nxt = nxt, self.key_type()
         return keys
 
-    def lookup(self, key):
+    def lookup(self, key: Any) -> Any:
         """The value, or for per-CPU maps a list of values (one per CPU); None when absent."""
         buf = _c.create_string_buffer(self._slot * self.ncpus)
         if libbpf().bpf_map_lookup_elem(self.fd, _c.byref(key), buf) != 0:
@@ -191,26 +193,26 @@ class Map:
             vals = [v.value for v in vals]
         return vals if self.percpu else vals[0]
 
-    def items(self):
+    def items(self) -> Iterator[tuple[Any, Any]]:
         for key in self.keys():
             val = self.lookup(key)
             if val is not None:
                 yield key, val
 
-    def update(self, key, value, flags=BPF_ANY):
+    def update(self, key: Any, value: Any, flags: int = BPF_ANY) -> None:
         if self.percpu:
             raise FsprofError(f"map {self.name}: per-CPU maps are written by the kernel only")
         if libbpf().bpf_map_update_elem(self.fd, _c.byref(key), _c.byref(value), flags) != 0:
             raise FsprofError(f"could not write to BPF map {self.name} ({_errno_text(_c.get_errno())})")
 
-    def delete(self, key):
+    def delete(self, key: Any) -> bool:
         return libbpf().bpf_map_delete_elem(self.fd, _c.byref(key)) == 0
 
-    def clear(self):
+    def clear(self) -> None:
         for key in self.keys():
             self.delete(key)
 
-    def drain(self):
+    def drain(self) -> Iterator[tuple[Any, Any]]:
         """Every (key, value), each removed in the same step as it is read (hash maps, 5.14+):
         an update racing with the drain lands either in what is returned or in the map, never
         nowhere. Values as lookup() returns them."""
@@ -267,7 +269,7 @@ class _ProgInfo(_c.Structure):
     ]
 
 
-def prog_run_stats(fd):
+def prog_run_stats(fd: int) -> tuple[int, int, int]:
     """(run_cnt, run_time_ns, recursion_misses) of a loaded program. The kernel counts runs and
     time only while kernel.bpf_stats_enabled=1; recursion misses always."""
     info = _ProgInfo()
@@ -284,7 +286,7 @@ class SharedMap:
     def __init__(self, name, fd):
         self.name, self.fd = name, fd
 
-    def close(self):
+    def close(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
@@ -303,13 +305,13 @@ class RingBuffer:
         if not self._rb:
             raise FsprofError(f"could not open ring buffer {name} ({_errno_text(_c.get_errno())})")
 
-    def poll(self, timeout_ms=100):
+    def poll(self, timeout_ms: int = 100) -> int:
         n = libbpf().ring_buffer__poll(self._rb, timeout_ms)
         if n < 0 and -n != errno.EINTR:
             raise FsprofError(f"ring buffer poll failed ({_errno_text(n)})")
         return max(n, 0)
 
-    def close(self):
+    def close(self) -> None:
         if self._rb:
             libbpf().ring_buffer__free(self._rb)
             self._rb = None
@@ -350,7 +352,7 @@ _PERF_FLAG_FREQ = 1 << 10
 _NR_PERF_EVENT_OPEN = {"x86_64": 298, "aarch64": 241}
 
 
-def perf_event_open_sampling(cpu, freq_hz):
+def perf_event_open_sampling(cpu: int, freq_hz: int) -> int:
     """A cpu-clock sampling event on one CPU (all tasks), as perf record -F uses."""
     attr = PerfEventAttr(
         type=PERF_TYPE_SOFTWARE,
@@ -367,9 +369,9 @@ def perf_event_open_sampling(cpu, freq_hz):
     return fd
 
 
-def online_cpus():
+def online_cpus() -> list[int]:
     text = Path("/sys/devices/system/cpu/online").read_text().strip()
-    cpus = []
+    cpus: list[int] = []
     for part in text.split(","):
         lo, _, hi = part.partition("-")
         cpus.extend(range(int(lo), int(hi or lo) + 1))

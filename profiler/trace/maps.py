@@ -2,6 +2,8 @@
 field by field at open (btf_layout.py), so a change on one side without the other fails at once."""
 
 import ctypes as c
+from collections.abc import Iterable
+from typing import Any
 
 HIST_SLOTS = 40
 FINE_SUB_BITS = 4
@@ -45,12 +47,12 @@ DROP_REASONS = (
 KEPT_APPROXIMATELY = {"open_slots_overflow": "open intervals kept under the filesystem known at entry"}
 
 
-def lost_events(drops):
+def lost_events(drops: dict[str, int]) -> dict[str, int]:
     """{reason: count} of the events not recorded, nonzero ones (drops less KEPT_APPROXIMATELY)."""
     return {k: v for k, v in drops.items() if v and k not in KEPT_APPROXIMATELY}
 
 
-def approximated_events(drops):
+def approximated_events(drops: dict[str, int]) -> dict[str, int]:
     """{what: count} of the events recorded less exactly, nonzero ones (KEPT_APPROXIMATELY's)."""
     return {KEPT_APPROXIMATELY[k]: v for k, v in drops.items() if v and k in KEPT_APPROXIMATELY}
 
@@ -155,7 +157,7 @@ class WorkerRun(c.Structure):
     _fields_ = [("windows", c.c_uint64), ("wall_ns", c.c_uint64), ("rqs", RqClasses)]
 
 
-def requests_of(counts, sizes):
+def requests_of(counts: Iterable[int], sizes: Iterable[int]) -> dict[str, dict[str, int]]:
     """{class: {count, bytes}} of the classes with requests."""
     return {cls: {"count": n, "bytes": b} for cls, n, b in zip(BLK_CLASSES, counts, sizes) if n}
 
@@ -237,7 +239,7 @@ Stack = c.c_uint64 * MAX_STACK_DEPTH
 SPILL_STACK_BIT = 1 << 30  # a stack id of the spill map (bpf/shared_maps.h get_stack)
 
 
-def hist_data(h):
+def hist_data(h: Hist) -> dict[str, Any]:
     """One struct hist as plain data: the fine slots as a sparse {slot: count} map (see
     profiler/trace/hist.py for what a slot means). Every histogram map is shared by all CPUs."""
     return {
@@ -249,7 +251,7 @@ def hist_data(h):
     }
 
 
-def snapshot_hist(h):
+def snapshot_hist(h: Hist) -> dict[str, Any]:
     """A struct hist as a probe's snapshot holds it: its fine slots keyed by strings, as in JSON
     (collect.py walks snapshots for stack ids by key name)."""
     return {

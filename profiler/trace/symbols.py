@@ -3,6 +3,7 @@
 import bisect
 import hashlib
 import re
+from collections.abc import Collection
 from functools import lru_cache
 from pathlib import Path
 
@@ -37,30 +38,30 @@ def _table():
     return [addrs[i] for i in order], [names[i] for i in order]
 
 
-def available():
+def available() -> bool:
     addrs, _ = _table()
     return bool(addrs)
 
 
-def name(addr):
+def name(addr: int) -> str:
     addrs, names = _table()
     i = bisect.bisect_right(addrs, addr) - 1
     return names[i] if i >= 0 else f"0x{addr:x}"
 
 
-def symbolize(stacks):
+def symbolize(stacks: dict[int, list[int]]) -> dict[int, list[str]]:
     """{stack id: [addr, ...]} -> {stack id: [function, ...]}, innermost frame first."""
     return {sid: strip_tracer([name(a) for a in addrs]) for sid, addrs in stacks.items()}
 
 
-def strip_tracer(frames):
+def strip_tracer(frames: list[str]) -> list[str]:
     i = 0
     while i < len(frames) - 1 and _TRACER_FRAME.match(frames[i]):
         i += 1
     return frames[i:]
 
 
-def text_addresses(names, module):
+def text_addresses(names: Collection[str], module: str) -> dict[str, int]:
     """{name: address} of the functions `names` of kernel module `module` (or of the kernel, where
     it is built in), from /proc/kallsyms. Reading /proc/kallsyms costs about 50 ms of kernel CPU
     and splitting its 5 MB into lines 50 more, at every start: what was found is kept (as the

@@ -83,12 +83,12 @@ MOVES_BYTES = {
 }
 
 
-def table():
+def table() -> dict[str, tuple[int, int]]:
     """The syscall table for this machine's architecture."""
     if os.uname().machine != "x86_64":
         raise FsprofError(f"fsprof's syscall table covers x86_64 only; this machine is {os.uname().machine}")
     return X86_64
 
 
-def name_of(nr):
+def name_of(nr: int) -> str:
     return next((name for name, (n, _) in table().items() if n == nr), f"syscall_{nr}")
