@@ -2,15 +2,18 @@
 per-phase figures stored in result.json: histograms summarised, stacks symbolised, attribution
 applied. Plain data in, plain data out: a stored run can be assembled again (`fsprof report`)."""
 
+from collections.abc import Sequence
+from typing import Any
+
 from . import attribution
 from .. import behind
 from ..trace import hist, symbols
 
 
-def phase_elapsed(start_ns, names, end_ns):
+def phase_elapsed(start_ns: Sequence[int], names: Sequence[str], end_ns: int) -> dict[str, float]:
     """Seconds per phase, from the kernel's first-entry timestamps (phases in order of entry)."""
     started = sorted((t, i) for i, t in enumerate(start_ns) if t and i < len(names))
-    out = {}
+    out: dict[str, float] = {}
     for (t, i), nxt in zip(started, [s for s, _ in started[1:]] + [end_ns]):
         out[names[i]] = max(nxt - t, 0) / 1e9
     return out
@@ -20,12 +23,18 @@ def _name(names, index):
     return names[index] if index < len(names) else f"phase-{index}"
 
 
-def workers(fs, records, stacks, names, runs=()):
+def workers(
+    fs: str,
+    records: Sequence[dict[str, Any]],
+    stacks: dict[int, list[str]],
+    names: Sequence[str],
+    runs: Sequence[dict[str, Any]] = (),
+) -> dict[str, dict[str, Any]]:
     """{worker kind: {"all": breakdown, "phases": {phase name: breakdown}}} of the workers' own
     off-CPU time (attribution.attribute_worker), with the windows begun, their wall and on-CPU
     time and the block requests made inside them (`runs`: the snapshot's worker_runs of this
     filesystem)."""
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for kind in sorted({r["kind"] for r in list(records) + list(runs)}):
         mine = [r for r in records if r["kind"] == kind]
         made = [r for r in runs if r["kind"] == kind]
@@ -161,7 +170,7 @@ def _trace(raw, recs, stacks):
     }
 
 
-def assemble(raw, target, names, end_ns):
+def assemble(raw: dict[str, Any], target: behind.Target, names: list[str], end_ns: int) -> dict[str, Any]:
     """The result entry fields for the filesystem of `target` (a behind.Target); names[i] is
     phase i's name (phase 0: everything before the workload's first marker)."""
     fs, sb_dev = target.fs, target.sb_dev
@@ -174,7 +183,7 @@ def assemble(raw, target, names, end_ns):
     other = sum(b["causes"].get(attribution.OTHER_WAIT, 0) for b in breakdowns)
     ops, unresolved = recs["ops"], recs["unresolved"]
     all_ops = sorted({r["op"] for r in ops})
-    entry = {
+    entry: dict[str, Any] = {
         # The model's own error bar: the share of off-CPU time no rule explained.
         "other_wait_share": other / off if off else 0.0,
         "syscalls": {op: hist.merge([r for r in ops if r["op"] == op]) for op in all_ops},

@@ -9,8 +9,10 @@ The rules are data; this module only applies them. See docs/attribution.md.
 import fnmatch
 import re
 import tomllib
+from collections.abc import Hashable, Iterable, Sequence
 from functools import lru_cache
 from pathlib import Path
+from typing import Any, TypeVar
 
 from .. import filesystems
 from ..causes import check as known_cause
@@ -27,6 +29,7 @@ NO_STACK_CPU = known_cause("CPU (stack not captured)")
 NO_STACK = "[stack not captured]"
 NOT_WALKED = "[stack not walked: sampled out, no walked wait of its kind to divide it by]"
 RULE_TABLE_OF = {fs.name: fs.rules for fs in filesystems.TABLE.values()}
+K = TypeVar("K", bound=Hashable)  # the keys apportion() shares a total among
 
 
 def _patterns(globs):
@@ -34,14 +37,14 @@ def _patterns(globs):
 
 
 class Rule:
-    def __init__(self, spec, table):
+    def __init__(self, spec: dict[str, Any], table: str | None) -> None:
         self.cause = known_cause(spec["cause"], f"analysis/rules/{table}.toml")
         self.order = spec.get("order", 50)
         self.table = table
         self.frames = _patterns(spec["frames"])
         self.within = _patterns(spec.get("within", []))
 
-    def matches(self, frames):
+    def matches(self, frames: Sequence[str]) -> bool:
         """frames: innermost first. True when a frame matches and (if `within`) an outer one does too."""
         for i, f in enumerate(frames):
             if self.frames.match(f):
@@ -53,7 +56,7 @@ class Rule:
 class Rules:
     """The common table merged with one filesystem's."""
 
-    def __init__(self, fs):
+    def __init__(self, fs: str) -> None:
         common = tomllib.loads((RULES_DIR / "common.toml").read_text())
         own_name = RULE_TABLE_OF.get(fs)
         own = tomllib.loads((RULES_DIR / f"{own_name}.toml").read_text()) if own_name else {}
@@ -72,7 +75,7 @@ class Rules:
         self.generic = _patterns(common.get("generic_frames", []))
         self.fs_frames = _patterns(own.get("fs_frames", []))
 
-    def classify_off(self, frames, runnable):
+    def classify_off(self, frames: Sequence[str], runnable: int) -> tuple[str, str | None]:
         """(cause, detail): detail names the frame for "other wait"."""
         if runnable:
             return CPU_CONTENTION, None
@@ -83,7 +86,7 @@ class Rules:
                 return rule.cause, None
         return OTHER_WAIT, self.meaningful_frame(frames)
 
-    def classify_worker(self, frames, runnable):
+    def classify_worker(self, frames: Sequence[str], runnable: int) -> tuple[str, str | None]:
         if runnable:
             return CPU_CONTENTION, None
         if not frames:
@@ -93,10 +96,10 @@ class Rules:
                 return rule.cause, None
         return OTHER_WAIT, self.meaningful_frame(frames)
 
-    def meaningful_frame(self, frames):
+    def meaningful_frame(self, frames: Sequence[str]) -> str:
         return next((f for f in frames if not self.generic.match(f)), frames[0])
 
-    def classify_on(self, frames):
+    def classify_on(self, frames: Sequence[str]) -> str:
         for rule in self.oncpu:
             if rule.matches(frames):
                 return rule.cause
@@ -106,7 +109,7 @@ class Rules:
 
 
 @lru_cache(maxsize=8)
-def rules_for(fs):
+def rules_for(fs: str) -> Rules:
     return Rules(fs)
 
 
@@ -130,7 +133,7 @@ _KWORKER_SUFFIX = re.compile(r"^(kworker/[^:]*):.*$")
 _TIMER_FRAMES = _patterns(["process_timeout", "hrtimer_wakeup", "call_timer_fn", "__run_timers"])
 
 
-def waker_name(comm, frames):
+def waker_name(comm: str, frames: Sequence[str] | None) -> str:
     """Who ended a wait, as a reader wants it grouped: kworkers by pool, timers and interrupts as such."""
     if frames and any(_TIMER_FRAMES.match(f) for f in frames):
         return "[timer]"
@@ -141,23 +144,25 @@ def waker_name(comm, frames):
     return _KWORKER_SUFFIX.sub(r"\1:*", comm)
 
 
-def classify_off(rules, rec, frames, worker=False):
+def classify_off(
+    rules: Rules, rec: dict[str, Any], frames: Sequence[str], worker: bool = False
+) -> tuple[str, str | None]:
     """(cause, detail) of an off-CPU record of a syscall (or, with worker, of a worker's window)."""
     if rec["stack"] == STACK_NOT_WALKED and not rec["runnable"]:
         return OTHER_WAIT, NOT_WALKED
     return (rules.classify_worker if worker else rules.classify_off)(frames, rec["runnable"])
 
 
-def apportion(total, weights):
+def apportion(total: int, weights: dict[K, int]) -> dict[K, int]:
     """{key: int} summing exactly to `total`, in proportion to weights {key: number > 0}: each
     share rounded down, the remainder to the largest weight."""
     whole = sum(weights.values())
     shares = {k: total * w // whole for k, w in weights.items()}
-    shares[max(weights, key=weights.get)] += total - sum(shares.values())
+    shares[max(weights, key=weights.__getitem__)] += total - sum(shares.values())
     return shares
 
 
-def split_unwalked(offcpu):
+def split_unwalked(offcpu: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Stack sampling (--stack-sample N): the intervals of the calls (a worker's windows) whose
     stacks were not walked come as records with stack STACK_NOT_WALKED. Each (dev, phase, op or
     worker kind, runnable) group's such time is divided among the same group's walked records in
@@ -168,6 +173,8 @@ def split_unwalked(offcpu):
     is estimated."""
     group = lambda r: (r.get("dev"), r["phase"], r.get("op"), r.get("kind"), r["runnable"])  # noqa: E731
     walked = [dict(r) for r in offcpu if r["stack"] != STACK_NOT_WALKED]
+    members: dict[tuple[Any, ...], list[int]]
+    unwalked: dict[tuple[Any, ...], dict[str, Any]]
     members, unwalked = {}, {}
     for i, r in enumerate(walked):
         members.setdefault(group(r), []).append(i)
@@ -191,7 +198,14 @@ def split_unwalked(offcpu):
     return out
 
 
-def attribute(fs, wall, offcpu, samples, stacks, spans=None):
+def attribute(
+    fs: str,
+    wall: dict[str, Any],
+    offcpu: list[dict[str, Any]],
+    samples: list[dict[str, Any]],
+    stacks: dict[int, list[str]],
+    spans: dict[str, int] | None = None,
+) -> dict[str, Any]:
     """One (filesystem, syscall, phase): wall = {count, total_ns}; offcpu = [{stack, runnable,
     count, total_ns}]; samples = [{stack, count}]; stacks = {id: [function, ...]}; spans =
     {cause: ns} of on-CPU time measured exactly by bracketing tracepoints (behind.cpu_spans).
@@ -199,6 +213,10 @@ def attribute(fs, wall, offcpu, samples, stacks, spans=None):
     Measured spans take their exact time out of the on-CPU time; the samples split the rest
     (their samples in a measured cause dropped, being counted already)."""
     rules = rules_for(fs)
+    causes: dict[str, int]
+    other: dict[str, int]
+    wakers: dict[str, dict[str, int]]
+    waits: dict[str, int]
     causes, other, wakers, waits, off_ns, off_count = {}, {}, {}, {}, 0, 0
     estimated = sum(rec.get("estimated_ns", 0) for rec in offcpu)
     for rec in offcpu:
@@ -223,6 +241,7 @@ def attribute(fs, wall, offcpu, samples, stacks, spans=None):
         for c, ns in spans.items():
             causes[c] = causes.get(c, 0) + int(ns * scale)
         on_ns -= sum(int(ns * scale) for ns in spans.values())
+    by_cpu_cause: dict[str, int]
     by_cpu_cause, n_samples = {}, 0
     for rec in samples:
         frames = stacks.get(rec["stack"])
@@ -263,11 +282,13 @@ def attribute(fs, wall, offcpu, samples, stacks, spans=None):
     return out
 
 
-def attribute_worker(fs, offcpu, stacks):
+def attribute_worker(fs: str, offcpu: list[dict[str, Any]], stacks: dict[int, list[str]]) -> dict[str, Any]:
     """A filesystem worker's off-CPU time inside its windows (offcpu = [{stack, runnable, count,
     total_ns}]), split by the `[[worker]]` rules. Its on-CPU time is the window total minus this,
     which only the probe that opened the windows knows."""
     rules = rules_for(fs)
+    causes: dict[str, int]
+    other: dict[str, int]
     causes, other, off_ns, count = {}, {}, 0, 0
     for rec in offcpu:
         cause, detail = classify_off(rules, rec, stacks.get(rec["stack"], []), worker=True)
@@ -288,9 +309,9 @@ def attribute_worker(fs, offcpu, stacks):
     return out
 
 
-def merge_requests(parts):
+def merge_requests(parts: Iterable[dict[str, dict[str, int]]]) -> dict[str, dict[str, int]]:
     """{class: {count, bytes}} summed over several."""
-    out = {}
+    out: dict[str, dict[str, int]] = {}
     for part in parts:
         for cls, v in part.items():
             e = out.setdefault(cls, {"count": 0, "bytes": 0})
@@ -299,10 +320,10 @@ def merge_requests(parts):
     return out
 
 
-def merge(breakdowns):
+def merge(breakdowns: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """Sum of several breakdowns of the same syscall (e.g. over phases)."""
     breakdowns = list(breakdowns)
-    out = {
+    out: dict[str, Any] = {
         "count": 0,
         "wall_ns": 0,
         "offcpu_ns": 0,

@@ -19,8 +19,10 @@ Reads result.json files only.
 
 import json
 import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..errors import FsprofError
 from ..rundir import INDEX_FILE, RESULT_FILE, load, load_index
@@ -29,6 +31,9 @@ from ..causes import TABLE as CAUSES
 from . import repeats, workload as workload_time
 from ..work_unit import parse_unit
 from .evidence import elsewhere_pairs, evidence_pairs, assign_evidence, mechanism, owns_the_device
+
+if TYPE_CHECKING:
+    from ..work_unit import Unit
 
 # A wait that a filesystem thread ends, and the worker whose own time explains it (XFS's log force
 # wait has none: the fsync waits for iclog I/O the CIL push submits but does not wait on): a
@@ -46,17 +51,17 @@ class Group:
     entries: list = field(default_factory=list)  # (result, fs entry)
 
     @property
-    def fs(self):
+    def fs(self) -> dict[str, Any]:
         return self.entries[0][1]
 
-    def per_run(self, fn):
+    def per_run(self, fn: Callable[[dict[str, Any]], Any]) -> list[Any]:
         return [fn(fs) for _, fs in self.entries]
 
-    def mean(self, fn):
+    def mean(self, fn: Callable[[dict[str, Any]], float | None]) -> float | None:
         values = [v for v in self.per_run(fn) if v is not None]
         return statistics.fmean(values) if values else None
 
-    def spread(self, fn):
+    def spread(self, fn: Callable[[dict[str, Any]], float | None]) -> float | None:
         values = [v for v in self.per_run(fn) if v is not None]
         return (max(values) - min(values)) if len(values) > 1 else None
 
@@ -84,7 +89,7 @@ def _entries_of(path):
     return [(spec["config"] if spec else fs["label"], result, fs, path) for fs in result["filesystems"]]
 
 
-def groups_of(paths, fs_filter=None):
+def groups_of(paths: Sequence[str | Path], fs_filter: set[str] | None = None) -> list[Group]:
     """The configurations in `paths`, each a Group; fs_filter: only entries of these labels or
     filesystem types."""
     found = []
@@ -97,17 +102,17 @@ def groups_of(paths, fs_filter=None):
         raise FsprofError(f"no filesystem results{what} in " + ", ".join(map(str, paths)), exit_code=2)
     # One name from several directories names different settings: qualify it by the directory.
     # A spec's repeats come from one index, under one name: they form one group.
-    dirs = {}
+    dirs: dict[str, set[Path]] = {}
     for name, path, _, _ in found:
         dirs.setdefault(name, set()).add(path)
-    groups = {}
+    groups: dict[str, Group] = {}
     for name, path, result, fs in found:
         label = name if len(dirs[name]) == 1 else f"{path.name}/{name}"
         groups.setdefault(label, Group(label)).entries.append((result, fs))
     return list(groups.values())
 
 
-def namesakes(paths, fs_filter=None):
+def namesakes(paths: Sequence[str | Path], fs_filter: set[str] | None = None) -> list[list[Group]] | None:
     """Runs named one by one that each measured the same several filesystems: [[group per
     path] per filesystem], so that ext4 is set against ext4 and XFS against XFS; None otherwise."""
     if len(paths) < 2 or not all((Path(p) / RESULT_FILE).is_file() for p in paths):
@@ -135,9 +140,9 @@ def _workload_name(result):
     return spec["workload"] if spec else " ".join([w["name"], *w.get("args", w.get("argv", []))])
 
 
-def by_workload(groups):
+def by_workload(groups: list[Group]) -> list[tuple[str, list[Group]]]:
     """[(workload name, groups)] in order of appearance: only runs of one workload are compared."""
-    found = {}
+    found: dict[str, tuple[str, list[Group]]] = {}
     for g in groups:
         kinds = {_workload_of(r) for r, _ in g.entries}
         if len(kinds) > 1:
@@ -162,7 +167,7 @@ def _command_words(result):
     return list(w["argv"]) if "argv" in w else [w["name"], *w.get("args", [])]
 
 
-def workload_difference(results):
+def workload_difference(results: list[dict[str, Any]]) -> dict[str, Any]:
     """What differs between the workloads of runs (result.json dicts), as the words that differ:
     {"name": [...], "words": [[base's], [other's], ...]}, the shared words left out."""
     runs = [_command_words(r) for r in results]
@@ -199,7 +204,7 @@ SETTINGS = (
 )
 
 
-def settings_difference(base, other):
+def settings_difference(base: Group, other: Group) -> list[dict[str, Any]]:
     """[{"setting", "values": [base's, other's]}] of the settings (SETTINGS, and each writeback
     sysctl in force) that differ between the two sides' first runs; a setting a run did not
     record (an older run) is not compared."""
@@ -210,8 +215,8 @@ def settings_difference(base, other):
     return [{"setting": name, "values": [a, b]} for name, a, b in rows if a is not None and b is not None and a != b]
 
 
-def main_op(groups, op=None):
-    ops = {}
+def main_op(groups: list[Group], op: str | None = None) -> str:
+    ops: dict[str, int] = {}
     for g in groups:
         for _, fs in g.entries:
             for name, b in fs["attribution"].items():
@@ -229,21 +234,21 @@ def main_op(groups, op=None):
         for name in ops
         if all(any(fs["attribution"].get(name, {}).get("count") for _, fs in g.entries) for g in groups)
     ]
-    return max(common or ops, key=ops.get)
+    return max(common or ops, key=ops.__getitem__)
 
 
 def _us_per_op(b, ns):
     return ns / b["count"] / 1e3 if b and b["count"] else 0.0
 
 
-def expanded_causes(fs, op):
+def expanded_causes(fs: dict[str, Any], op: str) -> dict[str, float]:
     """{cause: us per op} of `op`, a worker-ended wait split by its worker's own off-CPU causes
     (pro rata: the waiter waited while the worker spent its window that way)."""
     b = fs["attribution"].get(op)
     if not b:
         return {}
     threads = worker_causes(fs)
-    out = {}
+    out: dict[str, float] = {}
     for cause, ns in b["causes"].items():
         us = _us_per_op(b, ns)
         kind = WORKER_OF_CAUSE.get(cause, "")
@@ -257,11 +262,11 @@ def expanded_causes(fs, op):
     return out
 
 
-def worker_causes(fs):
+def worker_causes(fs: dict[str, Any]) -> dict[str, dict[str, int]]:
     """{worker kind: {cause: ns}} of a run's filesystem threads over their whole windows (on-CPU
     time included), from the behind modules that account for it (thread_causes). A wait is
     split pro rata: the waiter waited while its worker spent its window that way."""
-    out = {}
+    out: dict[str, dict[str, int]] = {}
     for module in behind.MODULES:
         fn, section = getattr(module, "thread_causes", None), fs.get("behind", {}).get(module.NAME)
         if fn and section:
@@ -273,7 +278,7 @@ def _ratio(a, b):
     return b / a if a else float("inf")
 
 
-def phase_times(base, other):
+def phase_times(base: Group, other: Group) -> list[dict[str, Any]]:
     """The workload's phases both sides ran, largest change of wall time first."""
     names = [p for p in base.fs.get("phases", {}) if p in other.fs.get("phases", {})]
     rows = []
@@ -284,7 +289,7 @@ def phase_times(base, other):
     return sorted(rows, key=lambda r: -abs(r["elapsed_s"][1] - r["elapsed_s"][0]))
 
 
-def phase_view(fs, phase):
+def phase_view(fs: dict[str, Any], phase: str) -> dict[str, Any]:
     """One phase of a filesystem entry, shaped as a whole run. The behind-the-wait sections are
     whole-run figures: they still split a worker-ended wait (pro rata, as for a whole run) but
     give no per-op evidence; the phase's evidence is its own block requests."""
@@ -310,7 +315,7 @@ def phase_view(fs, phase):
     }
 
 
-def compare_pair(base, other, op, unit=None):
+def compare_pair(base: Group, other: Group, op: str, unit: "Unit | None" = None) -> dict[str, Any]:
     """The explanation of `other` against `base` as plain data: the workload's time first."""
 
     def lat(fs):
@@ -327,13 +332,13 @@ def compare_pair(base, other, op, unit=None):
         raise FsprofError(f"{missing} has no {op} calls to compare", exit_code=2)
     per_repeat = [[v for v in g.per_run(lat) if v is not None] for g in (base, other)]
     threshold = max(MIN_US, MIN_SHARE * max(a, b))
-    verdict = repeats.judge(*per_repeat, min_effect=threshold)
-    causes = {}
+    verdict = repeats.judge(per_repeat[0], per_repeat[1], min_effect=threshold)
+    causes: dict[str, list[float]] = {}
     for g, side in ((base, 0), (other, 1)):
         for _, fs in g.entries:
             for cause, us in expanded_causes(fs, op).items():
                 causes.setdefault(cause, [0.0, 0.0])[side] += us / len(g.entries)
-    cmp = {
+    cmp: dict[str, Any] = {
         "base": base.name,
         "other": other.name,
         "op": op,
@@ -364,7 +369,7 @@ def compare_pair(base, other, op, unit=None):
     return cmp
 
 
-def decompose(causes, diff, threshold):
+def decompose(causes: dict[str, list[float]], diff: float, threshold: float) -> dict[str, Any]:
     """The difference of mean us per op as signed contributions of causes ({cause: [base, other]}).
     They add up to it: the causes above the threshold, largest magnitude first, then the rest
     together ("not different"), then what the causes' sum misses of the wall time (the residual of
@@ -373,6 +378,8 @@ def decompose(causes, diff, threshold):
     ranked = sorted(causes.items(), key=lambda kv: -abs(kv[1][1] - kv[1][0]))
     up = sum(y - x for _, (x, y) in ranked if y > x)
     down = sum(x - y for _, (x, y) in ranked if y < x)
+    listed: list[dict[str, Any]]
+    rest: list[dict[str, Any]]
     listed, rest = [], []
     for c, (x, y) in ranked:
         d = y - x
@@ -402,12 +409,15 @@ SMALL_FILESYSTEM = (
 )  # below this a filesystem reserves for space sooner (btrfs: 16 GiB vs 2 GiB, 9,804 tickets vs 36)
 
 
-def test_bed_notes(base, other, cmp):
+def test_bed_notes(base: Group, other: Group, cmp: dict[str, Any]) -> list[str]:
     """Sentences on where the test bed (docs/test-bed.md) can make the difference: a loop device
     over a buffered file (its flushes are host writeback, its reads may be host page cache), a RAM
     device, a backing disk that does not seek. Only for the causes this comparison lists."""
     causes = [c["cause"] for c in cmp["causes"]]
     has = lambda words: any(w in c for c in causes for w in words)  # noqa: E731
+    buffered: dict[str, str]
+    ram: set[str]
+    no_seek: dict[str, bool]
     buffered, ram, no_seek = {}, set(), {}
     for g in (base, other):
         for _, fs in g.entries:
@@ -478,7 +488,7 @@ def _sampling_warnings(*groups):
     ]
 
 
-def spec_unit(groups):
+def spec_unit(groups: list[Group]) -> "Unit | None":
     """The unit of work a spec's workload names (its `unit`), where every run compared names one."""
     units = {(result.get("spec") or {}).get("unit") for g in groups for result, _ in g.entries}
     return parse_unit(units.pop(), where="unit") if len(units) == 1 and None not in units else None
@@ -488,7 +498,13 @@ def _comparable(groups):
     return len(groups) > 1 or len(groups[0].entries) > 1
 
 
-def compare(paths, op=None, phase=None, unit=None, fs_filter=None):
+def compare(
+    paths: Sequence[str | Path],
+    op: str | None = None,
+    phase: str | None = None,
+    unit: "Unit | None" = None,
+    fs_filter: set[str] | None = None,
+) -> list[dict[str, Any]]:
     """Per workload found in `paths` (a spec's output may hold several), each configuration set
     against the first one of that workload; with `phase`, that phase of the workload only. Runs
     named one by one over the same filesystems: each filesystem against its namesake. unit: a

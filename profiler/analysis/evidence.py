@@ -6,18 +6,24 @@ which cause, how each side did its I/O, and the work filesystem threads did for 
 Reads filesystem entries of result.json only.
 """
 
+from __future__ import annotations
+
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from .. import behind
 from ..behind.scope import in_scope, wide
 from ..causes import TABLE as CAUSES
 from ..trace.maps import BLK_CLASSES, BLK_WRITE_CLASSES
 
+if TYPE_CHECKING:
+    from .compare import Group  # compare imports this module
+
 # Which counts bear on which cause (substrings of evidence labels): a column of causes.py.
 EVIDENCE_WORDS = {c.name: list(c.evidence) for c in CAUSES.values() if c.evidence}
 
 
-def class_words(cls):
+def class_words(cls: str) -> str:
     return cls.replace("_", " ")
 
 
@@ -25,12 +31,12 @@ OWNER_SHARE = 0.95  # a call owns the device's requests when 95% of those linked
 LINKED_COVERAGE = 0.5  # and at least half of the device's requests are linked to a call at all
 
 
-def causes_ended_by(kind):
+def causes_ended_by(kind: str) -> list[str]:
     """The wait causes a worker kind's windows end (a jbd2 commit ends journal commit waits)."""
     return [c for c, cause in CAUSES.items() if cause.worker == kind]
 
 
-def wait_shares(fs, kind):
+def wait_shares(fs: dict[str, Any], kind: str) -> dict[str, float]:
     """{op: its share of the waits that worker `kind` ends}, the pro-rata key by which the worker's
     time, requests and windows are shared among the calls; {} where no call waited on it."""
     waited = causes_ended_by(kind)
@@ -39,7 +45,7 @@ def wait_shares(fs, kind):
     return {o: w / total for o, w in waits.items()} if total else {}
 
 
-def linked_requests(fs):
+def linked_requests(fs: dict[str, Any]) -> dict[str, float]:
     """{op: block requests linked to its calls}: the ones its calls made from their own bios, and
     each filesystem worker's (a jbd2 commit's, a CIL push's) shared among the calls whose waits
     it ended, pro rata to those waits (as work_elsewhere shares the worker's time)."""
@@ -51,7 +57,7 @@ def linked_requests(fs):
     return linked
 
 
-def owns_the_device(fs, op):
+def owns_the_device(fs: dict[str, Any], op: str) -> bool:
     """Whether the device's requests in this run (or phase) are `op`'s: its calls are linked to
     OWNER_SHARE of the requests linked to any call, and LINKED_COVERAGE of the device's requests
     are linked to a call at all (background writeback is linked to none). Then a device count goes
@@ -74,7 +80,7 @@ def _device_counts(fs):
     )
 
 
-def evidence(fs, op, per_call=False):
+def evidence(fs: dict[str, Any], op: str, per_call: bool = False) -> dict[str, float]:
     """Counts that explain times, each in its scope (docs/compare.md, "Evidence"). Per op, only
     what the op's own calls did: the block requests it made from its own bios, how often it
     blocked for each cause, and for a wait a filesystem worker ends (a jbd2 commit) what one
@@ -84,7 +90,7 @@ def evidence(fs, op, per_call=False):
     run-wide. A run-wide count is never divided by an op's count."""
     b = fs["attribution"].get(op, {})
     n = b.get("count", 0)
-    out = {}
+    out: dict[str, float] = {}
     if n and "requests" in b:
         for cls in BLK_CLASSES:
             if cls in b["requests"] or cls in _SCOPED_CLASSES:
@@ -133,7 +139,7 @@ _WORKER_CLASSES = ("flush", "preflush_write", "fua_write")  # a worker's barrier
 _SCOPED_ZERO_SHOWN = tuple(f"{class_words(c)} requests made in its calls" for c in _SCOPED_CLASSES)
 
 
-def work_elsewhere(fs, op):
+def work_elsewhere(fs: dict[str, Any], op: str) -> dict[str, dict[str, Any]]:
     """{worker kind: {"us_per_op", "cpu_us_per_op", "link"}}: the time filesystem threads spent in
     their windows (wall, and on CPU) for this op's calls, per op. A worker's time is shared among
     the ops that caused it, pro rata to what links them: the waits of a cause it ends (a jbd2
@@ -144,13 +150,13 @@ def work_elsewhere(fs, op):
     workers = fs.get("behind", {}).get("workers", {})
     attribution = fs["attribution"]
     n = attribution.get(op, {}).get("count", 0)
-    links = {}
+    links: dict[str, dict[str, Any]] = {}
     for module in behind.MODULES:
         fn = getattr(module, "work_links", None)
         section = fs.get("behind", {}).get(module.NAME)
         if fn and section:
             links.update(fn(section, fs))
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for kind, w in workers.items():
         w = in_scope(w, fs)
         if not w.get("wall_ns"):
@@ -173,10 +179,15 @@ def work_elsewhere(fs, op):
     return out
 
 
-def elsewhere_pairs(base, other, op):
+def elsewhere_pairs(
+    base: Group, other: Group, op: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     """[{kind, us_per_op: [base, other], cpu_us_per_op, link}] linked to the op on either side,
     largest change first; [{kind, us_per_s}] of those linked on neither side; [{thread,
     cpu_us_per_s}] of the filesystems' own kernel threads, all their work (kthreads.py)."""
+    linked: dict[str, dict[str, Any]]
+    unlinked: dict[str, dict[str, Any]]
+    threads: dict[str, dict[str, Any]]
     linked, unlinked, threads = {}, {}, {}
     for g, side in ((base, 0), (other, 1)):
         for _, fs in g.entries:
@@ -204,13 +215,15 @@ def elsewhere_pairs(base, other, op):
     )
 
 
-def assign_evidence(cmp):
+def assign_evidence(cmp: dict[str, Any]) -> dict[str, Any]:
     """Which counts go with which listed cause (by the cause's evidence words), and the rest:
     {"causes": {cause: [label]}, "other_moved": [...], "only": [[base's], [other's]],
     "steady": [...], "zero": [...]}. A count "moved" by more than 5% of the larger side."""
     op, ev = cmp["op"], cmp["evidence"]
     both = {k: (x, y) for k, (x, y) in ev.items() if x is not None and y is not None}
     moved = [k for k, (x, y) in both.items() if abs(y - x) > 0.05 * max(abs(x), abs(y), 1e-9)]
+    used: set[str]
+    by_cause: dict[str, list[str]]
     used, by_cause = set(), {}
     for c in cmp["causes"]:
         words = EVIDENCE_WORDS.get(c["cause"].split(" > ")[0], []) + (
@@ -228,7 +241,7 @@ def assign_evidence(cmp):
     }
 
 
-def mechanism(fs, op):
+def mechanism(fs: dict[str, Any], op: str) -> dict[str, Any] | None:
     """How `op`'s calls did their I/O, per call, where the op owns the device's requests
     (owns_the_device): each class's requests per call by who submitted them (the caller, jbd2,
     a worker: the block module's submitters), with the device's average time per request; and
@@ -241,7 +254,7 @@ def mechanism(fs, op):
     block = fs.get("behind", {}).get("block", {}).get("devices", {}).get(dev, {})
     if not n or not block or fs.get("phase_view"):
         return None
-    requests = {}
+    requests: dict[str, dict[str, Any]] = {}
     for cls, rows in block.get("submitters", {}).items():
         device = block.get("classes", {}).get(cls, {}).get("device", {})
         requests[cls] = {
@@ -268,12 +281,12 @@ def _worker_rounds(fs, op, n):
     return out
 
 
-def evidence_pairs(base, other, op):
+def evidence_pairs(base: Group, other: Group, op: str) -> dict[str, list[float | None]]:
     """{count: [base, other]}, each side the mean over its repeats. A count one side's filesystem
     does not have (jbd2 commits on XFS) is None there, not 0. The device's counts go per call
     only where the op owns them on both sides, so that the two sides read alike."""
     per_call = all(owns_the_device(fs, op) for g in (base, other) for _, fs in g.entries)
-    ev = {}
+    ev: dict[str, list[float | None]] = {}
     for g, side in ((base, 0), (other, 1)):
         for _, fs in g.entries:
             for k, v in evidence(fs, op, per_call).items():

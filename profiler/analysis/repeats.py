@@ -19,18 +19,20 @@ import itertools
 import math
 import random
 import statistics
+from collections.abc import Sequence
+from typing import Any
 
 ALPHA = 0.10  # three repeats each, every one beyond the other side's: significant
 BOOTSTRAP_RESAMPLES = 2000
 EXACT_LIMIT = 16  # pooled repeats enumerated exactly; beyond, the normal approximation
 
 
-def u_statistic(a, b):
+def u_statistic(a: Sequence[float], b: Sequence[float]) -> float:
     """How many (x in a, y in b) pairs have y > x, ties counting one half."""
     return sum(1.0 if y > x else 0.5 if y == x else 0.0 for x in a for y in b)
 
 
-def rank_test(a, b):
+def rank_test(a: Sequence[float], b: Sequence[float]) -> float | None:
     """Two-sided p-value of the Mann-Whitney U test of b against a (None with fewer than 2 each)."""
     n, m = len(a), len(b)
     if n < 2 or m < 2:
@@ -52,7 +54,7 @@ def rank_test(a, b):
     return extreme / total
 
 
-def separated(a, b):
+def separated(a: Sequence[float], b: Sequence[float]) -> int:
     """1 if every b is above every a, -1 if every b is below, 0 otherwise."""
     if min(b) > max(a):
         return 1
@@ -61,12 +63,14 @@ def separated(a, b):
     return 0
 
 
-def ratio_interval(a, b, level=0.95, seed=0):
+def ratio_interval(
+    a: Sequence[float], b: Sequence[float], level: float = 0.95, seed: int = 0
+) -> tuple[float, float] | None:
     """(low, high) of a percentile bootstrap of median(b) / median(a), or None."""
     if len(a) < 2 or len(b) < 2:
         return None
     rng = random.Random(seed)
-    ratios = []
+    ratios: list[float] = []
     for _ in range(BOOTSTRAP_RESAMPLES):
         ma = statistics.median(rng.choices(a, k=len(a)))
         mb = statistics.median(rng.choices(b, k=len(b)))
@@ -79,7 +83,7 @@ def ratio_interval(a, b, level=0.95, seed=0):
     return ratios[int(tail * (len(ratios) - 1))], ratios[int((1 - tail) * (len(ratios) - 1))]
 
 
-def repeats_needed():
+def repeats_needed() -> int:
     """The fewest repeats per side at which a clean separation reaches ALPHA."""
     n = 2
     while 2 / math.comb(2 * n, n) > ALPHA:
@@ -87,7 +91,7 @@ def repeats_needed():
     return n
 
 
-def judge(a, b, min_effect):
+def judge(a: Sequence[float], b: Sequence[float], min_effect: float) -> dict[str, Any]:
     """The verdict on values a (base) and b (other), one per repeat. min_effect: the smallest
     difference of medians worth calling a difference at all (absolute, in the values' unit).
 

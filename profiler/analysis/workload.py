@@ -15,6 +15,8 @@ time, the last part also takes back that overlap, and the average concurrency is
 Reads filesystem entries of result.json only.
 """
 
+from typing import Any
+
 from ..errors import FsprofError
 from ..work_unit import Unit
 
@@ -22,20 +24,20 @@ UNPLACED = "(not placed on a filesystem)"
 OVERLAP_SLACK = 1.01  # traced time above 101% of the wall time: concurrent threads overlapped
 
 
-def declared_unit(entries):
+def declared_unit(entries: list[dict[str, Any]]) -> Unit | None:
     """The unit of work every entry's workload declares (a bundled workload's UNIT), or None."""
-    names = {(fs.get("workload") or {}).get("unit") for fs in entries}
+    names: set[Any] = {(fs.get("workload") or {}).get("unit") for fs in entries}
     return Unit(names.pop()) if len(names) == 1 and None not in names else None
 
 
-def units_done(fs, unit):
+def units_done(fs: dict[str, Any], unit: Unit) -> float:
     """How many units this entry's workload did: the user's count, or the workload's RESULT line
     for the unit (singular or plural key) or a bundled workload's own count of it."""
     if unit.count is not None:
         return unit.count
     own = fs.get("workload") or {}
     reported = own.get("reported", {})
-    keys = (unit.name, unit.name + "s", unit.name + "es", unit.name[:-1] + "ies")
+    keys: tuple[str, ...] | str = (unit.name, unit.name + "s", unit.name + "es", unit.name[:-1] + "ies")
     for figures in (reported, own):
         for key in keys:
             if isinstance(figures.get(key), (int, float)) and not isinstance(figures.get(key), bool):
@@ -48,7 +50,7 @@ def units_done(fs, unit):
     )
 
 
-def call_totals(fs):
+def call_totals(fs: dict[str, Any]) -> dict[str, tuple[int, int]]:
     """{call: (count, total_ns)} of the traced calls, those placed on the filesystem and those
     on none (named with UNPLACED)."""
     out = {op: (s["count"], s["total_ns"]) for op, s in fs.get("syscalls", {}).items()}
@@ -80,7 +82,9 @@ def _side(entries, unit):
     }
 
 
-def decompose(base_entries, other_entries, unit=None):
+def decompose(
+    base_entries: list[dict[str, Any]], other_entries: list[dict[str, Any]], unit: Unit | None = None
+) -> dict[str, Any]:
     """The workload's elapsed time, other against base, as signed parts that add up to it.
     Entries are filesystem entries (a side's repeats)."""
     a, b = _side(base_entries, unit), _side(other_entries, unit)
@@ -141,6 +145,6 @@ def decompose(base_entries, other_entries, unit=None):
     }
 
 
-def per_unit(count, units):
+def per_unit(count: float, units: float | None) -> float | None:
     """A count per unit of work, or None where the units are not known."""
     return count / units if units else None

@@ -17,7 +17,9 @@ worker windows) one across objects. A module whose tracepoints this kernel lacks
 programs are skipped and the run says so.
 """
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from . import block, btrfs, ext4, writeback, xfs
 
@@ -49,14 +51,14 @@ class Context:
     workers: dict = field(default_factory=dict)  # {worker kind: {phase name: breakdown}} (assemble)
     stacks: dict = field(default_factory=dict)  # {stack id: [function, ...]} of every stack id in the snapshot
 
-    def phase_name(self, index):
+    def phase_name(self, index: int) -> str:
         return self.phase_names[index] if index < len(self.phase_names) else f"phase-{index}"
 
 
-def cpu_spans(raw, devs):
+def cpu_spans(raw: dict[str, Any], devs: set[int]) -> dict[tuple[int, str], dict[str, int]]:
     """{(phase index, syscall): {cause: ns}} of on-CPU time measured by bracketing tracepoints
     (a module's optional cpu_spans(), e.g. ext4's extent removals) on devices `devs`."""
-    out = {}
+    out: dict[tuple[int, str], dict[str, int]] = {}
     for module in MODULES:
         fn = getattr(module, "cpu_spans", None)
         if fn and raw.get(module.NAME):
@@ -67,7 +69,7 @@ def cpu_spans(raw, devs):
     return out
 
 
-def stack_ids(snapshot):
+def stack_ids(snapshot: dict[str, Any]) -> Iterator[int]:
     """Stack ids a probe's snapshot refers to: the int value of any key "stack" or "*_stack"."""
 
     def walk(x):

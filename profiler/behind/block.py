@@ -4,12 +4,19 @@ bytes, sizes, queue time (insert or start -> issue), device time (issue -> compl
 submitted it. A loop device's backing device is watched too and reported apart ("backing"), never
 mixed with the device under test. See docs/behind-block.md."""
 
+from __future__ import annotations
+
 import ctypes as c
 from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from .. import units
 from ..machine import blockdev
 from ..trace import hist, maps
+
+if TYPE_CHECKING:
+    from . import Context, Target
+    from ..trace.bpf import BpfObject
 
 NAME = "block"
 OBJECT = "block"
@@ -91,16 +98,17 @@ def _stat(v):
 
 
 class Probe:
-    def __init__(self, obj):
+    def __init__(self, obj: BpfObject) -> None:
         self.obj = obj
         self.devs = obj.map("traced_devs", c.c_uint32, c.c_uint8)
         self.stats = obj.map("blk_stats", maps.BlkKey, maps.BlkVal)
         self.submitters = obj.map("blk_submitters", SubKey, SubVal)
         self.rqs = obj.map("rqs", c.c_uint64, RqInfo)
-        self.names = {}  # kdev -> name of the devices under test
-        self.backing = {}  # kdev -> {"name", "for": [loop names], "files": [...], "direct_io": [...]}
+        self.names: dict[int, str] = {}  # kdev -> name of the devices under test
+        # kdev -> {"name", "for": [loop names], "files": [...], "direct_io": [...]}
+        self.backing: dict[int, dict[str, Any]] = {}
 
-    def set_targets(self, targets):
+    def set_targets(self, targets: list[Target]) -> None:
         self.devs.clear()
         self.names = {kdev: name for t in targets for kdev, name in t.block_devs.items()}
         self.backing = {}
@@ -112,21 +120,22 @@ class Probe:
                     continue  # also under test: counted there, not twice
                 b = self.backing.setdefault(kdev, {"name": disk, "for": [], "files": [], "direct_io": []})
                 b["for"].append(name)
+                assert below is not None  # its disks are what this loop walks
                 b["files"].append(below["file"])
                 b["direct_io"].append(below["direct_io"])
         for kdev, name in [*self.names.items(), *((k, b["name"]) for k, b in self.backing.items())]:
             self.devs.update(c.c_uint32(kdev), c.c_uint8(DEV_TRACED | (DEV_FUA if _fua(name) else 0)))
 
-    def reset(self):
+    def reset(self) -> None:
         for m in (self.stats, self.submitters, self.rqs):
             m.clear()
 
-    def snapshot(self):
+    def snapshot(self) -> dict[str, Any]:
         """{"counts": {device under test: {phase: {class: {count, bytes}}}},
             "devices": {device under test: DEV}, "backing": {backing disk: {"for", "files", "direct_io", **DEV}}}
         DEV = {"phases": {phase: {class: STAT}}, "submitters": {phase: {class: {who: {count, bytes}}}}};
         STAT: the counters of struct blk_val, "sizes_log2" and the "queue"/"device" histograms."""
-        per_dev = {}
+        per_dev: dict[int, dict[str, Any]] = {}
         for k, v in self.stats.items():
             dev = per_dev.setdefault(k.dev, {"phases": {}, "submitters": {}})
             dev["phases"].setdefault(k.phase, {})[maps.BLK_CLASSES[k.cls]] = _stat(v)
@@ -193,7 +202,7 @@ def _syscall_bytes_written(syscalls):
     return sum(found) if found else None
 
 
-def explain(classes, syscalls):
+def explain(classes: dict[str, dict[str, Any]], syscalls: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The counts that explain the times: flushes and FUA writes per fsync, the many-to-one view
     of a flush (fsyncs it served, requests that asked for it), write amplification, average times."""
     fsyncs = sum(syscalls.get(op, {}).get("count", 0) for op in FSYNC_OPS)
@@ -221,7 +230,7 @@ def explain(classes, syscalls):
     }
 
 
-def submitter_group(who):
+def submitter_group(who: str) -> str:
     """A kworker not running a work item keeps its numbered comm: one group for all of them."""
     return "kworker" if who.startswith("kworker/") else who
 
@@ -247,7 +256,7 @@ def _submitters(by_phase, indexes=None):
     return out
 
 
-def as_sys_block_stat(classes):
+def as_sys_block_stat(classes: dict[str, dict[str, Any]]) -> dict[str, float]:
     """Our figures in the terms of /sys/block/<dev>/stat: requests completed and their ticks (ms,
     start to end). The kernel counts an empty flush request (served by a flush, never issued) as a
     write, and the flush request itself as a flush."""
@@ -292,14 +301,14 @@ def _device(dev, ctx, with_syscalls):
     return out
 
 
-def summarize(raw, ctx):
+def summarize(raw: dict[str, Any], ctx: Context) -> dict[str, Any]:
     """{"devices": {device under test: DEVICE}, "backing": {disk: {"for", "files", "direct_io", **DEVICE}}}
     DEVICE = {classes: {class: CLASS}, as_sys_block_stat, submitters: {class: [..]}, explain,
     phases: {name: {index, classes, submitters, explain}}}; the backing disks have no "explain"
     (other users' I/O is in it)."""
     mine = set(ctx.block_devs.values())
     devices = {name: _device(dev, ctx, True) for name, dev in raw.get("devices", {}).items() if name in mine}
-    backing = {}
+    backing: dict[str, dict[str, Any]] = {}
     for name, dev in raw.get("backing", {}).items():
         if mine & set(dev.get("for", [])):
             backing[name] = {k: dev[k] for k in ("for", "files", "direct_io")} | _device(dev, ctx, False)
@@ -386,7 +395,7 @@ def _header(title):
     return f"   {title:<44} {'count':>7} {'avg size':>10} {'queue avg':>10} {'device avg':>11}   submitted by"
 
 
-def report_lines(section, fs):
+def report_lines(section: dict[str, Any], fs: dict[str, Any]) -> list[str]:
     lines = []
     for name, d in section.get("devices", {}).items():
         e = d["explain"]

@@ -3,18 +3,25 @@
 space reservation tickets, per phase. docs/behind-btrfs.md says what each figure means and how it
 is checked against /sys/fs/btrfs/<fsid>/commit_stats and bpftrace."""
 
+from __future__ import annotations
+
 import ctypes as c
 import fcntl
 import glob
 import os
 import re
 import uuid
+from collections.abc import Iterable, Sequence
 from functools import lru_cache, partial
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from .. import units
 from ..causes import check as known_cause
 from ..trace import bpf, hist, maps
+
+if TYPE_CHECKING:
+    from . import Context, Target
 
 NAME = "btrfs"
 OBJECT = "btrfs"
@@ -121,7 +128,7 @@ class CommitSeen(c.Structure):
 SYSFS = Path("/sys/fs/btrfs")
 
 
-def fsid_of_devices(names):
+def fsid_of_devices(names: Iterable[str]) -> str | None:
     """The fsid (UUID string) of the btrfs on block devices `names`: /sys/fs/btrfs/<fsid>/devices/
     holds a link per member device. None if no mounted btrfs has one of them."""
     for name in names:
@@ -130,7 +137,7 @@ def fsid_of_devices(names):
     return None
 
 
-def fsid_of_mount(mountpoint):
+def fsid_of_mount(mountpoint: str) -> str | None:
     """The fsid of the btrfs mounted at `mountpoint`, by BTRFS_IOC_FS_INFO (its fsid at offset 16)."""
     btrfs_ioc_fs_info = 0x8400941F  # _IOR(0x94, 31, struct btrfs_ioctl_fs_info_args), 1024 bytes
     buf = bytearray(1024)
@@ -147,7 +154,7 @@ def fsid_of_mount(mountpoint):
     return str(uuid.UUID(bytes=bytes(buf[16:32])))
 
 
-def partition_start(name):
+def partition_start(name: str) -> int:
     """Start sector of a partition (tracepoints report the partition's sectors from the disk's
     start); 0 for a whole device."""
     try:
@@ -156,9 +163,9 @@ def partition_start(name):
         return 0
 
 
-def commit_stats(fsid):
+def commit_stats(fsid: str) -> dict[str, int]:
     """/sys/fs/btrfs/<fsid>/commit_stats as {name: int} (the oracle for commits and their time)."""
-    out = {}
+    out: dict[str, int] = {}
     for line in (SYSFS / fsid / "commit_stats").read_text().splitlines():
         name, _, value = line.partition(" ")
         out[name] = int(value)
@@ -169,7 +176,7 @@ def commit_stats(fsid):
 
 
 class Probe:
-    def __init__(self, obj):
+    def __init__(self, obj: bpf.BpfObject) -> None:
         self.obj = obj
         self.fsids = obj.map("traced_fsids", FsidKey, c.c_uint32)
         self.super_devs = obj.map("super_devs", c.c_uint32, c.c_uint64)
@@ -179,10 +186,10 @@ class Probe:
         self.resv = obj.map("space_resv", ResvKey, BtVal)
         self.commit_last = obj.map("commit_last", c.c_uint32, CommitSeen)
         self.interleaved = obj.map("commit_interleaved", c.c_uint32, c.c_uint64)
-        self.targets = {}  # superblock dev -> fsid
+        self.targets: dict[int, str] = {}  # superblock dev -> fsid
         self._interleaved_at_reset = 0
 
-    def set_targets(self, targets):
+    def set_targets(self, targets: list[Target]) -> None:
         self.fsids.clear()
         self.super_devs.clear()
         self.targets = {}
@@ -199,7 +206,7 @@ class Probe:
             for kdev, name in t.block_devs.items():
                 self.super_devs.update(c.c_uint32(kdev), c.c_uint64(partition_start(name)))
 
-    def reset(self):
+    def reset(self) -> None:
         for m in (self.counts, self.hists, self.inflight, self.resv, self.commit_last):
             m.clear()
         # A per-CPU array cannot be cleared: report the change since reset.
@@ -208,7 +215,7 @@ class Probe:
     def _read_interleaved(self):
         return sum(self.interleaved.lookup(c.c_uint32(0)) or [0])
 
-    def snapshot(self):
+    def snapshot(self) -> dict[str, Any]:
         """Plain data: every aggregate with its superblock (or block) dev and phase index; the
         collector fetches the stacks it names (its "stack" keys)."""
         events = []
@@ -240,7 +247,7 @@ class Probe:
             }
             for k, v in self.resv.items()
         ]
-        inflight = {}
+        inflight: dict[int, int] = {}
         for k, _ in self.inflight.items():
             inflight[k.dev] = inflight.get(k.dev, 0) + 1
         last = {str(k.value): v.last_ns for k, v in self.commit_last.items()}
@@ -259,7 +266,7 @@ class Probe:
 
 
 @lru_cache(maxsize=4)
-def kernel_enum(name):
+def kernel_enum(name: str) -> dict[int, str]:
     """{value: name} of enum `name` as this kernel's BTF has it (vmlinux.h, its dump, lies beside
     the BPF objects compiled against it)."""
     header = bpf.BUILD_DIR / "vmlinux.h"
@@ -270,7 +277,7 @@ def kernel_enum(name):
     m = re.search(r"^enum " + re.escape(name) + r" \{\n(.*?)^\};", text, re.M | re.S)
     if not m:
         return {}
-    out = {}
+    out: dict[int, str] = {}
     for line in m.group(1).splitlines():
         item = re.match(r"\s*(\w+) = (-?\d+),", line)
         if item:
@@ -278,15 +285,15 @@ def kernel_enum(name):
     return out
 
 
-def flush_name(value):
+def flush_name(value: int) -> str:
     return kernel_enum("btrfs_reserve_flush_enum").get(value, f"flush {value}").removeprefix("BTRFS_RESERVE_").lower()
 
 
-def flush_state_name(value):
+def flush_state_name(value: int) -> str:
     return kernel_enum("btrfs_flush_state").get(value, f"state {value}").lower()
 
 
-def classify(frames, table):
+def classify(frames: Sequence[str] | None, table: Sequence[tuple[str, Sequence[str]]]) -> str:
     """The first name of `table` ((name, frame patterns) pairs) with a frame in `frames`."""
     if not frames:
         return NO_STACK
@@ -308,23 +315,30 @@ def _per(a, b):
 class Figures:
     """The btrfs figures of one phase (or of the whole run), from that phase's records."""
 
-    def __init__(self, events, hists, resv, frames, left_out=()):
+    def __init__(
+        self,
+        events: list[dict[str, Any]],
+        hists: list[dict[str, Any]],
+        resv: list[dict[str, Any]],
+        frames: dict[int, list[str]],
+        left_out: Sequence[str] = (),
+    ) -> None:
         self.events, self.hists, self.resv, self.frames = events, hists, resv, frames
         # btrfs_finish_ordered_extent (6.5) unseen: completions unknown, not 0.
         self.finish_unseen = "on_oe_finish" in left_out
 
-    def of(self, event):
+    def of(self, event: str) -> list[dict[str, Any]]:
         return [e for e in self.events if e["event"] == event]
 
-    def count(self, event):
+    def count(self, event: str) -> int:
         return sum(e["count"] for e in self.of(event))
 
-    def fsyncs(self):
+    def fsyncs(self) -> dict[str, int]:
         recs = self.of("sync_file")
         return {"count": sum(e["count"] for e in recs), "datasync": sum(e["count"] for e in recs if e["arg"])}
 
-    def commits(self):
-        by = {}
+    def commits(self) -> dict[str, Any]:
+        by: dict[str, int] = {}
         for e in self.of("commit"):
             _add(by, classify(self.frames.get(e["stack"]), COMMITTERS), e["count"])
         timed = self.hist("commit")
@@ -337,9 +351,12 @@ class Figures:
             "time": timed,
         }
 
-    def super_writes(self):
+    def super_writes(self) -> dict[str, Any]:
         """Superblock writes by what wrote them and by copy; log syncs = primary copies written by
         btrfs_sync_log on the busiest device (every device gets one per write_all_supers)."""
+        by_writer: dict[str, int]
+        by_mirror: dict[str, int]
+        per_dev_log: dict[int, int]
         by_writer, by_mirror, per_dev_log = {}, {}, {}
         for e in self.of("super_write"):
             writer = classify(self.frames.get(e["stack"]), SUPER_WRITERS)
@@ -354,10 +371,10 @@ class Figures:
             "tree_log_syncs": max(per_dev_log.values(), default=0),
         }
 
-    def ordered_extents(self):
+    def ordered_extents(self) -> dict[str, Any]:
         added = self.of("oe_add")
         n, nbytes = sum(e["count"] for e in added), sum(e["bytes"] for e in added)
-        by_type = {}
+        by_type: dict[str, int] = {}
         for e in added:
             _add(by_type, ORDERED_TYPES[e["arg"]] if e["arg"] < len(ORDERED_TYPES) else str(e["arg"]), e["count"])
         finished = self.of("oe_finish")
@@ -375,9 +392,9 @@ class Figures:
             "life": self.hist("oe_life"),
         }
 
-    def reservations(self):
+    def reservations(self) -> dict[str, Any]:
         tickets = self.of("ticket")
-        by_kind = {}
+        by_kind: dict[str, dict[str, int]] = {}
         for e in tickets:
             kind = f"{SPACE_KINDS.get((e['arg'] >> 8) & 0xFF, 'mixed')} {flush_name(e['arg'] & 0xFF)}"
             k = by_kind.setdefault(kind, {"count": 0, "bytes": 0, "wait_ns": 0, "max_ns": 0, "failed": 0})
@@ -386,17 +403,17 @@ class Figures:
             k["wait_ns"] += e["total_ns"]
             k["max_ns"] = max(k["max_ns"], e["max_ns"])
             k["failed"] += e["count"] if e["arg"] >> 16 else 0
-        flushes = {}
+        flushes: dict[str, dict[str, int]] = {}
         for e in self.of("flush_space"):
             name = flush_state_name(e["arg"] & 0xFF) + (" (preemptive)" if e["arg"] & 0x100 else "")
             f = flushes.setdefault(name, {"count": 0, "bytes": 0, "failed": 0})
             f["count"] += e["count"]
             f["bytes"] += e["bytes"]
             f["failed"] += e["count"] if e["arg"] & 0x200 else 0
-        triggers = {}
+        triggers: dict[str, int] = {}
         for e in self.of("trigger_flush"):
             _add(triggers, TRIGGER_REASONS[min(e["arg"] >> 8, 2)], e["count"])
-        resv = {}
+        resv: dict[str, dict[str, dict[str, int]]] = {}
         for r in self.resv:
             t = resv.setdefault(r["type"], {})
             side = t.setdefault("reserve" if r["reserve"] else "release", {"count": 0, "bytes": 0})
@@ -413,7 +430,7 @@ class Figures:
             "space_reservation": resv,
         }
 
-    def hist(self, which):
+    def hist(self, which: str) -> dict[str, Any] | None:
         recs = [h for h in self.hists if h["which"] == which]
         if not recs:
             return None
@@ -422,10 +439,10 @@ class Figures:
         return merged
 
 
-def fsync_breakdown(attribution):
+def fsync_breakdown(attribution: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The fsync-family breakdowns of one phase's attribution, merged by hand (count, wall time,
     causes, wakers)."""
-    out = {"count": 0, "wall_ns": 0, "causes": {}, "wakers": {}}
+    out: dict[str, Any] = {"count": 0, "wall_ns": 0, "causes": {}, "wakers": {}}
     for op in FSYNC_OPS:
         b = attribution.get(op)
         if not b:
@@ -440,7 +457,7 @@ def fsync_breakdown(attribution):
     return out
 
 
-def many_to_one(fig, fsync_attr, elapsed_s):
+def many_to_one(fig: dict[str, Any], fsync_attr: dict[str, Any], elapsed_s: float | None) -> dict[str, Any]:
     """Both views of the work behind fsyncs: per fsync (the waiter's) and per event (how many
     fsyncs one log sync or commit served). Waits are the fsync syscalls' own causes, so they sum
     to no more than the fsyncs' wall time."""
@@ -474,9 +491,17 @@ def many_to_one(fig, fsync_attr, elapsed_s):
     }
 
 
-def figures(events, hists, resv, frames, fsync_attr, elapsed_s, left_out=()):
+def figures(
+    events: list[dict[str, Any]],
+    hists: list[dict[str, Any]],
+    resv: list[dict[str, Any]],
+    frames: dict[int, list[str]],
+    fsync_attr: dict[str, Any],
+    elapsed_s: float | None,
+    left_out: Sequence[str] = (),
+) -> dict[str, Any]:
     f = Figures(events, hists, resv, frames, left_out)
-    out = {
+    out: dict[str, Any] = {
         "fsyncs": f.fsyncs(),
         "commits": f.commits(),
         "superblock_writes": f.super_writes(),
@@ -487,7 +512,7 @@ def figures(events, hists, resv, frames, fsync_attr, elapsed_s, left_out=()):
     return out
 
 
-def summarize(raw, ctx):
+def summarize(raw: dict[str, Any], ctx: Context) -> dict[str, Any]:
     if not raw or str(ctx.sb_dev) not in raw.get("fsids", {}):
         return {}
     mine = lambda e: e["dev"] == ctx.sb_dev or (e["event"] == "super_write" and e["dev"] in ctx.block_devs)  # noqa: E731
@@ -495,7 +520,7 @@ def summarize(raw, ctx):
     hists = [h for h in raw["hists"] if h["dev"] == ctx.sb_dev]
     resv = [r for r in raw["space_reservation"] if r["dev"] == ctx.sb_dev]
     frames = ctx.stacks  # the events' stack ids, symbolised by assemble
-    phases = {}
+    phases: dict[str, dict[str, Any]] = {}
     for index in sorted({r["phase"] for r in events + hists + resv}):
         name = ctx.phase_name(index)
         phase = ctx.phases.get(name, {})
@@ -510,7 +535,7 @@ def summarize(raw, ctx):
             raw.get("left_out", ()),
         )
     all_attr = [fsync_breakdown(p.get("attribution", {})) for p in ctx.phases.values()]
-    total_attr = {
+    total_attr: dict[str, Any] = {
         "count": sum(a["count"] for a in all_attr),
         "wall_ns": sum(a["wall_ns"] for a in all_attr),
         "causes": {},
@@ -548,7 +573,7 @@ def _fmt(x, spec=".3f"):
     return "n/a" if x is None else format(x, spec)
 
 
-def report_lines(section, fs):
+def report_lines(section: dict[str, Any], fs: dict[str, Any]) -> list[str]:
     a = section.get("all")
     if not a:
         return []

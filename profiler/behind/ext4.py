@@ -3,14 +3,22 @@ phase with the kernel's run statistics, the commit thread's own time split by ca
 checkpoints, and delayed allocation charged to the thread that forced it. docs/behind-ext4.md
 says what each figure means and how it is checked."""
 
+from __future__ import annotations
+
 import ctypes as c
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from .. import filesystems, units
 from ..causes import check as known_cause
 from .scope import in_scope, wide
 from ..machine.conditions import kernel_hz
 from ..trace import hist, maps, syscalls
+
+if TYPE_CHECKING:
+    from . import Context, Target
+    from ..trace.bpf import BpfObject
 
 NAME = "ext4"
 OBJECT = "ext4"
@@ -194,7 +202,7 @@ COUNT_FIELDS = (
 
 
 class Probe:
-    def __init__(self, obj):
+    def __init__(self, obj: BpfObject) -> None:
         self.obj = obj
         self.devs = obj.map("ext4_devs", c.c_uint32, c.c_uint8)
         self.commits = obj.map("jbd2_commits", Jbd2Key, Jbd2Val)
@@ -213,7 +221,7 @@ class Probe:
         ]
         self.hz = kernel_hz()  # jbd2's run statistics are in jiffies
 
-    def set_targets(self, targets):
+    def set_targets(self, targets: list[Target]) -> None:
         """Watch ext4's superblocks and the block devices they (and their journals) sit on."""
         self.devs.clear()
         for t in targets:
@@ -222,13 +230,13 @@ class Probe:
             for kdev in {t.sb_dev, *t.block_devs}:
                 self.devs.update(c.c_uint32(kdev), c.c_uint8(1))
 
-    def reset(self):
+    def reset(self) -> None:
         # A commit in progress at reset is still counted when it ends (as info counts it), but
         # not timed: its start belongs to what ran before.
         for m in (self.commits, self.journals, self.fc, self.da, self.spans, *self.inflight):
             m.clear()
 
-    def snapshot(self):
+    def snapshot(self) -> dict[str, Any]:
         """{"hz", "commits": [...], "journals": [...], "fast_commits": [...], "delalloc": [...]}:
         per (device, phase) rows, as plain data."""
         return {
@@ -270,11 +278,11 @@ class Probe:
         }
 
 
-def name_at(names, i):
+def name_at(names: Sequence[str], i: int) -> str:
     return names[i] if i < len(names) else str(i)
 
 
-def commit_row(k, v):
+def commit_row(k: Jbd2Key, v: Jbd2Val) -> dict[str, Any]:
     row = {
         "dev": k.dev,
         "phase": k.phase,
@@ -287,7 +295,7 @@ def commit_row(k, v):
     return row
 
 
-def da_row(k, v):
+def da_row(k: DaKey, v: DaVal) -> dict[str, Any]:
     return {
         "dev": k.dev,
         "phase": k.phase,
@@ -309,7 +317,7 @@ LOG_WRITES = "log block writes"
 CPU = "CPU"
 
 
-def summarize(raw, ctx):
+def summarize(raw: dict[str, Any], ctx: Context) -> dict[str, Any]:
     """{"journal": {"all": FIGURES, "phases": {name: FIGURES}}, "fast_commits": {...},
     "delalloc": {...}}; docs/behind-ext4.md describes every figure."""
     if not raw:
@@ -323,7 +331,7 @@ def summarize(raw, ctx):
         return {}
     journals = [r for r in raw.get("journals", []) if r["dev"] in mine]
     devs = sorted({r["dev"] for r in commits})
-    section = {
+    section: dict[str, Any] = {
         "device": ", ".join(ctx.block_devs.get(d, f"{d >> 20}:{d & 0xFFFFF}") for d in devs),
         "hz": raw.get("hz"),
     }
@@ -351,10 +359,10 @@ def summarize(raw, ctx):
     return section
 
 
-def freeing_figures(rows, scope=None):
+def freeing_figures(rows: list[dict[str, Any]], scope: str | None = None) -> dict[str, Any]:
     """Blocks freed by who freed them; extent removals and page cache freeing spans by who did
     them: on CPU throughout (count, ns) or switched out at least once (count, wall ns)."""
-    out = {"blocks_freed": {}, "extent_removal": {}, "page_cache_freeing": {}}
+    out: dict[str, Any] = {"blocks_freed": {}, "extent_removal": {}, "page_cache_freeing": {}}
     for r in rows:
         who = who_label(r)
         if r["event"] == "free":
@@ -366,11 +374,13 @@ def freeing_figures(rows, scope=None):
     return out
 
 
-def cpu_spans(raw, devs):
+def cpu_spans(raw: dict[str, Any], devs: set[int]) -> dict[tuple[int, str], dict[str, int]]:
     """{(phase index, syscall): {cause: ns}}: on-CPU time of syscalls measured exactly by
     bracketing tracepoints (extent removals, page cache freeing), for the attribution to take
     out of the sampled split. A cause whose spans in those calls ever switched out is left to
     the samples: its on-CPU time is more than the spans that stayed on CPU."""
+    on: dict[tuple[int, str], dict[str, int]]
+    switched: set[tuple[tuple[int, str], str]]
     on, switched = {}, set()
     for r in raw.get("freeing_spans", []):
         if r["dev"] in devs and r["who"] == WHO_SYSCALL:
@@ -383,47 +393,49 @@ def cpu_spans(raw, devs):
     return {key: {c: ns for c, ns in d.items() if (key, c) not in switched} for key, d in on.items()}
 
 
-def by_scope(ctx, rows, figures):
+def by_scope(
+    ctx: Context, rows: list[dict[str, Any]], figures: Callable[[list[dict[str, Any]], str | None], dict[str, Any]]
+) -> dict[str, Any]:
     """{"all": figures(every row), "phases": {phase name: figures(its rows)}}"""
-    out = {"all": figures(rows, None), "phases": {}}
+    out: dict[str, Any] = {"all": figures(rows, None), "phases": {}}
     for index in sorted({r["phase"] for r in rows}):
         name = ctx.phase_name(index)
         out["phases"][name] = figures([r for r in rows if r["phase"] == index], name)
     return out
 
 
-def ratio(a, b):
+def ratio(a: float, b: float | None) -> float | None:
     return a / b if b else None
 
 
-def scope_elapsed(ctx, scope):
+def scope_elapsed(ctx: Context, scope: str | None) -> float:
     return ctx.elapsed_s if scope is None else ctx.phases.get(scope, {}).get("elapsed_s", 0.0)
 
 
-def scope_syscalls(ctx, scope):
+def scope_syscalls(ctx: Context, scope: str | None) -> dict[str, dict[str, Any]]:
     return ctx.syscalls if scope is None else ctx.phases.get(scope, {}).get("syscalls", {})
 
 
-def scope_attribution(ctx, scope):
+def scope_attribution(ctx: Context, scope: str | None) -> dict[str, list[dict[str, Any]]]:
     """{op: breakdown} of the scope (all phases summed for the whole trace)."""
     phases = ctx.phases.values() if scope is None else [ctx.phases.get(scope, {})]
-    out = {}
+    out: dict[str, list[dict[str, Any]]] = {}
     for p in phases:
         for op, b in p.get("attribution", {}).items():
             out.setdefault(op, []).append(b)
     return out
 
 
-def worker_breakdown(ctx, kind, scope):
+def worker_breakdown(ctx: Context, kind: str, scope: str | None) -> dict[str, Any] | None:
     w = ctx.workers.get(kind, {})
     return w.get("all") if scope is None else w.get("phases", {}).get(scope)
 
 
-def sum_rows(rows, field):
+def sum_rows(rows: Iterable[dict[str, Any]], field: str) -> int:
     return sum(r[field] for r in rows)
 
 
-def merged_commit_hist(rows):
+def merged_commit_hist(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return (
         hist.merge([r["commit_hist"] for r in rows])
         if rows
@@ -431,11 +443,13 @@ def merged_commit_hist(rows):
     )
 
 
-def journal_figures(rows, scope, ctx, hz, fast_ok=()):
+def journal_figures(
+    rows: list[dict[str, Any]], scope: str | None, ctx: Context, hz: int | None, fast_ok: Sequence[dict[str, Any]] = ()
+) -> dict[str, Any]:
     commits, timed = sum_rows(rows, "commits"), sum_rows(rows, "timed")
     commit = merged_commit_hist(rows)
     elapsed = scope_elapsed(ctx, scope)
-    out = {
+    out: dict[str, Any] = {
         "commits": commits,  # what /proc/fs/jbd2/<dev>-8/info counts
         "timed_commits": timed,  # seen whole, start to end: the times below
         "sync_commits": sum_rows(rows, "sync_commits"),
@@ -469,8 +483,8 @@ def journal_figures(rows, scope, ctx, hz, fast_ok=()):
     return out
 
 
-def commit_phases(rows, timed):
-    out = {}
+def commit_phases(rows: list[dict[str, Any]], timed: int) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
     for name in COMMIT_PHASES:
         total = sum(r["phase_ns"][name] for r in rows)
         out[name] = {
@@ -481,7 +495,7 @@ def commit_phases(rows, timed):
     return out
 
 
-def run_stats(rows, commits, hz):
+def run_stats(rows: list[dict[str, Any]], commits: int, hz: int | None) -> dict[str, dict[str, Any]]:
     """jbd2_run_stats sums in jiffies and, as info prints them, the average per commit in ms."""
     names = {
         "rs_wait": "wait",
@@ -496,7 +510,9 @@ def run_stats(rows, commits, hz):
     return {"jiffies": jiffies, "avg_ms": avg_ms}
 
 
-def commit_thread(ctx, scope, window_ns, timed, commit_block_offcpu):
+def commit_thread(
+    ctx: Context, scope: str | None, window_ns: int, timed: int, commit_block_offcpu: int
+) -> dict[str, Any]:
     """The commit thread's time inside its commits: off-CPU by cause ([[worker]] rules), the
     journal block waits split into the commit block's and the other log blocks', and CPU."""
     b = worker_breakdown(ctx, JBD2_WORKER, scope) or {
@@ -526,7 +542,9 @@ def commit_thread(ctx, scope, window_ns, timed, commit_block_offcpu):
     }
 
 
-def many_to_one(ctx, scope, commits, commit_ns, fast, fast_ns):
+def many_to_one(
+    ctx: Context, scope: str | None, commits: int, commit_ns: int, fast: int, fast_ns: int
+) -> dict[str, Any]:
     """One commit serves many fsyncs. The waiter's view: each fsync's own time waiting for a
     commit (its "journal commit wait" cause, fast commits included), per fsync. The event's view:
     commits (jbd2 and fast ones done fast; a fast commit that fell back is the jbd2 commit it
@@ -553,8 +571,8 @@ def many_to_one(ctx, scope, commits, commit_ns, fast, fast_ns):
     }
 
 
-def fast_commit_figures(rows, scope, ctx):
-    by_status = {}
+def fast_commit_figures(rows: list[dict[str, Any]], scope: str | None, ctx: Context) -> dict[str, Any]:
+    by_status: dict[str, dict[str, Any]] = {}
     for r in rows:
         e = by_status.setdefault(r["status"], {"count": 0, "total_ns": 0, "max_ns": 0, "blocks": 0})
         for f in ("count", "total_ns", "blocks"):
@@ -585,7 +603,7 @@ def fast_commit_figures(rows, scope, ctx):
     }
 
 
-def who_label(r):
+def who_label(r: dict[str, Any]) -> str:
     """Who ran a delalloc event, grouped as a reader wants it."""
     if r["who"] == WHO_SYSCALL:
         return r["syscall"]
@@ -601,11 +619,11 @@ def who_label(r):
     return comm
 
 
-def traced_or_kernel(r):
+def traced_or_kernel(r: dict[str, Any]) -> str:
     return "kernel threads" if r["who"] == WHO_KTHREAD else "user threads"
 
 
-def delalloc_figures(rows):
+def delalloc_figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
     def event(name):
         mine = [r for r in rows if r["event"] == name]
         by, side = {}, {}
@@ -640,11 +658,11 @@ def delalloc_figures(rows):
 us = partial(units.fmt_time, ms_from=10 * units.MS)
 
 
-def num(x, fmt="{:.2f}"):
+def num(x: float | None, fmt: str = "{:.2f}") -> str:
     return "n/a" if x is None else fmt.format(x)
 
 
-def report_lines(section, fs):
+def report_lines(section: dict[str, Any], fs: dict[str, Any]) -> list[str]:
     """What a storage engineer reads under the fsync attribution."""
     lines = []
     journal = section.get("journal", {}).get("all")
@@ -671,7 +689,7 @@ def report_lines(section, fs):
     return lines
 
 
-def freeing_lines(f):
+def freeing_lines(f: dict[str, Any]) -> list[str]:
     """Blocks freed, and the spans timed inside the calls that freed them."""
 
     def spans(what):
@@ -694,7 +712,7 @@ def freeing_lines(f):
     return lines
 
 
-def journal_lines(j, device):
+def journal_lines(j: dict[str, Any], device: str) -> list[str]:
     t = j["commit_ns"]
     rate = f" ({j['commits_per_s']:.0f}/s)" if j["commits_per_s"] else ""
     parts = " + ".join(f"{name} {us(p['avg_ns'] or 0)}" for name, p in j["phases"].items())
@@ -721,7 +739,7 @@ def journal_lines(j, device):
     return lines + many_to_one_lines(j)
 
 
-def many_to_one_lines(j):
+def many_to_one_lines(j: dict[str, Any]) -> list[str]:
     w, e = j["waiter_view"], j["event_view"]
     if not w["fsyncs"]:
         return []
@@ -732,7 +750,7 @@ def many_to_one_lines(j):
     ]
 
 
-def fast_commit_lines(fc):
+def fast_commit_lines(fc: dict[str, Any]) -> list[str]:
     ok = fc["by_status"].get("ok", {})
     line = (
         f"     fast commits: {fc['fast']} of {fc['calls']} fsync commits"
@@ -751,7 +769,7 @@ def fast_commit_lines(fc):
     return lines
 
 
-def delalloc_lines(da):
+def delalloc_lines(da: dict[str, Any]) -> list[str]:
     if da["enabled"] is None:
         return []
     if not da["enabled"]:
@@ -767,14 +785,14 @@ def delalloc_lines(da):
     ]
 
 
-def thread_causes(section):
+def thread_causes(section: dict[str, Any]) -> dict[str, dict[str, int]]:
     """{worker kind: {cause: ns}}: the commit thread's whole window by cause (CPU included, the
     commit block split out), for `fsprof compare` to follow a journal commit wait into."""
     thread = section.get("journal", {}).get("all", {}).get("thread")
     return {"jbd2 commit": thread["causes"]} if thread and thread.get("causes") else {}
 
 
-def evidence(section, fs, op):
+def evidence(section: dict[str, Any], fs: dict[str, Any], op: str) -> dict[str, float]:
     """Counts that explain a journal commit wait, for `fsprof compare`: run-wide (or phase-wide), or
     per commit."""
     j = in_scope(section.get("journal"), fs)

@@ -3,17 +3,25 @@ balance_dirty_pages pauses, the global dirty thresholds, the flusher's work by r
 written, and who started each inode's writeback (fsync or the flusher). docs/behind-writeback.md
 says what each figure means and how it is checked."""
 
+from __future__ import annotations
+
 import ctypes as c
 import os
 import re
+from collections.abc import Iterable, Sequence
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from .. import units
 from ..machine import blockdev, tracefs
 from ..causes import check as known_cause
 from .scope import in_scope, wide
 from ..trace import hist, maps, syscalls
+
+if TYPE_CHECKING:
+    from . import Context, Target
+    from ..trace.bpf import BpfObject
 
 NAME = "writeback"
 OBJECT = "writeback"
@@ -176,7 +184,7 @@ class InodeVal(c.Structure):
 # ---- what the kernel calls things ----
 
 
-def reason_names(fmt_file=tracefs.TRACEFS / "events/writeback/writeback_start/format"):
+def reason_names(fmt_file: str | Path = tracefs.TRACEFS / "events/writeback/writeback_start/format") -> dict[int, str]:
     """{value: name} of enum wb_reason, from this kernel's own tracepoint format: its print fmt
     lists the names with __print_symbolic(REC->reason, { 0, "background" }, ...)."""
     try:
@@ -190,7 +198,7 @@ def reason_names(fmt_file=tracefs.TRACEFS / "events/writeback/writeback_start/fo
     return {int(v): name for v, name in re.findall(r'\{\s*(\d+)\s*,\s*"([^"]*)"\s*\}', symbols)}
 
 
-def disk_bdi(kdev, name):
+def disk_bdi(kdev: int, name: str) -> tuple[str, str]:
     """The bdi of block device `name` (a partition's is its disk's): named "major:minor"."""
     try:
         disk = blockdev.whole_disk(name)
@@ -199,7 +207,7 @@ def disk_bdi(kdev, name):
         return blockdev.kdev_str(kdev), name
 
 
-def btrfs_bdi(device_names):
+def btrfs_bdi(device_names: Sequence[str]) -> str | None:
     """A btrfs filesystem has a bdi of its own ("btrfs-N"): /sys/fs/btrfs/<uuid>/bdi links to it."""
     for fs_dir in sorted(SYS_FS_BTRFS.glob("*/devices")):
         if any((fs_dir / name).exists() for name in device_names):
@@ -209,7 +217,7 @@ def btrfs_bdi(device_names):
     return None
 
 
-def target_bdis(target):
+def target_bdis(target: Target) -> list[tuple[str, str]]:
     """[(bdi name, what it is)] for one behind.Target, its main bdi (the one its superblock
     writes through) first."""
     found = []
@@ -224,8 +232,8 @@ def target_bdis(target):
     return [(b, what) for b, what in found if (SYS_CLASS_BDI / b).exists()]
 
 
-def read_dirty_sysctls():
-    out = {}
+def read_dirty_sysctls() -> dict[str, int]:
+    out: dict[str, int] = {}
     for name in DIRTY_SYSCTLS:
         try:
             out[f"vm.{name}"] = int(Path("/proc/sys/vm", name).read_text())
@@ -234,7 +242,7 @@ def read_dirty_sysctls():
     return out
 
 
-def who_name(who, nr):
+def who_name(who: int, nr: int) -> str:
     return syscalls.name_of(nr) if who == WHO_SYSCALL else WHO_NAMES.get(who, f"who-{who}")
 
 
@@ -242,7 +250,7 @@ def who_name(who, nr):
 
 
 class Probe:
-    def __init__(self, obj):
+    def __init__(self, obj: BpfObject) -> None:
         self.obj = obj
         m = obj.map
         self.bdis_map = m("traced_bdis", BdiName, c.c_uint32)
@@ -258,9 +266,10 @@ class Probe:
         self.flush = m("wb_flush", FlushKey, FlushVal)
         self.inodes = m("inode_events", InodeKey, InodeVal)
         self.reasons = reason_names()
-        self.bdis = {}  # id -> {"name", "device", "sb_devs": [superblocks writing through it]}
+        # id -> {"name", "device", "sb_devs": [superblocks writing through it]}
+        self.bdis: dict[int, dict[str, Any]] = {}
 
-    def set_targets(self, targets):
+    def set_targets(self, targets: list[Target]) -> None:
         self.bdis_map.clear()
         self.sbs_map.clear()
         for i in range(64):
@@ -276,7 +285,7 @@ class Probe:
                 if i == 0:
                     self.sbs_map.update(c.c_uint32(t.sb_dev), c.c_uint32(bdi_id))
 
-    def reset(self):
+    def reset(self) -> None:
         # `pauses` and `flushers` hold work in flight, not aggregates: they resolve themselves.
         for m in (
             self.throttle,
@@ -290,10 +299,10 @@ class Probe:
         ):
             m.clear()
 
-    def reason(self, value):
+    def reason(self, value: int) -> str:
         return self.reasons.get(value, f"reason-{value}")
 
-    def snapshot(self):
+    def snapshot(self) -> dict[str, Any]:
         """Plain data: rows keyed by bdi id and phase index, names resolved on this machine."""
         reason = self.reason
         return {
@@ -338,7 +347,9 @@ class Probe:
         }
 
 
-def throttle_rows(throttle, pauses):
+def throttle_rows(
+    throttle: Iterable[tuple[maps.ThrottleKey, ThrottleVal]], pauses: Iterable[tuple[maps.ThrottleKey, maps.PauseVal]]
+) -> list[dict[str, Any]]:
     """One row per (bdi, phase, who) of balance_dirty_pages (one value for all CPUs:
     bpf/writeback.bpf.c), with its pauses' sleeps (pause_slept, under the same key)."""
     slept = {bytes(k): v for k, v in pauses}  # ctypes keys compare by their bytes
@@ -361,7 +372,7 @@ def throttle_rows(throttle, pauses):
     return rows
 
 
-def dirty_state_row(phase, per_cpu):
+def dirty_state_row(phase: int, per_cpu: list[DirtyStateVal]) -> dict[str, Any]:
     seen = [v for v in per_cpu if v.count]
     first = min(seen, key=lambda v: v.first_ns)
     last = max(seen, key=lambda v: v.last_ns)
@@ -380,7 +391,7 @@ def dirty_state_row(phase, per_cpu):
 # ---- summary ----
 
 
-def summarize(raw, ctx):
+def summarize(raw: dict[str, Any], ctx: Context) -> dict[str, Any]:
     """The section of result.json: per phase and in total ("all"), for the bdis of ctx's filesystem."""
     if not raw:
         return {}
@@ -391,7 +402,7 @@ def summarize(raw, ctx):
         for part in ("throttle", "work", "run_gaps", "flush", "inodes")
     }
     rows["dirty_state"] = raw.get("dirty_state", [])  # global: every phase's, whatever the device
-    phases = {}
+    phases: dict[str, dict[str, Any]] = {}
     for index in sorted({r["phase"] for part in rows.values() for r in part}):
         pname = ctx.phase_name(index)
         phase = ctx.phases.get(pname, {})
@@ -410,9 +421,9 @@ def summarize(raw, ctx):
     }
 
 
-def total_attribution(phases):
+def total_attribution(phases: dict[str, dict[str, Any]]) -> dict[str, dict[str, dict[str, int]]]:
     """{op: {"causes": {cause: ns}}} over every phase."""
-    out = {}
+    out: dict[str, dict[str, dict[str, int]]] = {}
     for p in phases.values():
         for op, b in p.get("attribution", {}).items():
             causes = out.setdefault(op, {"causes": {}})["causes"]
@@ -421,7 +432,12 @@ def total_attribution(phases):
     return out
 
 
-def phase_summary(rows, bdi_names, syscall_hists, attribution):
+def phase_summary(
+    rows: dict[str, list[dict[str, Any]]],
+    bdi_names: dict[int, str],
+    syscall_hists: dict[str, dict[str, Any]],
+    attribution: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
     return {
         "throttle": throttle_summary(rows["throttle"], syscall_hists, attribution),
         "dirty_state": dirty_state_summary(rows["dirty_state"]),
@@ -433,7 +449,9 @@ def phase_summary(rows, bdi_names, syscall_hists, attribution):
     }
 
 
-def throttle_summary(rows, syscall_hists, attribution):
+def throttle_summary(
+    rows: list[dict[str, Any]], syscall_hists: dict[str, dict[str, Any]], attribution: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
     """balance_dirty_pages pauses (all tasks dirtying the bdis, by who), against the traced write
     syscalls' wall time and the attribution's "dirty throttling" cause."""
     if not rows:
@@ -447,7 +465,7 @@ def throttle_summary(rows, syscall_hists, attribution):
     in_writes = [r for r in rows if r["who"] in WRITE_OPS]
     in_write_ns = sum(r["slept"]["total_ns"] for r in in_writes)
     attributed = sum(attribution.get(op, {}).get("causes", {}).get(THROTTLE_CAUSE, 0) for op in writes)
-    by_who = {}
+    by_who: dict[str, dict[str, int]] = {}
     for r in rows:
         w = by_who.setdefault(r["who"], {"checks": 0, "pauses": 0, "pause_ns": 0})
         w["checks"] += r["checks"]
@@ -489,7 +507,7 @@ def throttle_summary(rows, syscall_hists, attribution):
     }
 
 
-def dirty_state_summary(rows):
+def dirty_state_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The global thresholds (pages) the kernel computed: last, min and max; the change of the
     global dirtied/written page counters (/proc/vmstat nr_dirtied, nr_written) between the
     phase's first and last computation."""
@@ -509,9 +527,9 @@ def dirty_state_summary(rows):
     }
 
 
-def work_summary(rows, bdi_names):
+def work_summary(rows: list[dict[str, Any]], bdi_names: dict[int, str]) -> dict[str, dict[str, dict[str, int]]]:
     """{bdi name: {reason: counts}}; a data-integrity (WB_SYNC_ALL) work's reason gets " (integrity)"."""
-    out = {}
+    out: dict[str, dict[str, dict[str, int]]] = {}
     for r in rows:
         reason = r["reason"] + (" (integrity)" if r["integrity"] else "")
         e = out.setdefault(bdi_names.get(r["bdi"], str(r["bdi"])), {}).setdefault(
@@ -523,20 +541,20 @@ def work_summary(rows, bdi_names):
     return out
 
 
-def gap_summary(rows):
+def gap_summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """{reason: interval between consecutive runs of one cgroup writeback}: the periodic flusher's
     gap is vm.dirty_writeback_centisecs while there is dirty data."""
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for reason in sorted({r["reason"] for r in rows}):
         h = hist.merge([r for r in rows if r["reason"] == reason])
         out[reason] = {k: h[k] for k in ("count", "avg_ns", "p50_ns", "p95_ns", "max_ns")}
     return out
 
 
-def inode_summary(rows):
+def inode_summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, int]]]:
     """{event: {who: {count, pages}}}: inodes put under writeback by fsync, the flusher, ...;
     inodes the flusher wrote (pages); folio writeback waits."""
-    out = {}
+    out: dict[str, dict[str, dict[str, int]]] = {}
     for r in rows:
         e = out.setdefault(r["event"], {}).setdefault(r["who"], {"count": 0, "pages": 0})
         e["count"] += r["count"]
@@ -549,7 +567,7 @@ def inode_summary(rows):
 ms = partial(units.fmt_time, ms_from=100 * units.US)
 
 
-def report_lines(section, fs):
+def report_lines(section: dict[str, Any], fs: dict[str, Any]) -> list[str]:
     total = section.get("all") if section else None
     if not total:
         return []
@@ -560,7 +578,7 @@ def report_lines(section, fs):
     return lines
 
 
-def throttle_lines(t, gds, section):
+def throttle_lines(t: dict[str, Any], gds: dict[str, Any], section: dict[str, Any]) -> list[str]:
     lines = []
     if t and t["pauses"]:
         lines.append(
@@ -586,7 +604,7 @@ def throttle_lines(t, gds, section):
     return lines
 
 
-def work_lines(total):
+def work_lines(total: dict[str, Any]) -> list[str]:
     lines = []
     for bdi, reasons in total["writeback"].items():
         parts = [
@@ -602,7 +620,7 @@ def work_lines(total):
     return lines
 
 
-def inode_lines(inodes):
+def inode_lines(inodes: dict[str, dict[str, Any]]) -> list[str]:
     started = inodes.get("writeback_started", {})
     if not started:
         return []
@@ -612,7 +630,7 @@ def inode_lines(inodes):
     ]
 
 
-def evidence(section, fs, op):
+def evidence(section: dict[str, Any], fs: dict[str, Any], op: str) -> dict[str, float]:
     """Counts that explain dirty throttling, for `fsprof compare`: run-wide (a pause is counted
     for the writer, whatever syscall it was in; the op's own pauses are its "times blocked in
     dirty throttling")."""

@@ -3,14 +3,21 @@ xlog_sync to I/O completion, force waits, CIL pushes and the periodic log worker
 log space reservation waits, and delayed allocation. docs/behind-xfs.md says what each figure means
 and how it is checked against the per-mount counters in /sys/fs/xfs/<dev>/stats/stats."""
 
+from __future__ import annotations
+
 import ctypes as c
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from .. import units
 from ..causes import check as known_cause
 from .scope import in_scope, wide
 from ..trace import hist, maps, symbols, syscalls
+
+if TYPE_CHECKING:
+    from . import Context, Target
+    from ..trace.bpf import BpfObject
 
 NAME = "xfs"
 OBJECT = "xfs"
@@ -170,7 +177,7 @@ class XfsCfg(c.Structure):
     _fields_ = [("cil_push_work", c.c_uint64), ("log_worker", c.c_uint64), ("inodegc_worker", c.c_uint64)]
 
 
-def kernel_functions():
+def kernel_functions() -> dict[str, int]:
     """{name: address} of the work functions bpf/xfs.bpf.c recognises in workqueue tracepoints."""
     return symbols.text_addresses(("xlog_cil_push_work", "xfs_log_worker", "xfs_inodegc_worker"), "xfs")
 
@@ -197,19 +204,19 @@ STAT_FIELDS = {
 }
 
 
-def stats_dir_name(kdev):
+def stats_dir_name(kdev: int) -> str | None:
     """The name XFS gives a mount under /sys/fs/xfs/ (its data device, e.g. loop3 or sda1)."""
     link = Path(f"/sys/dev/block/{kdev >> 20}:{kdev & 0xFFFFF}")
     return link.resolve().name if link.exists() else None
 
 
-def read_mount_stats(name):
+def read_mount_stats(name: str) -> dict[str, dict[str, int]] | None:
     """{line: {field: value}} of /sys/fs/xfs/<name>/stats/stats, for the lines of STAT_FIELDS."""
     try:
         text = Path(f"/sys/fs/xfs/{name}/stats/stats").read_text()
     except OSError:
         return None
-    out = {}
+    out: dict[str, dict[str, int]] = {}
     for line in text.splitlines():
         parts = line.split()
         if parts and parts[0] in STAT_FIELDS:
@@ -217,11 +224,11 @@ def read_mount_stats(name):
     return out
 
 
-def stats_delta(before, after):
+def stats_delta(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
     return {line: {f: v - before.get(line, {}).get(f, 0) for f, v in fields.items()} for line, fields in after.items()}
 
 
-def who(kthread, nr):
+def who(kthread: int, nr: int) -> str:
     """The context of an event: a kernel thread, or the syscall of the workload's thread."""
     if kthread:
         return "kernel thread"
@@ -229,7 +236,7 @@ def who(kthread, nr):
 
 
 class Probe:
-    def __init__(self, obj):
+    def __init__(self, obj: BpfObject) -> None:
         self.obj = obj
         self.devs = obj.map("xfs_devs", c.c_uint32, c.c_uint8)
         self.cfg = obj.map("xfs_cfg", c.c_uint32, XfsCfg)
@@ -256,11 +263,11 @@ class Probe:
             ),
         )
 
-    def set_targets(self, targets):
+    def set_targets(self, targets: list[Target]) -> None:
         self.devs.clear()
         for m in self.inflight:
             m.clear()
-        self.stat_names = {}
+        self.stat_names: dict[int, str | None] = {}
         for t in targets:
             if t.fs == "xfs":
                 self.devs.update(c.c_uint32(t.sb_dev), c.c_uint8(1))
@@ -269,13 +276,13 @@ class Probe:
     def _read_stats(self):
         return {dev: read_mount_stats(name) for dev, name in getattr(self, "stat_names", {}).items() if name}
 
-    def reset(self):
+    def reset(self) -> None:
         for m in (self.counts, self.hists, self.forces, self.waits, self.alloc):
             m.clear()
         # The kernel's own per-mount counters over the same interval as the maps (the oracle).
         self.stats_at_reset = self._read_stats()
 
-    def snapshot(self):
+    def snapshot(self) -> dict[str, Any]:
         """Plain records keyed by superblock dev and phase index; callers as function names."""
         counts = []
         for k, v in self.counts.items():
@@ -343,7 +350,7 @@ class Probe:
 # ---- summarize: raw records -> the section stored in result.json --------------------------------
 
 
-def force_kind(rec):
+def force_kind(rec: dict[str, Any]) -> str:
     """What an xfs_log_force tracepoint hit was (see FORCE_FUNCTIONS)."""
     if rec["caller"] in FORCE_FUNCTIONS:
         return "cil_step"
@@ -360,9 +367,9 @@ def _add(d, key, n):
     d[key] = d.get(key, 0) + n
 
 
-def log_forces(recs):
+def log_forces(recs: list[dict[str, Any]]) -> dict[str, Any]:
     """Forces as xs_log_force counts them, by kind, caller and context."""
-    out = {
+    out: dict[str, Any] = {
         "count": 0,
         "to_sequence": 0,
         "whole_log": 0,
@@ -388,9 +395,9 @@ def log_forces(recs):
     return out
 
 
-def force_waits(recs, counts):
+def force_waits(recs: list[dict[str, Any]], counts: dict[str, int]) -> dict[str, Any]:
     """xlog_wait_on_iclog calls, those that slept (xs_log_force_sleep counts them) and their time."""
-    out = {
+    out: dict[str, Any] = {
         "calls": sum(r["count"] for r in recs),
         "slept": 0,
         "slept_by_caller": {},
@@ -407,7 +414,7 @@ def force_waits(recs, counts):
     return out
 
 
-def iclogs(counts, write_hist):
+def iclogs(counts: dict[str, int], write_hist: dict[str, Any]) -> dict[str, Any]:
     n = counts["iclog_syncs"]
     return {
         "writes": n,
@@ -431,7 +438,7 @@ def iclogs(counts, write_hist):
     }
 
 
-def log_space(counts, sleep_hist):
+def log_space(counts: dict[str, int], sleep_hist: dict[str, Any]) -> dict[str, Any]:
     sleeps = counts["grant_sleep_reserve"] + counts["grant_sleep_write"]
     return {
         "reservations": counts["log_reserve"],
@@ -447,7 +454,7 @@ def log_space(counts, sleep_hist):
     }
 
 
-def window(h, breakdown):
+def window(h: dict[str, Any], breakdown: dict[str, Any] | None) -> dict[str, Any]:
     """A worker's windows: their count and time (the probe's) and the off-CPU causes (assemble's)."""
     breakdown = breakdown or {}
     off = breakdown.get("offcpu_ns", 0)
@@ -466,7 +473,7 @@ def window(h, breakdown):
 INODEGC_EVENTS = ("inactive_queued", "inactivated")
 
 
-def delalloc(recs):
+def delalloc(recs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     out = {e: {"count": 0, "blocks": 0, "by_context": {}} for e in ALLOC_EVENTS if e not in INODEGC_EVENTS}
     for r in recs:
         if r["event"] in INODEGC_EVENTS:
@@ -478,11 +485,14 @@ def delalloc(recs):
     return out
 
 
-def inodegc(recs, worker):
+def inodegc(recs: list[dict[str, Any]], worker: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
     """Background inactivation of unlinked inodes: who queued them (by syscall, or a kernel
     thread), where they were inactivated, and the inodegc workers' windows (their count, wall,
     on-CPU and off-CPU time and block requests, from the worker windows)."""
-    out = {"queued": {"count": 0, "by_context": {}}, "inactivated": {"count": 0, "by_context": {}}}
+    out: dict[str, dict[str, Any]] = {
+        "queued": {"count": 0, "by_context": {}},
+        "inactivated": {"count": 0, "by_context": {}},
+    }
     for r in recs:
         if r["event"] in INODEGC_EVENTS:
             e = out["queued" if r["event"] == "inactive_queued" else "inactivated"]
@@ -493,16 +503,16 @@ def inodegc(recs, worker):
     return out
 
 
-def fsyncs_in(syscall_hists):
+def fsyncs_in(syscall_hists: dict[str, dict[str, Any]]) -> int:
     return sum(syscall_hists.get(op, {}).get("count", 0) for op in FSYNC_OPS)
 
 
-def force_wait_by_attribution(attribution):
+def force_wait_by_attribution(attribution: dict[str, dict[str, Any]]) -> int:
     """ns of the fsyncs' wall time the attribution put under "log force wait" (the waiter's view)."""
     return sum(attribution.get(op, {}).get("causes", {}).get(FORCE_WAIT_CAUSE, 0) for op in FSYNC_OPS)
 
 
-def many_to_one(fig, fsyncs, attributed_wait_ns):
+def many_to_one(fig: dict[str, Any], fsyncs: int, attributed_wait_ns: int) -> dict[str, Any]:
     """Both views of one log force serving many fsyncs: per fsync (the waiter's) and per event."""
     forces, writes = fig["log_forces"]["count"], fig["iclogs"]["writes"]
     pushes = fig["cil_push"]["count"]
@@ -525,11 +535,16 @@ def many_to_one(fig, fsyncs, attributed_wait_ns):
     }
 
 
-def figures(recs, syscall_hists, attribution, workers):
+def figures(
+    recs: dict[str, list[dict[str, Any]]],
+    syscall_hists: dict[str, dict[str, Any]],
+    attribution: dict[str, dict[str, Any]],
+    workers: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
     """One phase's (or all phases') figures from its records."""
     counts = {f: sum(r[f] for r in recs["counts"]) for f in COUNT_FIELDS}
     hists = {which: hist.merge([h for h in recs["hists"] if h["which"] == which]) for which in HISTS}
-    fig = {
+    fig: dict[str, Any] = {
         "log_forces": log_forces(recs["forces"]),
         "iclogs": iclogs(counts, hists["iclog_write"]),
         "force_waits": force_waits(recs["waits"], counts),
@@ -557,9 +572,9 @@ def _worker_breakdowns(ctx, phase_name=None):
     return out
 
 
-def force_wait_of_all_phases(ctx):
+def force_wait_of_all_phases(ctx: Context) -> dict[str, dict[str, dict[str, int]]]:
     """The fsyncs' "log force wait" over all phases, shaped like an attribution entry."""
-    out = {}
+    out: dict[str, dict[str, dict[str, int]]] = {}
     for p in ctx.phases.values():
         for op, b in p.get("attribution", {}).items():
             if op in FSYNC_OPS:
@@ -568,13 +583,13 @@ def force_wait_of_all_phases(ctx):
     return out
 
 
-def summarize(raw, ctx):
+def summarize(raw: dict[str, Any], ctx: Context) -> dict[str, Any]:
     if ctx.fs != "xfs" or not raw:
         return {}
     mine = _select(raw, lambda r: r["dev"] == ctx.sb_dev)
     if not any(mine.values()):
         return {}
-    phases = {}
+    phases: dict[str, dict[str, Any]] = {}
     for index in sorted({r["phase"] for part in mine.values() for r in part}):
         name = ctx.phase_name(index)
         p = ctx.phases.get(name, {})
@@ -584,7 +599,7 @@ def summarize(raw, ctx):
             p.get("attribution", {}),
             _worker_breakdowns(ctx, name),
         )
-    section = {
+    section: dict[str, Any] = {
         "all": figures(mine, ctx.syscalls, force_wait_of_all_phases(ctx), _worker_breakdowns(ctx)),
         "phases": phases,
     }
@@ -594,7 +609,7 @@ def summarize(raw, ctx):
     return section
 
 
-def kernel_counters(k, fig):
+def kernel_counters(k: dict[str, Any], fig: dict[str, Any]) -> dict[str, Any]:
     """The per-mount counters of the kernel over the same interval, next to ours where they count
     the same events. Force sleeps the kernel counts without a tracepoint: waits for the previous
     iclog's write before closing this one (xlog_force_lsn) and for an earlier checkpoint's commit
@@ -653,7 +668,7 @@ def _kernel_note(k):
     return f"; the kernel counted {k['log_forces']} forces, {k['log_writes']} log writes"
 
 
-def report_lines(section, fs):
+def report_lines(section: dict[str, Any], fs: dict[str, Any]) -> list[str]:
     fig = section.get("all")
     if not fig:
         return []
@@ -721,7 +736,7 @@ def report_lines(section, fs):
     return lines
 
 
-def work_links(section, fs):
+def work_links(section: dict[str, Any], fs: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """{worker kind: {"by", "shares": {op: share}}}: inodegc's work shared among the ops by the
     inodes each queued for inactivation (xfs_inode_set_need_inactive in its calls), in the
     comparison's scope (the run, or one phase)."""
@@ -737,7 +752,7 @@ def work_links(section, fs):
     }
 
 
-def evidence(section, fs, op):
+def evidence(section: dict[str, Any], fs: dict[str, Any], op: str) -> dict[str, float]:
     """Counts that explain a log force wait, for `fsprof compare`: the log forces the op's own
     calls made (per op), and log forces and iclog writes per second of the run (run-wide). No
     "iclog writes per log force": most iclog writes are the CIL's background pushes, which no
@@ -747,7 +762,7 @@ def evidence(section, fs, op):
     forces, writes = fig.get("log_forces", {}), fig.get("iclogs", {}).get("writes", 0)
     if not forces:
         return {}
-    out = {}
+    out: dict[str, float] = {}
     if n:
         out[f"XFS log forces made in its calls, per {op}"] = forces.get("by_context", {}).get(op, 0) / n
     if fs.get("elapsed_s"):
