@@ -152,12 +152,12 @@ TABLE = {c.name: c for c in _ROWS}
 assert len(TABLE) == len(_ROWS) and len({c.colour for c in _ROWS}) == len(_ROWS), "a cause or colour twice"
 
 
-def check(name, where="fsprof"):
+def check(name: str, where: str = "fsprof") -> str:
     """`name` if it is a cause of the table; one sentence naming `where` it was written otherwise."""
     if name not in TABLE:
         raise FsprofError(f"unknown cause '{name}' in {where}; the causes are listed in profiler/causes.py")
     return name
 
 
-def colour(name):
+def colour(name: str) -> str:
     return TABLE[name].colour if name in TABLE else "#bab0ac"  # a result written by a newer fsprof

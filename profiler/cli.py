@@ -7,6 +7,8 @@ import importlib
 import os
 import signal
 import sys
+from types import ModuleType
+from typing import NoReturn
 
 from . import __version__, signals
 from .errors import FsprofError
@@ -27,7 +29,7 @@ COMMANDS = {
 }
 
 
-def command_module(name):
+def command_module(name: str) -> ModuleType:
     """Only the chosen command's module is imported: importing all of them (the BPF loader, every
     behind module, the HTML views) took `fsprof report` and `fsprof --help` from 0.15 s to 0.40 s
     here, paid at every invocation."""
@@ -37,11 +39,11 @@ def command_module(name):
 class Parser(argparse.ArgumentParser):
     """Usage errors in one sentence, as every other error: `--help` has the full usage."""
 
-    def error(self, message):
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"fsprof: {message} (see `{self.prog} --help`)\n")
 
 
-def parser(argv):
+def parser(argv: list[str]) -> Parser:
     """The parser with every subcommand listed, and the options of the one argv names."""
     ap = Parser(prog="fsprof", description="Kernel-tracing filesystem profiler.")
     ap.add_argument("--version", action="version", version=f"fsprof {__version__}")
@@ -65,7 +67,7 @@ def parser(argv):
     return ap
 
 
-def parse(argv):
+def parse(argv: list[str] | None) -> argparse.Namespace:
     """`run` takes options it does not know as the workload's own, and `-- CMD ARGS` as the
     user's command; every other command is parsed strictly."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -87,7 +89,7 @@ def parse(argv):
     return args
 
 
-def dispatch(args):
+def dispatch(args: argparse.Namespace) -> int:
     mod = command_module(args.command)
     if os.geteuid() == 0 and not getattr(mod, "INSIDE_A_RUN", False):
         for sentence in undo.cleanup_stale():  # whatever the command: a dead run's mounts and sysctls go first
@@ -98,7 +100,7 @@ def dispatch(args):
     return mod.main(args)
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     # `kill -USR1 PID` prints where every thread of a stuck fsprof is, on its stderr.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     args = parse(argv)

@@ -4,6 +4,6 @@
 class FsprofError(Exception):
     """A failure explained in one sentence; the CLI prints it and exits non-zero."""
 
-    def __init__(self, sentence, exit_code=1):
+    def __init__(self, sentence: str, exit_code: int = 1) -> None:
         super().__init__(sentence)
         self.exit_code = exit_code

@@ -11,6 +11,7 @@ through f2fs.
 """
 
 import subprocess
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,19 +71,19 @@ DRIVERS = tuple(fs.name for fs in TABLE.values() if fs.name == fs.module)
 MULTI_DEVICE = tuple(fs.name for fs in TABLE.values() if fs.multi_device)
 
 
-def row(name):
+def row(name: str) -> Filesystem:
     """The row of filesystem `name`; one sentence if fsprof does not know it."""
     if name not in TABLE:
         raise FsprofError(f"unknown filesystem '{name}'; fsprof supports {', '.join(NAMES)}")
     return TABLE[name]
 
 
-def served_by(behind):
+def served_by(behind: str) -> tuple[str, ...]:
     """The filesystems one behind-the-wait plug-in watches (e.g. ext4: ext2, ext3, ext4)."""
     return tuple(fs.name for fs in TABLE.values() if fs.behind == behind)
 
 
-def mkfs_defaults(name):
+def mkfs_defaults(name: str) -> list[str]:
     """fsprof's own mkfs arguments for filesystem `name` (a list, for the user's to follow)."""
     return list(TABLE[name].mkfs_defaults) if name in TABLE else []
 
@@ -91,7 +92,7 @@ def mkfs_defaults(name):
 LOOP_MODULE = "loop"
 
 
-def in_kernel(name):
+def in_kernel(name: str) -> bool:
     """Whether the running kernel can mount filesystem type `name` now (/proc/filesystems)."""
     try:
         lines = Path("/proc/filesystems").read_text().splitlines()
@@ -100,11 +101,11 @@ def in_kernel(name):
     return any(line.split()[-1] == name for line in lines if line.split())
 
 
-def module_loaded(module):
+def module_loaded(module: str) -> bool:
     return Path("/sys/module", module).exists()
 
 
-def modprobe(module, why):
+def modprobe(module: str, why: str) -> None:
     """Loads a kernel module unless it is loaded or built in; one sentence if that fails."""
     if module_loaded(module):
         return
@@ -119,7 +120,7 @@ def modprobe(module, why):
         raise FsprofError(f"{why} needs the kernel module {module}, which could not be loaded: {detail}")
 
 
-def load_modules(names, loop=False):
+def load_modules(names: Iterable[str], loop: bool = False) -> None:
     """Makes filesystems `names` (and, with loop, loop devices) available before fsprof loads the
     BPF objects that use their tracepoints and types."""
     for name in names:
@@ -129,7 +130,7 @@ def load_modules(names, loop=False):
         modprobe(LOOP_MODULE, "a scratch filesystem (loop device)")
 
 
-def behind_objects(names):
+def behind_objects(names: Iterable[str]) -> list[str]:
     """The behind-the-wait objects filesystems `names` need, in table order."""
     wanted = {TABLE[n].behind for n in names if n in TABLE}
     return [b for b in dict.fromkeys(fs.behind for fs in TABLE.values()) if b in wanted]

@@ -5,6 +5,7 @@ run under OUT/<workload>/<config>[/rep<N>] plus OUT/index.json); every view read
 import json
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from .errors import FsprofError
 
@@ -16,11 +17,11 @@ FLAMEGRAPH_DIR = "flamegraphs"
 SCHEMA_FILE = Path(__file__).resolve().parent / "schema" / "result.schema.json"
 
 
-def default_out_dir():
+def default_out_dir() -> Path:
     return Path("fsprof-runs") / datetime.now().strftime("%Y%m%d-%H%M%S")
 
 
-def make_out_dir(output):
+def make_out_dir(output: str | Path | None) -> Path:
     """The run directory `output` (default fsprof-runs/<timestamp>), made, as an absolute path:
     the workload runs with its cwd on the scratch filesystem and writes its result here."""
     out_dir = (Path(output) if output else default_out_dir()).resolve()
@@ -31,15 +32,15 @@ def make_out_dir(output):
     return out_dir
 
 
-def write_result(run_dir, result):
+def write_result(run_dir: str | Path, result: dict[str, Any]) -> None:
     (Path(run_dir) / RESULT_FILE).write_text(json.dumps(result, indent=1))
 
 
-def write_index(out_dir, index):
+def write_index(out_dir: str | Path, index: dict[str, Any]) -> None:
     (Path(out_dir) / INDEX_FILE).write_text(json.dumps(index, indent=1))
 
 
-def load(run_dir):
+def load(run_dir: str | Path) -> dict[str, Any]:
     """RUN/result.json, checked to be an fsprof result; one sentence if it is not."""
     path = Path(run_dir) / RESULT_FILE
     if not path.is_file():
@@ -53,7 +54,7 @@ def load(run_dir):
     return result
 
 
-def load_index(out_dir):
+def load_index(out_dir: str | Path) -> dict[str, Any]:
     """OUT/index.json of a spec's output; one sentence if it is not one."""
     path = Path(out_dir) / INDEX_FILE
     try:

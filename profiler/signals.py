@@ -3,11 +3,12 @@ are held back, not lost, while an undo or a detach is in progress."""
 
 import contextlib
 import signal
+from collections.abc import Iterator
 
 DEFERRED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
-def install_handlers():
+def install_handlers() -> None:
     """Make SIGTERM and SIGHUP raise SystemExit(128+signo) as SIGINT raises KeyboardInterrupt.
     A signal fsprof was started with ignored stays ignored, as Python leaves SIGINT: `nohup`
     ignores SIGHUP so that a recording outlives its terminal, and a shell starts background jobs
@@ -22,7 +23,7 @@ def install_handlers():
 
 
 @contextlib.contextmanager
-def deferred():
+def deferred() -> Iterator[None]:
     """Block the unwinding signals inside; one that arrives meanwhile is delivered on leaving.
     The mask is inherited by the umount/losetup children started inside, which matters because
     Ctrl-C reaches the whole foreground process group."""

@@ -7,7 +7,7 @@ SIZE_SUFFIXES = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 DURATION_UNITS = {"ms": 1e-3, "s": 1, "m": 60, "h": 3600}
 
 
-def parse_size(text, zero_ok=False, examples="1G, 512M"):
+def parse_size(text: str | int, zero_ok: bool = False, examples: str = "1G, 512M") -> int:
     """'512M', '1G', '16KiB', '4096' -> bytes (binary multiples), > 0; ValueError otherwise.
     zero_ok: 0 is a size too (the workloads leave it to their own check, which names the option);
     examples: the sizes the error sentence suggests (a workload's are block sizes)."""
@@ -22,7 +22,7 @@ def parse_size(text, zero_ok=False, examples="1G, 512M"):
     return value
 
 
-def parse_duration(text):
+def parse_duration(text: str | float) -> float:
     """'30s', '2m', '500ms', '1h', '10' (seconds) -> seconds, > 0; ValueError otherwise."""
     t = str(text).strip().lower()
     unit = next((u for u in ("ms", "s", "m", "h") if t.endswith(u)), "s")
@@ -35,7 +35,7 @@ def parse_duration(text):
     return value
 
 
-def fmt_ns(ns, typeset=False):
+def fmt_ns(ns: float, typeset: bool = False) -> str:
     """A time with 3 significant digits in the largest unit it reaches: 1.23ms, 456us, 789ns on a
     terminal; typeset (HTML): 1.23 ms, 456 µs, 789 ns."""
     sep, micro = (" ", "µs") if typeset else ("", "us")
@@ -52,14 +52,24 @@ _NS_PER = {"ns": 1, "us": 1000, "s": 1_000_000_000}
 # Not fmt_ns: the behind sections and compare print fixed decimals per unit, each switching unit
 # where its text always has (tests compare that text byte for byte).
 def fmt_time(
-    t, *, ms_from, unit="ns", us_digits=0, ms_digits=1, s_from=None, fine_below=None, missing=None, signed=False
-):
+    t: float | None,
+    *,
+    ms_from: float | None,
+    unit: str = "ns",
+    us_digits: int = 0,
+    ms_digits: int = 1,
+    s_from: float | None = None,
+    fine_below: float | None = None,
+    missing: str | None = None,
+    signed: bool = False,
+) -> str:
     """A duration t (in `unit`: ns, us or s) in us, or in ms from `ms_from` ns (None: never), or
     with 2 decimals in s from `s_from` ns: '812 us', '12.3 ms'. fine_below: under it (ns), one more
     decimal in us; missing: the text for None; signed: '+' or '-' before the size.
     t is scaled straight to the unit shown (t / 1e3, never via ns), so every digit stays as it was."""
     if t is None and missing is not None:
         return missing
+    assert t is not None
     if signed:
         return ("+" if t >= 0 else "-") + fmt_time(
             abs(t),

@@ -15,7 +15,7 @@ class Unit:
     count: float | None = None
 
 
-def parse_unit(text, where="--unit"):
+def parse_unit(text: str | None, where: str = "--unit") -> Unit:
     """`transaction=1000` (a count the user knows) or `transaction` (from the workload's own
     RESULT lines, `RESULT transactions=N`); one sentence, naming `where` it was written, if it is
     neither."""

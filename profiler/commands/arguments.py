@@ -12,14 +12,14 @@ STACK_SAMPLE_HELP = (
 )
 
 
-def size(text):
+def size(text: str) -> int:
     try:
         return units.parse_size(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e))
 
 
-def sample_hz(text):
+def sample_hz(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -36,14 +36,14 @@ def sample_hz(text):
     return value
 
 
-def pid(text):
+def pid(text: str) -> int:
     value = positive(text)
     if value > 1 << 22:  # PID_MAX_LIMIT
         raise argparse.ArgumentTypeError(f"'{text}' is not a process id")
     return value
 
 
-def positive(text):
+def positive(text: str) -> int:
     try:
         value = int(text)
     except ValueError:

@@ -1,15 +1,21 @@
 """`fsprof compare RUN [RUN ...]`: why runs of one workload differ: the workload's time, then its calls."""
 
+from __future__ import annotations
+
 import json
+from typing import TYPE_CHECKING
 
 from ..analysis.compare import compare
 from ..work_unit import parse_unit
 from ..views.compare import render
 
+if TYPE_CHECKING:
+    import argparse
+
 NEEDS_ROOT = False
 
 
-def add_arguments(p):
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "runs",
         nargs="+",
@@ -29,7 +35,7 @@ def add_arguments(p):
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
 
 
-def main(args):
+def main(args: argparse.Namespace) -> int:
     unit = parse_unit(args.unit) if args.unit else None
     fs_filter = {f.strip() for f in args.fs.split(",") if f.strip()} if args.fs else None
     comparisons = compare(args.runs, args.op, args.phase, unit, fs_filter)

@@ -4,11 +4,15 @@ Each check is (name, needed?, function returning (ok, detail)). fsprof can run w
 check passes; optional ones say which extra it enables or why it is off.
 """
 
+from __future__ import annotations
+
 import ctypes as c
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..machine import blockdev, tracefs
 from .. import filesystems
@@ -16,6 +20,9 @@ from ..trace.bpf import BpfObject
 from ..trace.libbpf import perf_event_open_sampling
 from ..errors import FsprofError
 from ..session.collect import Collector
+
+if TYPE_CHECKING:
+    import argparse
 
 # Tracepoint groups fsprof uses, and the events each needs for the core run (empty: optional group).
 TRACEPOINT_GROUPS = {
@@ -28,16 +35,16 @@ TRACEPOINT_GROUPS = {
 PROBE_HITS = {"tp_switch": 0, "raw_tp_switch": 1, "tp_btf_switch": 2, "on_sample": 3}
 
 
-def check_root():
+def check_root() -> tuple[bool, str]:
     return os.geteuid() == 0, "running as root" if os.geteuid() == 0 else "not root: run fsprof as root"
 
 
-def check_btf():
+def check_btf() -> tuple[bool, str]:
     ok = Path("/sys/kernel/btf/vmlinux").exists()
     return ok, "/sys/kernel/btf/vmlinux present" if ok else "no /sys/kernel/btf/vmlinux: CO-RE needs a BTF kernel"
 
 
-def check_tracefs():
+def check_tracefs() -> tuple[bool, str]:
     try:
         tracefs.ensure_mounted()
     except FsprofError as e:
@@ -45,7 +52,7 @@ def check_tracefs():
     return True, f"mounted at {tracefs.TRACEFS}"
 
 
-def tracepoint_check(group, needed_events):
+def tracepoint_check(group: str, needed_events: list[str]) -> Callable[[], tuple[bool, str]]:
     def check():
         events = tracefs.events_in(group)
         missing = [e for e in needed_events if e not in events]
@@ -76,7 +83,7 @@ def _probe_attach_types():
 _attach_results: dict[str, int | str] = {}
 
 
-def attach_check(prog, what):
+def attach_check(prog: str, what: str) -> Callable[[], tuple[bool, str]]:
     def check():
         if not _attach_results:
             try:
@@ -93,10 +100,10 @@ def attach_check(prog, what):
 
 # What check_fsprof_programs found, for capability_lines: (object, loaded, total) and the figures left out.
 _program_counts: list[tuple[str, int, int]] = []
-_left_out: list[str] = []
+_left_out: list[dict[str, str]] = []
 
 
-def check_fsprof_programs():
+def check_fsprof_programs() -> tuple[bool, str]:
     """The programs a run loads, loaded for real: this is where a verifier would refuse them."""
     with Collector() as collector:
         for obj in collector.objects:
@@ -109,7 +116,7 @@ def check_fsprof_programs():
     )
 
 
-def capability_lines():
+def capability_lines() -> list[str]:
     """What fsprof gives on this kernel: programs per object, then each figure left out and why."""
     if not _program_counts:
         return []
@@ -124,7 +131,7 @@ def capability_lines():
     return lines
 
 
-def optional_program_check(prog):
+def optional_program_check(prog: str) -> Callable[[], tuple[bool, str]]:
     """kprobe and fentry are tried for real: load, attach, and report the kernel's answer."""
 
     def check():
@@ -138,7 +145,7 @@ def optional_program_check(prog):
     return check
 
 
-def check_perf_sampling():
+def check_perf_sampling() -> tuple[bool, str]:
     try:
         os.close(perf_event_open_sampling(0, 99))
     except FsprofError as e:
@@ -146,7 +153,7 @@ def check_perf_sampling():
     return True, "cpu-clock sampling opens"
 
 
-def check_loop():
+def check_loop() -> tuple[bool, str]:
     try:
         filesystems.load_modules([], loop=True)  # a module on distribution kernels
     except FsprofError:
@@ -158,7 +165,7 @@ def check_loop():
     )
 
 
-def tool_check(tool, package):
+def tool_check(tool: str, package: str) -> Callable[[], tuple[bool, str]]:
     def check():
         path = shutil.which(tool)
         return bool(path), path or f"missing (Debian package {package})"
@@ -166,7 +173,7 @@ def tool_check(tool, package):
     return check
 
 
-def check_delayacct():
+def check_delayacct() -> tuple[bool, str]:
     p = Path("/proc/sys/kernel/task_delayacct")
     if not p.exists():
         return False, "no task delay accounting in this kernel"
@@ -174,7 +181,7 @@ def check_delayacct():
     return True, "enabled" if on else "built in, off (sysctl kernel.task_delayacct=1 turns it on)"
 
 
-def device_lines():
+def device_lines() -> list[str]:
     lines = []
     for d in sorted(blockdev.SYS_BLOCK.iterdir()):
         if d.name.startswith("loop") and not (d / "loop").exists():
@@ -187,7 +194,7 @@ def device_lines():
     return lines
 
 
-def checks():
+def checks() -> list[tuple[str, bool, Callable[[], tuple[bool, str]]]]:
     out = [("root", True, check_root), ("BTF", True, check_btf), ("tracefs", True, check_tracefs)]
     for group, events in TRACEPOINT_GROUPS.items():
         out.append((f"tracepoints {group}", bool(events), tracepoint_check(group, events)))
@@ -220,7 +227,7 @@ def checks():
     return out
 
 
-def doctor():
+def doctor() -> int:
     missing = []
     root_ok = os.geteuid() == 0
     for name, needed, check in checks():
@@ -250,9 +257,9 @@ def doctor():
 NEEDS_ROOT = False  # without root it says which checks need it
 
 
-def add_arguments(p):
+def add_arguments(p: argparse.ArgumentParser) -> None:
     pass
 
 
-def main(args):
+def main(args: argparse.Namespace) -> int:
     return doctor()

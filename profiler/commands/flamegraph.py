@@ -1,7 +1,14 @@
 """`fsprof flamegraph RUN`: flame graphs of a recorded run (profiler/views/flamegraph.py draws them)."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from ..errors import FsprofError
 from ..views.flamegraph import ALL_PHASES, draw, draw_diff
+
+if TYPE_CHECKING:
+    import argparse
 
 EPILOG = (
     "Writes RUN/flamegraphs/<name>.folded and .svg unless -o says where (an -o ending in "
@@ -10,7 +17,7 @@ EPILOG = (
 NEEDS_ROOT = False
 
 
-def add_arguments(p):
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", metavar="RUN")
     kind = p.add_mutually_exclusive_group()
     for name, what in (
@@ -34,7 +41,7 @@ def add_arguments(p):
     p.add_argument("-o", "--output", metavar="FILE", help="the SVG to write (its .folded sibling too)")
 
 
-def main(args):
+def main(args: argparse.Namespace) -> int:
     """Draws what the options ask for and prints the paths written."""
     labels = [label for label in args.fs.split(",") if label] if args.fs else None
     phase = args.phase or ALL_PHASES

@@ -6,22 +6,28 @@ The run names a file in FSPROF_PHASE_FILE; a phase's number is its line in that 
 again reuses its number), and the mark itself is the prctl() the bundled workloads use: the BPF
 probe that sees it makes the phase current at that syscall, so the boundary is exact."""
 
+from __future__ import annotations
+
 import fcntl
 import os
+from typing import TYPE_CHECKING
 
 from workloads.common import MAX_PHASES, mark_phase
 from ..errors import FsprofError
 from ..machine.workload import PHASE_FILE_ENV
 
+if TYPE_CHECKING:
+    import argparse
+
 NEEDS_ROOT = False
 INSIDE_A_RUN = True  # runs inside a traced workload: no clean-up of dead runs first (cli.py)
 
 
-def add_arguments(p):
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", help="the phase that begins now (letters, digits, - _ .)")
 
 
-def phase_index(path, name):
+def phase_index(path: str, name: str) -> int:
     """NAME's number in the run's phase file (1-based), added at the end if new."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
@@ -39,7 +45,7 @@ def phase_index(path, name):
         return len(names) + 1
 
 
-def main(args):
+def main(args: argparse.Namespace) -> int:
     name = args.name
     if not name or not all(ch.isalnum() or ch in "-_." for ch in name):
         raise FsprofError(f"a phase name is letters, digits, '-', '_' and '.': not {name!r}", exit_code=2)

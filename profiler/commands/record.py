@@ -1,12 +1,19 @@
 """`fsprof record --pid/--cgroup/--mount`: attach to a live system, change nothing. With
 --continuous, record indefinitely in windows for Prometheus and continuous profilers."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from .arguments import STACK_SAMPLE_HELP, pid, positive, sample_hz
+
+if TYPE_CHECKING:
+    import argparse
 
 NEEDS_ROOT = True
 
 
-def add_arguments(p):
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pid", type=pid, help="a process, with its threads and the children it starts")
     p.add_argument("--cgroup", help="a cgroup v2 directory (absolute, or relative to /sys/fs/cgroup)")
     p.add_argument("--mount", help="every process's operations on the filesystem mounted here")
@@ -35,7 +42,9 @@ def add_arguments(p):
     c.add_argument("--pprof-url", help="POST each window's profile to this Pyroscope-compatible ingest URL")
 
 
-def check_arguments(ap, args, rest, command):
+def check_arguments(
+    ap: argparse.ArgumentParser, args: argparse.Namespace, rest: list[str], command: list[str] | None
+) -> None:
     if args.continuous:
         if args.output or args.json:
             ap.error("--continuous writes no run directory: -o/--output and --json do not apply")
@@ -47,7 +56,7 @@ def check_arguments(ap, args, rest, command):
                 ap.error(f"--{name.replace('_', '-')} needs --continuous")
 
 
-def main(args):
+def main(args: argparse.Namespace) -> int:
     shared = {
         "pid": args.pid,
         "cgroup": args.cgroup,

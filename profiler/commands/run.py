@@ -1,7 +1,10 @@
 """`fsprof run`: a bundled workload (or the user's own command, or a spec's matrix) on scratch
 filesystems under tracing. Options fsprof does not know are the workload's own."""
 
+from __future__ import annotations
+
 import sys
+from typing import TYPE_CHECKING
 
 from .. import rundir
 from ..machine import spec
@@ -9,6 +12,9 @@ from ..session.run import RunOptions, run, run_spec
 from ..machine.scratch import LOOP_IO, FsConfig
 from .arguments import STACK_SAMPLE_HELP, positive, sample_hz, size
 from .report import print_result, write_html_if_asked
+
+if TYPE_CHECKING:
+    import argparse
 
 DEFAULT_LOOP_IO = FsConfig.loop_io
 
@@ -41,7 +47,7 @@ SPEC_SETS = (
 )
 
 
-def add_arguments(p):
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--spec", metavar="FILE", help="run an experiment matrix (TOML: configurations x workloads; docs/spec.md)"
     )
@@ -100,7 +106,9 @@ def add_arguments(p):
     p.add_argument("--html", metavar="FILE", help="also write the self-contained HTML report (and comparison)")
 
 
-def check_arguments(ap, args, rest, command):
+def check_arguments(
+    ap: argparse.ArgumentParser, args: argparse.Namespace, rest: list[str], command: list[str] | None
+) -> None:
     """The workload's own options (`rest`) and `-- CMD` (`command`, or None) against fsprof's."""
     if args.spec:
         given = [f"--{k.replace('_', '-')}" for k in SPEC_SETS if getattr(args, k) not in (None, False)]
@@ -119,7 +127,7 @@ def check_arguments(ap, args, rest, command):
     args.loop_io = args.loop_io or DEFAULT_LOOP_IO
 
 
-def run_options(args):
+def run_options(args: argparse.Namespace) -> RunOptions:
     """The session's options from the parsed (and check_arguments-completed) arguments."""
     return RunOptions(
         fs=args.fs,
@@ -145,7 +153,7 @@ def run_options(args):
     )
 
 
-def main(args):
+def main(args: argparse.Namespace) -> int:
     if args.spec:
         return _run_matrix(args)
     result, out_dir = run(run_options(args))

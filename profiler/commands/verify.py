@@ -1,17 +1,23 @@
 """`fsprof verify`: did the settings take effect? The checks are profiler/verify/, which `fsprof
 run` also calls."""
 
+from __future__ import annotations
+
 import json
 import shlex
 import sys
+from typing import TYPE_CHECKING
 
 from .. import signals
 from ..verify import DEFAULT_PATIENCE_S, KEYS, Report, parse_expectation, render, usage, verify_mount, verify_spec
 
+if TYPE_CHECKING:
+    import argparse
+
 NEEDS_ROOT = False  # it checks privileges itself, once its arguments are known to be good
 
 
-def add_arguments(parser):
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Check that barrier, writeback, journal and mount settings took effect, by what the "
         "kernel did during short probe workloads (docs/verify.md)."
@@ -43,7 +49,7 @@ def add_arguments(parser):
     parser.add_argument("--json", action="store_true", help="print the verdicts as JSON")
 
 
-def main(args):
+def main(args: argparse.Namespace) -> int:
     """Exit status: 0 when every expectation holds, 1 when one does not; usage errors raise
     FsprofError(exit_code=2)."""
     if args.patience <= 0:

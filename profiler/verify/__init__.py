@@ -13,8 +13,10 @@ The BPF object is loaded only when a verify runs (probe.py)."""
 
 import dataclasses
 import time
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from .. import filesystems
 from ..errors import FsprofError
@@ -95,7 +97,7 @@ def _word(value):
 class KeySpec:
     phase: str  # the probe that shows it: fsync, dirty, atime, timing
     filesystems: tuple  # where it applies
-    parse: object  # value text -> canonical value, ValueError(what it should be)
+    parse: Callable[[str], str]  # value text -> canonical value, ValueError(what it should be)
     what: str  # for the sentence when it does not apply
 
 
@@ -150,11 +152,11 @@ class Expectation:
     value: str
     source: str = "--expect"
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"{self.key}={self.value}"
 
 
-def usage(sentence):
+def usage(sentence: str) -> FsprofError:
     return FsprofError(sentence, exit_code=2)
 
 
@@ -162,11 +164,11 @@ class NotApplicable(FsprofError):
     """An expectation of a setting the filesystem does not have: a usage error (exit 2), which a
     spec's verify must not record as one configuration's failure."""
 
-    def __init__(self, sentence):
+    def __init__(self, sentence: str) -> None:
         super().__init__(sentence, exit_code=2)
 
 
-def parse_expectation(text, source="--expect"):
+def parse_expectation(text: str, source: str = "--expect") -> Expectation:
     """KEY=VALUE -> Expectation, or a usage error (exit 2) in one sentence."""
     key, eq, value = text.partition("=")
     key = ALIASES.get(key.strip().lower(), key.strip().lower())
@@ -180,11 +182,15 @@ def parse_expectation(text, source="--expect"):
         raise usage(f"--expect {key}={value} is not valid: {key} takes {e}") from None
 
 
-def expectations_for(config, sysctls=(), scheduler=None):
+def expectations_for(
+    config: scratch.FsConfig,
+    sysctls: dict[str, str] | Iterable[tuple[str, str]] = (),
+    scheduler: str | None = None,
+) -> list[Expectation]:
     """The expectations a run configuration states: its mount options and mkfs features (a
     scratch.FsConfig), the run's sysctls ({name: value} or [(name, value)]) and I/O scheduler.
     Only what the configuration sets explicitly; sysctls verify cannot check are left out."""
-    out = {}
+    out: dict[str, Expectation] = {}
     src = f"{config.label} mount options"
     for opt in filter(None, (o.strip() for o in config.mount_options.split(","))):
         name, eq, value = opt.partition("=")
@@ -259,22 +265,22 @@ class Report:
     inodes: dict
     probes_skipped: dict
 
-    def failures(self):
+    def failures(self) -> list[vc.Check]:
         """The checks whose expectation does not hold."""
         return [c for c in self.checks if c.verdict == NOT_IN_EFFECT]
 
-    def undecided(self):
+    def undecided(self) -> list[vc.Check]:
         return [c for c in self.checks if c.verdict == CANNOT_TELL]
 
     @property
-    def ok(self):
+    def ok(self) -> bool:
         return not self.failures()
 
-    def summary_lines(self):
+    def summary_lines(self) -> list[str]:
         """One line per setting that did not take effect."""
         return [f"{self.mountpoint}: {c.setting}={c.expected} not in effect: {c.why}" for c in self.failures()]
 
-    def to_json(self):
+    def to_json(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA,
             "mount": self.mountpoint,
@@ -293,7 +299,7 @@ class Report:
         }
 
 
-def render(report):
+def render(report: Report) -> str:
     lines = [
         f"fsprof verify: {report.mountpoint} ({report.fs} on {', '.join(report.devices)}; "
         f"{_mib(report.written_bytes)} written in a temporary directory, removed; {report.elapsed_s:.1f} s)",
@@ -356,7 +362,9 @@ def _read_sysctls():
     return out
 
 
-def timing_horizon(target, wanted, sysctls, ext4_commit):
+def timing_horizon(
+    target: vp.FsTarget, wanted: list[tuple[str, str | None]], sysctls: dict[str, int], ext4_commit: int
+) -> float:
     """How long the timing phase must watch for every timing check to be decided (seconds)."""
     interval = sysctls.get("vm.dirty_writeback_centisecs", 500) / 100
     needs = []
@@ -413,7 +421,7 @@ def _seen_enough(key, evidence):
 PHASE_ORDER = ("fsync", "dirty", "atime", "timing")
 
 
-def planned_bytes(phases):
+def planned_bytes(phases: Iterable[str]) -> int:
     sizes = {
         "fsync": vp.FSYNC_WRITES * vp.FSYNC_CHUNK,
         "dirty": vp.DIRTY_BYTES,
@@ -423,7 +431,12 @@ def planned_bytes(phases):
     return sum(sizes[p] for p in phases)
 
 
-def verify_mount(path, expectations=None, patience=DEFAULT_PATIENCE_S, progress=None):
+def verify_mount(
+    path: str,
+    expectations: list[Expectation] | None = None,
+    patience: float = DEFAULT_PATIENCE_S,
+    progress: Callable[[str], object] | None = None,
+) -> Report:
     """Verify the filesystem mounted at `path` against `expectations` (a list of Expectation; None:
     report what is in effect for every check; []: nothing to check, an empty report at once).
     Loads bpf/verify.bpf.o for the length of the call (independent of a running Collector) and
@@ -510,7 +523,7 @@ def _atime_windows(data):
     return out
 
 
-def judge(ev, key, expected):
+def judge(ev: vc.Evidence, key: str, expected: str | None) -> vc.Check:
     if key.startswith("vm.dirty_") and KEYS[key].phase == "dirty":
         return vc.judge_dirty(ev, key, expected)
     return {
@@ -530,7 +543,12 @@ def judge(ev, key, expected):
     }[key](ev, expected)
 
 
-def verify_scratch(sfs, expectations, patience=DEFAULT_PATIENCE_S, progress=None):
+def verify_scratch(
+    sfs: scratch.ScratchFs,
+    expectations: list[Expectation] | None,
+    patience: float = DEFAULT_PATIENCE_S,
+    progress: Callable[[str], object] | None = None,
+) -> Report:
     """verify_mount for a scratch.ScratchFs (fsprof run's provisioned filesystem)."""
     return verify_mount(sfs.mountpoint, expectations, patience=patience, progress=progress)
 
@@ -539,16 +557,21 @@ def verify_scratch(sfs, expectations, patience=DEFAULT_PATIENCE_S, progress=None
 # --spec: every configuration of a matrix, provisioned in scratch as `fsprof run --spec` does
 
 
-def verify_spec(spec_path, scratch_root, patience=DEFAULT_PATIENCE_S, progress=None):
+def verify_spec(
+    spec_path: str | Path,
+    scratch_root: str | Path,
+    patience: float = DEFAULT_PATIENCE_S,
+    progress: Callable[[str], object] | None = None,
+) -> list[tuple[str, Report | str]]:
     """[(config name, Report or error sentence)] for each configuration of the spec."""
     say = progress or (lambda line: None)
     matrix = load_spec(spec_path)
-    results = []
+    results: list[tuple[str, Report | str]] = []
     with undo.Changes() as run_changes:
         scratch_dir = scratch.make_scratch_dir(
             run_changes, Path(scratch_root) / f"verify-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
         )
-        erased = set()
+        erased: set[str] = set()
         for cfg in matrix.configs:
             say(f"[{cfg.name}] provisioning {cfg.fs}")
             expectations = expectations_for(cfg.fs_config(), cfg.sysctls, cfg.scheduler)

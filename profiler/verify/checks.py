@@ -7,6 +7,7 @@ import dataclasses
 import math
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from ..units import parse_size
 from .probe import (
@@ -18,6 +19,7 @@ from .probe import (
     EV_WB_PERIODIC,
     PAGE,
     ROLE_EXPIRE,
+    FsTarget,
     queue_setting,
 )
 
@@ -38,26 +40,26 @@ class Check:
     why: str
     evidence: dict = dataclasses.field(default_factory=dict)
 
-    def to_json(self):
+    def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
 class Evidence:
     """What the probes saw on one filesystem, and what the configuration says, for the judges."""
 
-    def __init__(self, target, phases, sysctls):
+    def __init__(self, target: FsTarget, phases: dict[str, Any], sysctls: dict[str, int]) -> None:
         self.target = target
         self.fsync = phases.get("fsync")
         self.dirty = phases.get("dirty")
         self.atime = phases.get("atime")
         self.timing = phases.get("timing")
         self.sysctls = sysctls  # {"vm.dirty_bytes": int, ...} read when the probes ran
-        self._ext4_options = None
-        self._features = None
+        self._ext4_options: dict[str, str | bool] | None = None
+        self._features: set[str] | None = None
 
     # -- what the configuration says --
 
-    def ext4_options(self):
+    def ext4_options(self) -> dict[str, str | bool]:
         """The ext4 driver's own list of the options in force (/proc/fs/ext4/<dev>/options)."""
         if self._ext4_options is None:
             self._ext4_options = {}
@@ -70,7 +72,7 @@ class Evidence:
                 self._ext4_options[name] = value if eq else True
         return self._ext4_options
 
-    def ext_features(self):
+    def ext_features(self) -> set[str]:
         """The superblock's feature list, as dumpe2fs -h prints it (read only)."""
         if self._features is None:
             proc = subprocess.run(
@@ -83,11 +85,11 @@ class Evidence:
             self._features = set(line.partition(":")[2].split())
         return self._features
 
-    def queue(self, what):
+    def queue(self, what: str) -> dict[str, str | None]:
         """{disk: /sys/block/<disk>/queue/<what>} of the devices under test."""
         return {name: queue_setting(name, what) for name, _ in self.target.devices}
 
-    def disk_names(self):
+    def disk_names(self) -> str:
         return ", ".join(name for name, _ in self.target.disks)
 
 
@@ -110,7 +112,9 @@ def _secs(values):
     return ", ".join(f"{v:.2f}" for v in values) + " s"
 
 
-def decide(expected, state_matches, why_ok, why_not, undecided=None):
+def decide(
+    expected: str | None, state_matches: bool, why_ok: str, why_not: str, undecided: str | None = None
+) -> tuple[str, str]:
     """The verdict of an expectation: undecided (a reason) wins, then whether the state matches."""
     if expected is None:
         return OBSERVED, undecided or why_ok
@@ -123,7 +127,7 @@ def decide(expected, state_matches, why_ok, why_not, undecided=None):
 # barriers
 
 
-def barrier_configured(ev):
+def barrier_configured(ev: Evidence) -> tuple[bool, str]:
     """(on?, sentence) as the configuration has it."""
     t = ev.target
     if t.fs == "xfs":
@@ -136,8 +140,9 @@ def barrier_configured(ev):
     return on, "barrier (default)" if on else "nobarrier (mount table)"
 
 
-def judge_barrier(ev, expected):
+def judge_barrier(ev: Evidence, expected: str | None) -> Check:
     f = ev.fsync
+    assert f is not None
     c, n = _c(f), f["fsyncs"]
     cache, fua = ev.queue("write_cache"), ev.queue("fua")
     on_configured, said = barrier_configured(ev)
@@ -209,7 +214,7 @@ def judge_barrier(ev, expected):
 # dirty limits
 
 
-def dirtyable_pages(meminfo):
+def dirtyable_pages(meminfo: dict[str, int]) -> int:
     """Our estimate of the kernel's global_dirtyable_memory(): free memory plus the file LRUs (the
     kernel also subtracts its reserves, which it does not show: hence RATIO_TOLERANCE)."""
     return (meminfo.get("MemFree", 0) + meminfo.get("Active(file)", 0) + meminfo.get("Inactive(file)", 0)) // PAGE
@@ -219,10 +224,11 @@ def _pages_of(nbytes):
     return math.ceil(nbytes / PAGE)
 
 
-def judge_dirty(ev, key, expected):
+def judge_dirty(ev: Evidence, key: str, expected: str | None) -> Check:
     """vm.dirty_bytes / dirty_ratio (the dirty limit) and vm.dirty_background_* (the background
     threshold), from global_dirty_state in the probe's own writes."""
     d, s = ev.dirty, ev.sysctls
+    assert d is not None
     background = "background" in key
     field = "bg_thresh" if background else "dirty_thresh"
     what = "background threshold" if background else "dirty limit"
@@ -306,7 +312,7 @@ def judge_dirty(ev, key, expected):
 # timing: the flusher's period, the dirty expiry, journal commits
 
 
-def flusher_runs(events):
+def flusher_runs(events: list[dict[str, int]]) -> list[int]:
     """Start times (ns) of the flusher's periodic runs: writeback_start events with for_kupdate,
     those within RUN_GAP_S of the previous one being the same run."""
     starts, last = [], None
@@ -317,7 +323,7 @@ def flusher_runs(events):
     return starts
 
 
-def outside_syncs(events):
+def outside_syncs(events: list[dict[str, int]]) -> int:
     return sum(1 for e in events if e["kind"] == EV_SYNC_FS)
 
 
@@ -325,8 +331,9 @@ def _window_s(t):
     return (t["end_ns"] - t["start_ns"]) / 1e9
 
 
-def judge_writeback_interval(ev, expected):
+def judge_writeback_interval(ev: Evidence, expected: str | None) -> Check:
     t = ev.timing
+    assert t is not None
     key = "vm.dirty_writeback_centisecs"
     configured = f"{key}={ev.sysctls.get(key)}"
     runs = flusher_runs(t["events"])
@@ -380,8 +387,9 @@ def judge_writeback_interval(ev, expected):
     return Check(key, expected, configured, did, state, *decide(expected, False, why_not, why_not, undecided), evidence)
 
 
-def judge_expire(ev, expected):
+def judge_expire(ev: Evidence, expected: str | None) -> Check:
     t = ev.timing
+    assert t is not None
     key = "vm.dirty_expire_centisecs"
     configured = f"{key}={ev.sysctls.get(key)}"
     hz, window = t["hz"], _window_s(t)
@@ -436,7 +444,7 @@ def judge_expire(ev, expected):
     return Check(key, expected, configured, did, state, *decide(expected, ok, why_ok, why_not, undecided), evidence)
 
 
-def commit_configured(ev):
+def commit_configured(ev: Evidence) -> tuple[int, str]:
     if ev.target.ext:
         value = ev.ext4_options().get("commit")
         return int(value) if value else EXT4_DEFAULT_COMMIT_S, f"commit={value} (/proc/fs/ext4 options)"
@@ -444,7 +452,7 @@ def commit_configured(ev):
     return (int(value), f"commit={value}") if value else (BTRFS_DEFAULT_COMMIT_S, "commit=30 (default)")
 
 
-def judge_commit(ev, expected):
+def judge_commit(ev: Evidence, expected: str | None) -> Check:
     return (_judge_ext4_commit if ev.target.ext else _judge_btrfs_commit)(ev, expected)
 
 
@@ -500,7 +508,7 @@ def _judge_ext4_commit(ev, expected):
     )
 
 
-def btrfs_commit_within(interval):
+def btrfs_commit_within(interval: float) -> float:
     """The latest a btrfs transaction opened at a random moment is committed by the kthread."""
     return 2 * interval + 2.2
 
@@ -580,8 +588,9 @@ def _judge_btrfs_commit(ev, expected):
 # journal, log, delayed allocation, compression, atime, scheduler
 
 
-def judge_data(ev, expected):
+def judge_data(ev: Evidence, expected: str | None) -> Check:
     f = ev.fsync
+    assert f is not None
     c = _c(f)
     mode = ev.ext4_options().get("data", "ordered")
     configured = f"data={mode} (/proc/fs/ext4 options)"
@@ -622,8 +631,9 @@ def judge_data(ev, expected):
     return Check("data", expected, configured, did, state, *decide(expected, ok, why, why), evidence)
 
 
-def judge_journal(ev, expected):
+def judge_journal(ev: Evidence, expected: str | None) -> Check:
     f = ev.fsync
+    assert f is not None
     c = _c(f)
     if ev.target.fs == "ext2":
         configured = "ext2 has no journal"
@@ -647,8 +657,9 @@ def judge_journal(ev, expected):
     )
 
 
-def judge_fast_commit(ev, expected):
+def judge_fast_commit(ev: Evidence, expected: str | None) -> Check:
     f = ev.fsync
+    assert f is not None
     c = _c(f)
     configured = ("fast_commit" if "fast_commit" in ev.ext_features() else "no fast_commit") + " (dumpe2fs)"
     did = (
@@ -680,8 +691,9 @@ def judge_fast_commit(ev, expected):
     )
 
 
-def judge_delalloc(ev, expected):
+def judge_delalloc(ev: Evidence, expected: str | None) -> Check:
     f = ev.fsync
+    assert f is not None
     c = _c(f)
     configured = ("nodelalloc" if "nodelalloc" in ev.ext4_options() else "delalloc") + " (/proc/fs/ext4 options)"
     did = (
@@ -706,8 +718,9 @@ def judge_delalloc(ev, expected):
     )
 
 
-def judge_logbsize(ev, expected):
+def judge_logbsize(ev: Evidence, expected: str | None) -> Check:
     f = ev.fsync
+    assert f is not None
     c, st = _c(f), f["stats"]
     configured = f"logbsize={ev.target.option_words().get('logbsize', '?')} (mount table)"
     if "iclog_size" not in st:
@@ -737,8 +750,9 @@ def judge_logbsize(ev, expected):
     )
 
 
-def judge_logbufs(ev, expected):
+def judge_logbufs(ev: Evidence, expected: str | None) -> Check:
     f = ev.fsync
+    assert f is not None
     c, st = _c(f), f["stats"]
     configured = f"logbufs={ev.target.option_words().get('logbufs', '?')} (mount table)"
     used = len(f["iclogs"])
@@ -758,13 +772,14 @@ def judge_logbufs(ev, expected):
     )
 
 
-def compress_name(value):
+def compress_name(value: str) -> str:
     v = str(value).partition(":")[0].lower()
     return "none" if v in ("no", "none", "") else v
 
 
-def judge_compress(ev, expected):
+def judge_compress(ev: Evidence, expected: str | None) -> Check:
     f = ev.fsync
+    assert f is not None
     c = _c(f)
     words = ev.target.option_words()
     conf = words.get("compress-force") or words.get("compress")
@@ -802,7 +817,7 @@ def judge_compress(ev, expected):
     return Check("compress", expected, configured, did, state, *decide(expected, ok, why, why), evidence)
 
 
-def atime_configured(words):
+def atime_configured(words: dict[str, str | bool]) -> tuple[str, str]:
     mode = "noatime" if "noatime" in words else "relatime" if "relatime" in words else "strictatime"
     return mode, mode + (",lazytime" if "lazytime" in words else "") + " (mount table)"
 
@@ -816,8 +831,9 @@ def _dirtied(counts):
     )
 
 
-def judge_atime(ev, expected):
+def judge_atime(ev: Evidence, expected: str | None) -> Check:
     a = ev.atime
+    assert a is not None
     _, configured = atime_configured(ev.target.option_words())
     da, db = _dirtied(a["a"]["read"]), _dirtied(a["b"]["read"])
     wa, wb = a["a"]["sync"]["bio_write"], a["b"]["sync"]["bio_write"]
@@ -841,7 +857,7 @@ def judge_atime(ev, expected):
         "strictatime": "every read updates the access time",
         "relatime": "a read updates the access time only when it is older than mtime or ctime (or a day old)",
         "noatime": "no read updates the access time",
-    }.get(state, "")
+    }.get(state or "", "")
     if state and evidence["time_only_a"] + evidence["time_only_b"] and not (wa + wb):
         why += " (lazytime: the new time stays in memory)"
     return Check(
@@ -855,8 +871,9 @@ def judge_atime(ev, expected):
     )
 
 
-def judge_scheduler(ev, expected):
+def judge_scheduler(ev: Evidence, expected: str | None) -> Check:
     f = ev.fsync
+    assert f is not None
     c = _c(f)
     configured = "; ".join(f"{d}: {queue_setting(d, 'scheduler')}" for d, _ in ev.target.disks)
     did = (

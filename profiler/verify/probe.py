@@ -11,7 +11,9 @@ import dataclasses
 import os
 import struct
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from .. import filesystems
 from ..machine import blockdev, mounts, undo
@@ -116,10 +118,10 @@ class FsTarget:
     uuid: str = ""  # btrfs only: /sys/fs/btrfs/<uuid>
 
     @property
-    def ext(self):
+    def ext(self) -> bool:
         return self.fs in filesystems.served_by("ext4")
 
-    def option_words(self):
+    def option_words(self) -> dict[str, str | bool]:
         """{name: value or True} of the mount table's options."""
         words = {}
         for opt in self.options.split(","):
@@ -128,11 +130,11 @@ class FsTarget:
         return words
 
 
-def usage(sentence):
+def usage(sentence: str) -> FsprofError:
     return FsprofError(sentence, exit_code=2)
 
 
-def describe_mount(path):
+def describe_mount(path: str) -> FsTarget:
     """The mounted filesystem at `path`, or a usage error (exit 2) saying why it cannot be verified."""
     if not os.path.exists(path):
         raise usage(f"{path} does not exist")
@@ -206,7 +208,7 @@ def _bdi_of(target):
     return found[0][0] if found else ""
 
 
-def queue_setting(name, what):
+def queue_setting(name: str, what: str) -> str | None:
     """/sys/block/<disk>/queue/<what> of the disk carrying block device `name`, or None."""
     try:
         return (blockdev.SYS_BLOCK / blockdev.whole_disk(name) / "queue" / what).read_text().strip()
@@ -214,7 +216,7 @@ def queue_setting(name, what):
         return None
 
 
-def wb_reason_names():
+def wb_reason_names() -> dict[int, str]:
     return reason_names()
 
 
@@ -225,7 +227,7 @@ def wb_reason_names():
 class Tracer:
     """bpf/verify.bpf.o, pointed at one filesystem and the probe (this process)."""
 
-    def __init__(self, target):
+    def __init__(self, target: FsTarget) -> None:
         self.target = target
         self.obj = BpfObject("verify")
         try:
@@ -238,7 +240,7 @@ class Tracer:
             self.iclog_map = m("iclogs", ctypes.c_uint64, ctypes.c_uint64)
             self.elevator_map = m("elevator", ctypes.c_uint32, ctypes.c_char * 32)
             self._check_counters()
-            self._events = []
+            self._events: list[dict[str, int]] = []
             self.ring = self.obj.ring_buffer("vevents", self._on_event)
             self._configure()
             self.obj.attach_all()
@@ -247,7 +249,7 @@ class Tracer:
             raise
 
     @property
-    def skipped(self):
+    def skipped(self) -> dict[str, str]:
         """{program: why} of the programs whose tracepoint this kernel lacks."""
         return self.obj.skipped
 
@@ -272,14 +274,14 @@ class Tracer:
             bits = VDEV_DISK | (VDEV_FS if kdev in [k for _, k in t.devices] else 0)
             self.devs.update(ctypes.c_uint32(kdev), ctypes.c_uint8(bits))
 
-    def watch_inode(self, ino, role):
+    def watch_inode(self, ino: int, role: int) -> None:
         self.inos.update(ctypes.c_uint64(ino), ctypes.c_uint8(role))
 
     def _on_event(self, data):
         ns, kind, pid, a, b, c, d = EVENT.unpack_from(data)
         self._events.append({"ns": ns, "kind": kind, "pid": pid, "a": a, "b": b, "c": c, "d": d})
 
-    def reset(self):
+    def reset(self) -> None:
         """Forget everything counted so far (the ring's records included)."""
         self.poll()
         self._events = []
@@ -290,44 +292,44 @@ class Tracer:
         self.iclog_map.clear()
         self.elevator_map.update(ctypes.c_uint32(0), (ctypes.c_char * 32)())
 
-    def poll(self):
+    def poll(self) -> list[dict[str, int]]:
         while self.ring.poll(0):
             pass
         return list(self._events)
 
-    def counters(self):
+    def counters(self) -> dict[str, Any]:
         values = [self.counts.lookup(ctypes.c_uint32(i)) or 0 for i in range(N_COUNTERS)]
-        out = dict(zip(COUNTERS, values))
+        out: dict[str, Any] = dict(zip(COUNTERS, values))
         base = len(COUNTERS)
         out["wb_reasons"] = {i: n for i, n in enumerate(values[base : base + N_WB_REASONS]) if n}
         out["compress"] = {i: n for i, n in enumerate(values[base + N_WB_REASONS :]) if n}
         return out
 
-    def stats(self):
-        out = {}
+    def stats(self) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
         for i, name in enumerate(STATS):
             s = self.stats_map.lookup(ctypes.c_uint32(i))
             if s is not None and s.count:
                 out[name] = {f: getattr(s, f) for f in ("count", "min", "max", "last", "sum")}
         return out
 
-    def iclogs(self):
+    def iclogs(self) -> dict[int, int]:
         return {k.value: v for k, v in self.iclog_map.items()}
 
-    def elevator(self):
+    def elevator(self) -> str:
         raw = self.elevator_map.lookup(ctypes.c_uint32(0))
         return bytes(raw).split(b"\0")[0].decode(errors="replace") if raw is not None else ""
 
-    def close(self):
+    def close(self) -> None:
         ring = getattr(self, "ring", None)
         if ring is not None:
             ring.close()
         self.obj.close()
 
 
-def delta(after, before):
+def delta(after: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
     """Counters after - before (the nested dicts included)."""
-    out = {}
+    out: dict[str, Any] = {}
     for k, v in after.items():
         if isinstance(v, dict):
             b = before.get(k, {})
@@ -344,7 +346,7 @@ def delta(after, before):
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-def syncfs(path):
+def syncfs(path: str) -> None:
     """syncfs(2) of the filesystem holding `path` (Python's os has no syncfs)."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -355,7 +357,7 @@ def syncfs(path):
         os.close(fd)
 
 
-def compressible(size):
+def compressible(size: int) -> bytes:
     """Data every btrfs compressor shrinks (text, repeated), so compress= shows in the extents."""
     line = b"fsprof verify: a line of text that compresses well.\n"
     return (line * (size // len(line) + 1))[:size]
@@ -365,7 +367,7 @@ class Workdir:
     """The one directory verify writes in: created under the mount point, journaled (so that a
     run killed by SIGKILL has it removed by the next fsprof), removed on close."""
 
-    def __init__(self, mountpoint):
+    def __init__(self, mountpoint: str) -> None:
         self._changes = undo.Changes()
         self._changes.__enter__()
         try:
@@ -375,16 +377,16 @@ class Workdir:
             raise FsprofError(f"cannot create a temporary directory in {mountpoint}: {e.strerror}") from None
         self.written = 0
 
-    def file(self, name):
+    def file(self, name: str) -> str:
         return os.path.join(self.path, name)
 
-    def close(self):
+    def close(self) -> None:
         self._changes.__exit__(None, None, None)  # undoes the journaled directory: rmtree
 
-    def __enter__(self):
+    def __enter__(self) -> "Workdir":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -397,7 +399,7 @@ def _window(tracer, fn):
     return value, tracer.counters(), tracer.stats(), start, end
 
 
-def fsync_phase(tracer, work):
+def fsync_phase(tracer: Tracer, work: Workdir) -> dict[str, Any]:
     """FSYNC_WRITES appends of FSYNC_CHUNK compressible bytes, each fsynced: what the fs asks of the
     device per fsync (flushes, FUA), its journal, log or ordered extents, delayed allocation, and
     the requests' path through the I/O scheduler."""
@@ -434,7 +436,7 @@ def fsync_phase(tracer, work):
     }
 
 
-def dirty_phase(tracer, work):
+def dirty_phase(tracer: Tracer, work: Workdir) -> dict[str, Any]:
     """Buffered writes without fsync, up to DIRTY_BYTES or DIRTY_SECONDS: balance_dirty_pages runs
     in this process and says which dirty limit and background threshold the kernel uses."""
     path = work.file("dirty")
@@ -457,10 +459,10 @@ def dirty_phase(tracer, work):
     return {"bytes": written, "counts": counts, "stats": stats, "meminfo": mem, "start_ns": start, "end_ns": end}
 
 
-def read_meminfo():
+def read_meminfo() -> dict[str, int]:
     """/proc/meminfo in bytes: MemFree is the kernel's own free figure (si_meminfo), which
     /proc/vmstat's nr_free_pages lags behind."""
-    out = {}
+    out: dict[str, int] = {}
     with open("/proc/meminfo") as f:
         for line in f:
             name, _, rest = line.partition(":")
@@ -470,7 +472,7 @@ def read_meminfo():
     return out
 
 
-def atime_phase(tracer, work):
+def atime_phase(tracer: Tracer, work: Workdir) -> dict[str, Any]:
     """Two reads of a file, each followed by syncfs. Read A: its atime is older than its mtime
     (relatime and strictatime update it). Read B, just after A: its atime is newer than mtime and
     ctime and less than a day old (only strictatime updates it). Whether the inode is dirtied, and
@@ -486,7 +488,7 @@ def atime_phase(tracer, work):
     syncfs(work.path)
     tracer.watch_inode(ino, ROLE_ATIME)
     time.sleep(0.02)  # the coarse clock moves on: a read now has a new time to write
-    out = {"ino": ino}
+    out: dict[str, Any] = {"ino": ino}
     for name in ("a", "b"):
         before = os.stat(path).st_atime_ns
         _, counts, _, start, end = _window(tracer, lambda: _read_all(path))
@@ -514,7 +516,9 @@ def _read_all(path):
             pass
 
 
-def timing_phase(tracer, work, horizon_s, enough):
+def timing_phase(
+    tracer: Tracer, work: Workdir, horizon_s: float, enough: Callable[[dict[str, Any]], bool]
+) -> dict[str, Any]:
     """Wait up to horizon_s while the filesystem is kept busy: every KEEPALIVE_EVERY_S an empty
     file is created (a journal handle or btrfs transaction: one is always open; rewriting a page
     alone opens no btrfs transaction) and a page is rewritten (the bdi always has dirty data),

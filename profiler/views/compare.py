@@ -3,6 +3,7 @@ every figure and every pairing of a count with a cause comes from the analysis, 
 --json` holds all the text says."""
 
 from functools import partial
+from typing import Any
 
 from .. import units
 from ..analysis import repeats
@@ -125,7 +126,7 @@ def _workload_lines(cmp):
     return lines
 
 
-def sentences(cmp):
+def sentences(cmp: dict[str, Any]) -> list[str]:
     """The comparison as sentences built from its figures: the workload first, then the op."""
     a, b = cmp["us_per_op"]
     op, base, other = cmp["op"], cmp["base"], cmp["other"]
@@ -183,7 +184,7 @@ def sentences(cmp):
         )
     for c in cmp["causes"]:
         x, y = c["us_per_op"]
-        side = "increases" if c["diff_us"] > 0 else "decreases"
+        side: str | int = "increases" if c["diff_us"] > 0 else "decreases"
         mine = groups["causes"].get(c["cause"], [])
         lines.append(
             f"    {_fmt_signed(c['diff_us'])}/op {c['cause']} ({_fmt_us(y)} vs {_fmt_us(x)}; "
@@ -296,7 +297,7 @@ def _elsewhere_lines(cmp):
     return lines
 
 
-def render(comparisons):
+def render(comparisons: list[dict[str, Any]]) -> str:
     warned = dict.fromkeys(w for c in comparisons for w in c["warnings"])
     lines = [f"WARNING: {w}" for w in warned] + ([""] if warned else [])
     several = len({c["workload"] for c in comparisons}) > 1

@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from ..analysis import attribution
 from ..errors import FsprofError
@@ -90,9 +91,10 @@ def _selected(rec, phase_index):
     return phase_index is None or rec["phase"] == phase_index
 
 
-def offcpu_stacks(fs, phase_index=None):
+def offcpu_stacks(fs: dict[str, Any], phase_index: int | None = None) -> dict[tuple[str, ...], int]:
     """Every off-CPU interval of the traced threads (blocked and runnable), classified as the
     attribution classifies it."""
+    out: dict[tuple[str, ...], int]
     rules, out = attribution.rules_for(fs["fs"]), {}
     for rec in fs["trace"]["offcpu"]:
         if _selected(rec, phase_index):
@@ -102,9 +104,10 @@ def offcpu_stacks(fs, phase_index=None):
     return out
 
 
-def offwake_stacks(fs, phase_index=None):
+def offwake_stacks(fs: dict[str, Any], phase_index: int | None = None) -> dict[tuple[str, ...], int]:
     """Blocked intervals (a waker ended them; runnable time has none) with the waker on top:
     blocked stack root-first, "--", the waker's stack innermost first, the waker's name last."""
+    out: dict[tuple[str, ...], int]
     rules, out = attribution.rules_for(fs["fs"]), {}
     for rec in fs["trace"]["offcpu"]:
         if rec["runnable"] or not _selected(rec, phase_index):
@@ -119,8 +122,9 @@ def offwake_stacks(fs, phase_index=None):
     return out
 
 
-def worker_stacks(fs, phase_index=None):
+def worker_stacks(fs: dict[str, Any], phase_index: int | None = None) -> dict[tuple[str, ...], int]:
     """The filesystem workers' off-CPU time in their windows, by the [[worker]] rules."""
+    out: dict[tuple[str, ...], int]
     rules, out = attribution.rules_for(fs["fs"]), {}
     for rec in fs["trace"].get("workers", []):
         if _selected(rec, phase_index):
@@ -130,15 +134,17 @@ def worker_stacks(fs, phase_index=None):
     return out
 
 
-def oncpu_stacks(fs, phase_index=None):
+def oncpu_stacks(fs: dict[str, Any], phase_index: int | None = None) -> dict[tuple[str, ...], int]:
     """On-CPU time per (phase, syscall) = wall − off-CPU, split first by cause and then by stack
     in proportion to the samples: each cause's subtree equals the attribution's figure."""
+    off_ns: dict[tuple[int, str], int]
+    samples: dict[tuple[int, str], list[dict[str, Any]]]
     off_ns, samples = {}, {}
     for rec in fs["trace"]["offcpu"]:
         _add(off_ns, (rec["phase"], rec["op"]), rec["total_ns"])
     for rec in fs["trace"]["samples"]:
         samples.setdefault((rec["phase"], rec["op"]), []).append(rec)
-    out = {}
+    out: dict[tuple[str, ...], int] = {}
     for phase in fs["phases"].values():
         if phase_index is None or phase["index"] == phase_index:
             for op, wall in phase["syscalls"].items():
@@ -168,7 +174,7 @@ def _add_oncpu(out, fs, op, on_ns, samples):
 BUILDERS = {"off-cpu": offcpu_stacks, "on-cpu": oncpu_stacks, "off-wake": offwake_stacks, "workers": worker_stacks}
 
 
-def stacks_of(fs, kind, phase=ALL_PHASES):
+def stacks_of(fs: dict[str, Any], kind: str, phase: str | None = ALL_PHASES) -> dict[tuple[str, ...], int]:
     return BUILDERS[kind](fs, phase_index(fs, phase))
 
 
@@ -176,14 +182,14 @@ def stacks_of(fs, kind, phase=ALL_PHASES):
 # Weights: ns → integer units, rounded so that each [fs];[op];[cause] subtree keeps its total
 
 
-def round_by_cause(weights):
+def round_by_cause(weights: dict[tuple[str, ...], float]) -> dict[tuple[str, ...], int]:
     """{path: float units} → {path: int units}: within each [fs];[first];[cause] group the lines
     are rounded down and the group's rounded total is made up on the largest remainders, so a
     cause's subtree is its exact total rounded once. Lines rounding to 0 are left out."""
-    groups = {}
+    groups: dict[tuple[str, ...], list[tuple[tuple[str, ...], float]]] = {}
     for path, w in weights.items():
         groups.setdefault(path[:3], []).append((path, w))
-    out = {}
+    out: dict[tuple[str, ...], int] = {}
     for members in groups.values():
         floors = {p: int(w) for p, w in members}
         short = int(sum(w for _, w in members) + 0.5) - sum(floors.values())
@@ -193,26 +199,26 @@ def round_by_cause(weights):
     return out
 
 
-def in_us(stacks):
+def in_us(stacks: dict[tuple[str, ...], int]) -> dict[tuple[str, ...], int]:
     return round_by_cause({p: ns / NS_PER_US for p, ns in stacks.items()})
 
 
-def per_op_ns(stacks, counts):
+def per_op_ns(stacks: dict[tuple[str, ...], int], counts: dict[str, int]) -> dict[tuple[str, ...], int]:
     """ns per operation: each path's weight divided by the count of its [op] frame's name."""
     return round_by_cause({p: ns / counts[p[1][1:-1]] for p, ns in stacks.items() if counts.get(p[1][1:-1])})
 
 
-def folded_lines(weights):
+def folded_lines(weights: dict[tuple[str, ...], int]) -> list[str]:
     return [f"{';'.join(path)} {w}" for path, w in sorted(weights.items())]
 
 
-def write_folded(path, weights):
+def write_folded(path: str | Path, weights: dict[tuple[str, ...], int]) -> None:
     Path(path).write_text("".join(line + "\n" for line in folded_lines(weights)))
 
 
-def read_folded(path, diff=False):
+def read_folded(path: str | Path, diff: bool = False) -> dict[str, int | tuple[int, int]]:
     """{stack: weight} of a folded file; {stack: (base, run)} of a differential one."""
-    out = {}
+    out: dict[str, int | tuple[int, int]] = {}
     for line in Path(path).read_text().splitlines():
         if diff:
             stack, a, b = line.rsplit(" ", 2)
@@ -227,7 +233,7 @@ def read_folded(path, diff=False):
 # Selection and titles
 
 
-def phase_index(fs, phase):
+def phase_index(fs: dict[str, Any], phase: str | None) -> int | None:
     if phase in (None, ALL_PHASES):
         return None
     if phase not in fs["phases"]:
@@ -237,12 +243,12 @@ def phase_index(fs, phase):
     return fs["phases"][phase]["index"]
 
 
-def op_counts(fs, phase=ALL_PHASES):
+def op_counts(fs: dict[str, Any], phase: str | None = ALL_PHASES) -> dict[str, int]:
     ops = fs["syscalls"] if phase in (None, ALL_PHASES) else fs["phases"][phase]["syscalls"]
     return {op: h["count"] for op, h in ops.items()}
 
 
-def workload_text(result):
+def workload_text(result: dict[str, Any]) -> str:
     w = result["workload"]
     if w["name"] == "record":
         return f"recorded {w['target']}"
@@ -251,7 +257,7 @@ def workload_text(result):
     return " ".join([w["name"], *w.get("args", [])])
 
 
-def fs_text(fs):
+def fs_text(fs: dict[str, Any]) -> str:
     opts = fs.get("mount_options") or ""
     return f"{fs['label']} ({fs['fs']}{', ' + opts if opts and opts != 'defaults' else ''})"
 
@@ -269,7 +275,13 @@ def _op_summary(weights, counts, unit):
     return ", ".join(parts[:4])
 
 
-def titles(result, filesystems, kind, phase, weights):
+def titles(
+    result: dict[str, Any],
+    filesystems: list[dict[str, Any]],
+    kind: str,
+    phase: str,
+    weights: dict[tuple[str, ...], int],
+) -> tuple[str, str]:
     total = sum(weights.values())
     title = (
         f"{TITLES[kind]}: {', '.join(fs_text(fs) for fs in filesystems)}; {workload_text(result)}; phase {phase}; µs"
@@ -299,7 +311,7 @@ def _cargo_bins():
     return dirs
 
 
-def find_tool(name):
+def find_tool(name: str) -> str | None:
     """An inferno binary: in $FSPROF_INFERNO_DIR when set (and only there), else on PATH, else
     where cargo installs (a root shell often lacks ~/.cargo/bin on PATH)."""
     pinned = os.environ.get(INFERNO_DIR_ENV)
@@ -339,7 +351,9 @@ def _has_counts(folded):
     return False
 
 
-def render_svg(folded, svg, title, subtitle, countname, colors=None):
+def render_svg(
+    folded: str | Path, svg: str | Path, title: str, subtitle: str, countname: str, colors: str | None = None
+) -> bool:
     """SVG of a folded file by inferno-flamegraph; False (said once) when inferno is absent, and
     False (silently: the folded file says it all) when no stack has a count."""
     if not _has_counts(folded):
@@ -364,13 +378,19 @@ def render_svg(folded, svg, title, subtitle, countname, colors=None):
     return True
 
 
-def diff_lines(base, run):
+def diff_lines(base: dict[tuple[str, ...], int], run: dict[tuple[str, ...], int]) -> list[str]:
     """Two-column folded lines 'stack base run' of two {path: weight} (inferno-diff-folded's
     format), used when inferno is absent."""
     return [f"{';'.join(p)} {base.get(p, 0)} {run.get(p, 0)}" for p in sorted(set(base) | set(run))]
 
 
-def write_diff(base_folded, run_folded, out, base, run):
+def write_diff(
+    base_folded: str | Path,
+    run_folded: str | Path,
+    out: str | Path,
+    base: dict[tuple[str, ...], int],
+    run: dict[tuple[str, ...], int],
+) -> None:
     tool = find_tool(DIFF_FOLDED)
     if tool:
         Path(out).write_text(_run_tool([tool, str(base_folded), str(run_folded)], run_folded))
@@ -386,7 +406,9 @@ def _stem_part(text):
     return re.sub(r"[^A-Za-z0-9_.=-]+", "_", str(text)).strip("_") or "fs"
 
 
-def graph(result, filesystems, kind, phase, out_svg):
+def graph(
+    result: dict[str, Any], filesystems: list[dict[str, Any]], kind: str, phase: str, out_svg: str | Path
+) -> list[Path]:
     """One graph of `filesystems` (side by side under their [fs] roots). Writes out_svg's
     .folded sibling always and out_svg when inferno is present; returns the paths written,
     [] when the graph would be empty."""
@@ -409,14 +431,14 @@ def _diff_root(run_fs, base_fs):
     return f"[{_frame(a)}]" if a == b else f"[{_frame(a)} vs {_frame(b)}]"
 
 
-def heaviest_op(fs, phase=ALL_PHASES):
+def heaviest_op(fs: dict[str, Any], phase: str | None = ALL_PHASES) -> tuple[str | None, int]:
     """(syscall, count) of the syscall with the most wall time: what a worker's time is per."""
     ops = fs["syscalls"] if phase in (None, ALL_PHASES) else fs["phases"][phase]["syscalls"]
     op = max(ops, key=lambda o: ops[o]["total_ns"], default=None)
     return (op, ops[op]["count"]) if op else (None, 0)
 
 
-def per_op_counts(fs, kind, phase):
+def per_op_counts(fs: dict[str, Any], kind: str, phase: str | None) -> dict[str, int]:
     """{first frame's name: the count its weight is divided by}: each syscall's own count; a
     worker's time is per operation of the heaviest syscall (per fsync in an fsync loop)."""
     if kind != "workers":
@@ -442,14 +464,14 @@ def _normalised(fs, kind, phase, root):
 class Side:
     """One side of a differential: a run (its result and where it came from) and one filesystem."""
 
-    def __init__(self, result, where, fs):
+    def __init__(self, result: dict[str, Any], where: str | Path, fs: dict[str, Any]) -> None:
         self.result, self.where, self.fs = result, where, fs
 
-    def text(self):
+    def text(self) -> str:
         return f"{fs_text(self.fs)} of {self.where}"
 
 
-def diff_graph(run, base, kind, phase, out_svg):
+def diff_graph(run: Side, base: Side, kind: str, phase: str, out_svg: str | Path) -> list[Path]:
     """Differential of run.fs against base.fs (Sides), in ns per op of each side's own syscall
     counts: widths are the run's, red where it costs more than the baseline. Writes the two
     normalised folded files (.base.folded, .run.folded), the two-column differential (.folded)
@@ -493,19 +515,19 @@ def _per_op_change(base_fs, run_fs, kind, phase):
     return ", ".join(f"{op} {sums[0].get(op, 0):,.1f} → {sums[1].get(op, 0):,.1f} µs{per}" for op in ops[:4])
 
 
-def top_frames(diff, fs_name, n=5):
+def top_frames(diff: dict[str, tuple[int, int]], fs_name: str, n: int = 5) -> list[tuple[tuple[str, ...], int]]:
     """The n reddest frames of a differential {stack: (base, run)}: [(path, run − base)], a path
     being a frame of the graph with everything under it (root first). A frame's change is the
     sum over the stacks through it. Scheduler, syscall-entry and other generic frames, the
     [fs]/[op] roots and the separator are not listed, nor a frame whose one listed descendant
     changes as much (the deepest frame of a chain names it)."""
     generic = attribution.rules_for(fs_name).generic
-    delta = {}
+    delta: dict[tuple[str, ...], int] = {}
     for stack, (a, b) in diff.items():
         frames = tuple(stack.split(";"))
         for depth in range(3, len(frames) + 1):
             delta[frames[:depth]] = delta.get(frames[:depth], 0) + b - a
-    chosen = []
+    chosen: list[tuple[tuple[str, ...], int]] = []
     for path, d in sorted(delta.items(), key=lambda kv: (-kv[1], -len(kv[0]), kv[0])):
         if len(chosen) == n or d <= 0:
             break
@@ -520,12 +542,12 @@ def top_frames(diff, fs_name, n=5):
 # The default set (fsprof run, fsprof report) and the graphs `fsprof flamegraph` asks for
 
 
-def svg_name(*parts):
+def svg_name(*parts: str) -> str:
     """The file name of a graph in the default set (used by the HTML report to find it)."""
     return ".".join(_stem_part(p) for p in parts) + ".svg"
 
 
-def write_default_set(run_dir, result):
+def write_default_set(run_dir: str | Path, result: dict[str, Any]) -> list[Path]:
     """Every filesystem's off-CPU, on-CPU, off-wake (and workers', when recorded) graphs, for all
     phases and for each phase, into run_dir/flamegraphs/ (empty graphs are not written), plus
     an off-CPU differential of each further filesystem against the first. Folded files always;
@@ -567,7 +589,15 @@ def _side(result, where, label, option):
     return Side(result, where, chosen[0])
 
 
-def draw_diff(run_dir, base_dir, kind, phase=ALL_PHASES, label=None, base_label=None, output=None):
+def draw_diff(
+    run_dir: str | Path,
+    base_dir: str | Path,
+    kind: str,
+    phase: str = ALL_PHASES,
+    label: str | None = None,
+    base_label: str | None = None,
+    output: str | None = None,
+) -> list[Path]:
     """A differential of filesystem `label` of run_dir (its only one when None) against
     `base_label` of base_dir (default: the run's label, else the baseline's only one), per
     operation; its reddest frames said on stderr. The paths written."""
@@ -603,7 +633,9 @@ def _say_top_frames(diff_path, fs_name):
         print(f"  +{delta:>12,}  {path[-1]}  under {under}", file=sys.stderr)
 
 
-def draw(run_dir, kind, phase=ALL_PHASES, labels=None, output=None):
+def draw(
+    run_dir: str | Path, kind: str, phase: str = ALL_PHASES, labels: list[str] | None = None, output: str | None = None
+) -> list[Path]:
     """One graph of the filesystems `labels` of run_dir (all when None), into `output` (default
     RUN/flamegraphs/): the paths written, none when there is nothing to draw."""
     result = load(run_dir)

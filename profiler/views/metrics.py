@@ -10,8 +10,10 @@ of fsprof's BPF programs. Nothing is labelled by pid, path, stack or time.
 """
 
 import threading
+from collections.abc import Iterator
+from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from ..trace import maps
 
@@ -72,15 +74,15 @@ METRICS = {
 }
 
 
-def fs_labels(entry):
+def fs_labels(entry: dict[str, Any]) -> tuple[str, str, str]:
     return (entry["fs"], entry["device"]["name"], entry["label"])
 
 
-def cumulative_figures(entry):
+def cumulative_figures(entry: dict[str, Any]) -> dict[tuple[str, tuple[str, ...]], float]:
     """{(metric, labels): value} of a result entry assembled from cumulative counters (they only
     grow while one set of BPF programs stays loaded)."""
     fl = fs_labels(entry)
-    out = {}
+    out: dict[tuple[str, tuple[str, ...]], float] = {}
     for op, h in entry["syscalls"].items():
         labels = fl + (op,)
         log2 = h["log2_ns"]
@@ -116,12 +118,12 @@ def _le(log2):
     return f"{(1 << log2) * NS:.9g}"
 
 
-def window_figures(entry):
+def window_figures(entry: dict[str, Any]) -> dict[tuple[str, tuple[str, ...]], float]:
     """{(metric, labels): value} of one window's entry: the time by cause its syscalls spent, and
     what the filesystem's workers did in it (their runs are drained each window, as their
     off-CPU time is)."""
     fl = fs_labels(entry)
-    out = {
+    out: dict[tuple[str, tuple[str, ...]], float] = {
         ("fsprof_syscall_time_seconds", fl + (op, cause)): ns * NS
         for op, b in entry["attribution"].items()
         for cause, ns in b["causes"].items()
@@ -144,25 +146,26 @@ class Totals:
     totals of one set of loaded programs (cumulative_figures, program statistics) add their
     change since the window before; begin_generation() starts a new set at zero."""
 
-    def __init__(self):
-        self.values, self.previous = {}, {}
-        self.gauges = {}
+    def __init__(self) -> None:
+        self.values: dict[tuple[str, tuple[str, ...]], float] = {}
+        self.previous: dict[tuple[str, tuple[str, ...]], float] = {}
+        self.gauges: dict[tuple[str, tuple[str, ...]], float] = {}
         # Held while a window is added and while a scrape copies (the HTTP server's thread).
         self.lock = threading.Lock()
 
-    def begin_generation(self):
+    def begin_generation(self) -> None:
         self.previous = {}
 
-    def add_running(self, figures):
+    def add_running(self, figures: dict[tuple[str, tuple[str, ...]], float]) -> None:
         for key, v in figures.items():
             self.values[key] = self.values.get(key, 0) + max(v - self.previous.get(key, 0), 0)
         self.previous.update(figures)
 
-    def add(self, figures):
+    def add(self, figures: dict[tuple[str, tuple[str, ...]], float]) -> None:
         for key, v in figures.items():
             self.values[key] = self.values.get(key, 0) + v
 
-    def keep_filesystems(self, kept):
+    def keep_filesystems(self, kept: set[tuple[str, str, str]]) -> None:
         """Forgets the series of filesystems not in `kept` ({(fstype, device, mountpoint)}):
         a machine that mounts and unmounts all day keeps only its current filesystems' series."""
 
@@ -195,8 +198,8 @@ def _family(name):
     return name
 
 
-def program_figures(run_stats):
-    out = {}
+def program_figures(run_stats: dict[str, tuple[int, int, int]]) -> dict[tuple[str, tuple[str, ...]], float]:
+    out: dict[tuple[str, tuple[str, ...]], float] = {}
     for prog, (runs, ns, misses) in run_stats.items():
         out[("fsprof_bpf_program_runs", (prog,))] = runs
         out[("fsprof_bpf_program_run_seconds", (prog,))] = ns * NS
@@ -204,7 +207,7 @@ def program_figures(run_stats):
     return out
 
 
-def drop_figures(drops):
+def drop_figures(drops: dict[str, int]) -> dict[tuple[str, tuple[str, ...]], float]:
     """Every reason, zeros included (a counter that exists from the start rates from 0)."""
     return {
         ("fsprof_approximated_events" if reason in maps.KEPT_APPROXIMATELY else "fsprof_lost_events", (reason,)): n
@@ -236,17 +239,17 @@ LABELS = {
 class Exposition:
     """A prometheus-client collector over a Totals: what a scrape returns."""
 
-    def __init__(self, totals):
+    def __init__(self, totals: Totals) -> None:
         self.totals = totals
 
-    def describe(self):
+    def describe(self) -> list[Metric]:
         return []  # the families vary with what is mounted; collect() is the truth
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         with self.totals.lock:
             values = dict(self.totals.values)
             values.update(self.totals.gauges)
-        by_family = {}
+        by_family: dict[str, list[tuple[str, tuple[str, ...], float]]] = {}
         for (name, labels), v in values.items():
             by_family.setdefault(_family(name), []).append((name, labels, v))
         for family, rows in sorted(by_family.items()):

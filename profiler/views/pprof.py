@@ -9,6 +9,7 @@ protobuf's: varint keys (field << 3 | wire type), varints, and length-delimited 
 """
 
 import gzip
+from collections.abc import Iterable, Sequence
 
 # Field numbers of profile.proto.
 PROFILE_SAMPLE_TYPE, PROFILE_SAMPLE, PROFILE_LOCATION, PROFILE_FUNCTION, PROFILE_STRING_TABLE = 1, 2, 4, 5, 6
@@ -43,9 +44,16 @@ def _packed(number, values):
 class Profile:
     """A profile with one or more sample types; add(path, values) with path root-first."""
 
-    def __init__(self, sample_types, time_ns=0, duration_ns=0, comments=()):
+    def __init__(
+        self,
+        sample_types: Iterable[tuple[str, str]],
+        time_ns: int = 0,
+        duration_ns: int = 0,
+        comments: Iterable[str] = (),
+    ) -> None:
         self.strings, self.string_ids = [""], {"": 0}
-        self.functions, self.samples = {}, {}
+        self.functions: dict[str, int] = {}
+        self.samples: dict[tuple[int, ...], list[int]] = {}
         self.sample_types = [(self._s(t), self._s(u)) for t, u in sample_types]
         self.time_ns, self.duration_ns = time_ns, duration_ns
         self.comments = [self._s(c) for c in comments]
@@ -63,13 +71,13 @@ class Profile:
             self._s(name)
         return self.functions[name]
 
-    def add(self, path, values):
+    def add(self, path: Sequence[str], values: list[int]) -> None:
         """A stack, root-first, and one value per sample type (added to an equal stack's)."""
         key = tuple(self._location(f) for f in reversed(path))  # pprof lists the leaf first
         old = self.samples.get(key, [0] * len(values))
         self.samples[key] = [a + b for a, b in zip(old, values)]
 
-    def encode(self):
+    def encode(self) -> bytes:
         out = bytearray()
         for t, u in self.sample_types:
             out += _field(PROFILE_SAMPLE_TYPE, _field(1, t) + _field(2, u))
@@ -92,5 +100,5 @@ class Profile:
             out += _packed(PROFILE_COMMENT, self.comments)
         return bytes(out)
 
-    def gzipped(self):
+    def gzipped(self) -> bytes:
         return gzip.compress(self.encode(), mtime=0)

@@ -1,5 +1,7 @@
 """Terminal view of a run's result.json. Reads plain data only: it never touches the kernel."""
 
+from typing import Any
+
 from ..trace import maps
 from ..trace.maps import BLK_WRITE_CLASSES
 from ..units import fmt_ns
@@ -7,7 +9,7 @@ from .. import behind
 from ..machine.workload import render as render_workload
 
 
-def histogram(log2_ns, width=40):
+def histogram(log2_ns: list[int], width: int = 40) -> list[str]:
     """bcc-style log2 histogram; slot i holds latencies in [2^i, 2^(i+1)) ns."""
     used = [i for i, n in enumerate(log2_ns) if n]
     if not used:
@@ -21,11 +23,11 @@ def histogram(log2_ns, width=40):
     return lines
 
 
-def per_op(count, per):
+def per_op(count: float, per: float) -> str:
     return f"{count / per:.2f}" if per else "n/a"
 
 
-def syscall_table(ops, indent="   "):
+def syscall_table(ops: dict[str, Any], indent: str = "   ") -> list[str]:
     lines = [
         f"{indent}{'syscall':<14} {'count':>8} {'avg':>8} {'p50':>8} {'p95':>8} {'p99':>8} {'max':>8} {'total':>8}"
     ]
@@ -39,7 +41,9 @@ def syscall_table(ops, indent="   "):
     return lines
 
 
-def attribution_table(breakdowns, indent="   ", top=4, min_share=0.01):
+def attribution_table(
+    breakdowns: dict[str, Any], indent: str = "   ", top: int | None = 4, min_share: float = 0.01
+) -> list[str]:
     """Per syscall (the `top` by total time): where its time went, in us per op and share."""
     lines = []
     for op in sorted(breakdowns, key=lambda o: -breakdowns[o]["wall_ns"])[:top]:
@@ -71,7 +75,7 @@ def attribution_table(breakdowns, indent="   ", top=4, min_share=0.01):
     return lines
 
 
-def test_bed_line(bed):
+def test_bed_line(bed: dict[str, Any] | None) -> str | None:
     """What stands behind the device, in one phrase (docs/test-bed.md), or None for a disk."""
     if not bed or bed["kind"] == "disk":
         return None
@@ -94,7 +98,7 @@ def test_bed_line(bed):
     )
 
 
-def render_fs(fs):
+def render_fs(fs: dict[str, Any]) -> list[str]:
     dev = fs["device"]
     lines = [
         f"== {fs['label']} ({fs['fs']}) on {dev['name']} ({dev['dev']}), "
@@ -180,7 +184,7 @@ def render_fs(fs):
     return lines
 
 
-def stack_sampling(fs, share=True):
+def stack_sampling(fs: dict[str, Any], share: bool = True) -> str:
     """How the off-CPU stacks were taken, in words (result.json "stack_sampling"); with share,
     how much of the off-CPU time that leaves estimated."""
     s = fs.get("stack_sampling")
@@ -194,7 +198,7 @@ def stack_sampling(fs, share=True):
     )
 
 
-def unavailable_lines(result):
+def unavailable_lines(result: dict[str, Any]) -> list[str]:
     """One line per figure this kernel could not give (result.json "unavailable"; older results
     name only the probes)."""
     if "unavailable" in result:
@@ -204,7 +208,7 @@ def unavailable_lines(result):
     return [f"   probe {prog} skipped: {why}" for prog, why in result.get("probes_skipped", {}).items()]
 
 
-def render(result):
+def render(result: dict[str, Any]) -> str:
     w = result["workload"]
     if w["name"] == "record":
         what = f"recorded: {w['target']}, {w['duration_s']:.1f} s ({w['ended_by']})"
