@@ -46,11 +46,23 @@ struct filter {
 
 /* Stack sampling (fsprof --stack-sample): off-CPU and waker stacks are walked in 1 of `every`
  * calls of an op once `first` of its blocked intervals have been (windows of a worker: once it has
- * had `first` windows); every <= 1: in all. In a map, not .rodata, so that every kernel's verifier
- * checks both paths whatever a run chooses. */
+ * had `first` windows); every <= 1: in all. A call's blocked interval of tail_ns or longer is the
+ * tail: its stacks are taken whatever the sampling (the sleeper's at its switch-in, the waker's at
+ * its wakeup, when the length is known) and it is marked so (off_key.tail); 0: no tail. In a map,
+ * not .rodata, so that every kernel's verifier checks both paths whatever a run chooses. */
 struct stack_sampling {
 	__u32 every;
 	__u32 first;
+	__u64 tail_ns;
+};
+
+/* A stack taken of a task that is not the current one (bpf_get_task_stack): no stack map can
+ * keep it, so tail_stacks does, under a hash of its frames with this bit set. */
+#define TAIL_STACK_BIT (1 << 29)
+#define TAIL_STACK_MASK (TAIL_STACK_BIT - 1)
+
+struct stack_ips {
+	__u64 ips[MAX_STACK_DEPTH];
 };
 
 /* The stack id of an interval in a call whose stacks were not walked (stack sampling): its time
@@ -108,7 +120,8 @@ struct op_key {
 struct off_key {
 	struct op_key op;
 	__s32 stackid;
-	__u32 runnable;
+	__u16 runnable;
+	__u16 tail; /* blocked for stack_sampling.tail_ns or longer: counted exactly, never estimated */
 	__s32 waker_stack;
 	char waker_comm[COMM_LEN];
 };

@@ -67,7 +67,8 @@ const struct waker no_waker = { .stack = -1 };
 
 struct off_slot {
 	__s32 stackid;
-	__u32 runnable;
+	__u16 runnable;
+	__u16 tail;
 	struct waker waker;
 	__u64 count;
 	__u64 total_ns;
@@ -156,6 +157,22 @@ struct {
 	__type(key, struct op_key);
 	__type(value, __u64);
 } waits_walked SEC(".maps");
+
+/* The tail's stacks (TAIL_STACK_BIT ids), taken of the task being switched in; and a per-CPU
+ * buffer to take one in (512 bytes: more than a BPF stack holds). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, struct stack_ips);
+} tail_stacks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct stack_ips);
+} stack_scratch SEC(".maps");
 
 const __u64 zero_count = 0;
 const struct rq_classes zero_rqs = {};
@@ -310,12 +327,69 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 	return 0;
 }
 
+/* stack_sampling.tail_ns: blocked intervals this long or longer are the tail; 0: none. */
+static __always_inline __u64 tail_ns(void)
+{
+	__u32 zero = 0;
+	struct stack_sampling *s = bpf_map_lookup_elem(&stack_sampling, &zero);
+
+	return s ? s->tail_ns : 0;
+}
+
+static __always_inline bool in_tail(__u64 blocked)
+{
+	__u64 from = tail_ns();
+
+	return from && blocked >= from;
+}
+
+/* The kernel stack of task, which is not the current one, as a TAIL_STACK_BIT id in tail_stacks:
+ * an FNV-1a hash of its frames. A different stack already under that hash (about 1 in 40,000 for
+ * 8,000 stacks) is not kept: -1, counted as a lost stack. */
+static __always_inline __s32 task_stack_id(struct task_struct *task)
+{
+	__u32 zero = 0, hash = 2166136261U;
+	struct stack_ips *ips = bpf_map_lookup_elem(&stack_scratch, &zero), *kept;
+	long bytes;
+
+	if (!ips)
+		return -1;
+	bytes = bpf_get_task_stack(task, ips->ips, sizeof(ips->ips), 0);
+	if (bytes <= 0) {
+		count_drop(DROP_OFFCPU_STACK);
+		return -1;
+	}
+	for (int i = 0; i < MAX_STACK_DEPTH; i++) {
+		if (i * sizeof(__u64) >= bytes)
+			ips->ips[i] = 0; /* the buffer's last user's frames */
+		hash = (hash ^ (__u32)ips->ips[i]) * 16777619U;
+		hash = (hash ^ (__u32)(ips->ips[i] >> 32)) * 16777619U;
+	}
+	hash &= TAIL_STACK_MASK;
+	if (bpf_map_update_elem(&tail_stacks, &hash, ips, BPF_NOEXIST) == 0)
+		return hash | TAIL_STACK_BIT;
+	kept = bpf_map_lookup_elem(&tail_stacks, &hash);
+	if (!kept) {
+		count_drop(DROP_OFFCPU_STACK);
+		return -1;
+	}
+	for (int i = 0; i < MAX_STACK_DEPTH; i++) {
+		if (kept->ips[i] != ips->ips[i]) {
+			count_drop(DROP_OFFCPU_STACK);
+			return -1;
+		}
+	}
+	return hash | TAIL_STACK_BIT;
+}
+
 /* waker NULL: no waker (runnable time, or a wakeup not seen). No const global stands for it:
  * struct copies from .rodata came out wrong on this kernel/clang (the in-flight record was clobbered). */
-static __always_inline void add_offcpu(struct op_key *opk, __s32 stackid, __u32 runnable, const struct waker *waker,
-                                       __u64 count, __u64 ns)
+static __always_inline void add_offcpu(struct op_key *opk, __s32 stackid, __u16 runnable, __u16 tail,
+                                       const struct waker *waker, __u64 count, __u64 ns)
 {
-	struct off_key key = { .op = *opk, .stackid = stackid, .runnable = runnable, .waker_stack = waker->stack };
+	struct off_key key = {
+		.op = *opk, .stackid = stackid, .runnable = runnable, .tail = tail, .waker_stack = waker->stack
+	};
 	struct off_val *v, zero = {};
 
 	__builtin_memcpy(key.waker_comm, waker->comm, COMM_LEN);
@@ -378,8 +452,8 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 #pragma unroll
 		for (int i = 0; i < OFF_SLOTS; i++) {
 			if (op->deferred && op->slots[i].count)
-				add_offcpu(&key, op->slots[i].stackid, op->slots[i].runnable, &op->slots[i].waker,
-				           op->slots[i].count, op->slots[i].total_ns);
+				add_offcpu(&key, op->slots[i].stackid, op->slots[i].runnable, op->slots[i].tail,
+				           &op->slots[i].waker, op->slots[i].count, op->slots[i].total_ns);
 		}
 	}
 	op->start_ns = 0;
@@ -396,12 +470,15 @@ __noinline int add_interval(struct inflight *op, __u32 runnable, __u32 woken, __
 	/* The waker is the op's own record or no_waker, chosen here: a global function's pointer
 	 * arguments must be writable memory, which no_waker (.rodata) is not. */
 	const struct waker *waker;
+	__u64 tail_from = tail_ns();
+	__u16 tail;
 	__s32 stack;
 	int free = -1;
 
 	if (!op)
 		return 0;
-	if (!runnable && op->counts_walks) {
+	tail = !runnable && tail_from && ns >= tail_from;
+	if (!runnable && !tail && op->counts_walks) {
 		/* A copy on the stack: older verifiers take a map key from there, not from op's memory. */
 		struct op_key key = op->op;
 		__u64 *n = lookup_or_init(&waits_walked, &key, &zero_count, DROP_OPS_FULL);
@@ -409,18 +486,19 @@ __noinline int add_interval(struct inflight *op, __u32 runnable, __u32 woken, __
 		if (n)
 			__sync_fetch_and_add(n, 1);
 	}
-	/* A call whose stacks are not walked keeps no waker either: one record per kind of interval. */
-	waker = woken && !op->no_stacks ? &op->waker : &no_waker;
+	/* A call whose stacks are not walked keeps no waker either (one record per kind of interval),
+	 * except in its tail, whose waker on_waking took. */
+	waker = woken && (!op->no_stacks || tail) ? &op->waker : &no_waker;
 	/* Runnable time is CPU contention whatever the stack: an open keeps it in one slot. */
 	stack = op->deferred && runnable ? -1 : op->out_stack;
 	if (!op->deferred) {
-		add_offcpu(&op->op, stack, runnable, waker, 1, ns);
+		add_offcpu(&op->op, stack, runnable, tail, waker, 1, ns);
 		return 0;
 	}
 #pragma unroll
 	for (int i = 0; i < OFF_SLOTS; i++) {
 		if (op->slots[i].count && op->slots[i].stackid == stack && op->slots[i].runnable == runnable &&
-		    op->slots[i].waker.stack == waker->stack) {
+		    op->slots[i].tail == tail && op->slots[i].waker.stack == waker->stack) {
 			op->slots[i].count++;
 			op->slots[i].total_ns += ns;
 			return 0;
@@ -431,6 +509,7 @@ __noinline int add_interval(struct inflight *op, __u32 runnable, __u32 woken, __
 	if (free >= 0 && free < OFF_SLOTS) {
 		op->slots[free].stackid = stack;
 		op->slots[free].runnable = runnable;
+		op->slots[free].tail = tail;
 		op->slots[free].waker.stack = waker->stack;
 		__builtin_memcpy(op->slots[free].waker.comm, waker->comm, COMM_LEN);
 		op->slots[free].count = 1;
@@ -438,7 +517,7 @@ __noinline int add_interval(struct inflight *op, __u32 runnable, __u32 woken, __
 		return 0;
 	}
 	count_drop(DROP_OFF_SLOTS);
-	add_offcpu(&op->op, stack, runnable, waker, 1, ns);
+	add_offcpu(&op->op, stack, runnable, tail, waker, 1, ns);
 	return 0;
 }
 
@@ -446,14 +525,22 @@ __noinline int add_interval(struct inflight *op, __u32 runnable, __u32 woken, __
  * stack says, and the waker ended that wait; from then on it waited for a CPU (runnable: CPU
  * contention). This is also where the kernel's delay accounting ends an I/O wait
  * (try_to_wake_up), so the two agree. */
-static __always_inline void off_interval_end(struct inflight *op, __u64 now)
+static __always_inline void off_interval_end(struct inflight *op, struct task_struct *task, __u64 now)
 {
-	if (op->woken_ns && op->woken_ns >= op->out_ns && op->woken_ns <= now) {
-		add_interval(op, op->out_runnable, !op->out_runnable, op->woken_ns - op->out_ns);
+	bool woken = op->woken_ns && op->woken_ns >= op->out_ns && op->woken_ns <= now;
+	__u64 blocked = (woken ? op->woken_ns : now) - op->out_ns, tail_from;
+
+	/* A passed-over call's blocked interval in the tail gets the stack it blocked at now that its
+	 * length is known: the task's own, saved at its switch-out and about to be resumed. */
+	if (op->no_stacks && !op->out_runnable && (tail_from = tail_ns()) && blocked >= tail_from)
+		op->out_stack = task_stack_id(task);
+	if (woken) {
+		add_interval(op, op->out_runnable, !op->out_runnable, blocked);
+		op->out_stack = op->no_stacks ? STACK_NOT_WALKED : op->out_stack;
 		if (now > op->woken_ns)
 			add_interval(op, 1, 0, now - op->woken_ns);
 	} else {
-		add_interval(op, op->out_runnable, 0, now - op->out_ns);
+		add_interval(op, op->out_runnable, 0, blocked);
 	}
 	op->out_ns = 0;
 	op->woken_ns = 0;
@@ -470,7 +557,8 @@ int BPF_PROG(on_waking, struct task_struct *p)
 	op = inflight_of(p);
 	if (!op || !op->out_ns || op->woken_ns)
 		return 0;
-	if (!op->out_runnable && !op->no_stacks) {
+	/* A passed-over call's waker is taken too when the wait so far is already in the tail. */
+	if (!op->out_runnable && (!op->no_stacks || in_tail(bpf_ktime_get_ns() - op->out_ns))) {
 		op->waker.stack = get_stack(ctx);
 		if (op->waker.stack < 0)
 			count_drop(DROP_WAKER_STACK);
@@ -575,7 +663,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	op = inflight_of(next);
 	if (op && op->out_ns) {
 		now = now ?: bpf_ktime_get_ns();
-		off_interval_end(op, now);
+		off_interval_end(op, next, now);
 	}
 	if (open_count(&workers_open) > 0) {
 		now = now ?: bpf_ktime_get_ns();

@@ -100,6 +100,12 @@ _ROWS = (
         "#e377c2",
         evidence=("requests made in its calls",),
     ),
+    Cause(
+        "filesystem frozen",
+        WAIT,
+        "a write that waits for a frozen filesystem (fsfreeze, a snapshot) to be thawed: sb_start_write",
+        "#6b6ecf",
+    ),
     Cause("lock contention", WAIT, "waiting for (or spinning on) a lock: rwsem, mutex, inode lock", "#ff9da7"),
     Cause("cpu contention", RUNNABLE, "runnable but preempted: waiting for a CPU", "#9c755f"),
     Cause("other wait", UNEXPLAINED, "a wait no rule names (its innermost meaningful frame is kept)", "#bab0ac"),

@@ -4,7 +4,7 @@
 import math
 
 SIZE_SUFFIXES = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-DURATION_UNITS = {"ms": 1e-3, "s": 1, "m": 60, "h": 3600}
+DURATION_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}
 
 
 def parse_size(text: str | int, zero_ok: bool = False, examples: str = "1G, 512M") -> int:
@@ -23,9 +23,9 @@ def parse_size(text: str | int, zero_ok: bool = False, examples: str = "1G, 512M
 
 
 def parse_duration(text: str | float) -> float:
-    """'30s', '2m', '500ms', '1h', '10' (seconds) -> seconds, > 0; ValueError otherwise."""
+    """'30s', '2m', '500ms', '250us', '1h', '10' (seconds) -> seconds, > 0; ValueError otherwise."""
     t = str(text).strip().lower()
-    unit = next((u for u in ("ms", "s", "m", "h") if t.endswith(u)), "s")
+    unit = next((u for u in ("us", "ms", "s", "m", "h") if t.endswith(u)), "s")
     try:
         value = float(t[: -len(unit)] if t.endswith(unit) else t) * DURATION_UNITS[unit]
     except ValueError:

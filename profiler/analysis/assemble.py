@@ -201,7 +201,14 @@ def assemble(raw: dict[str, Any], target: behind.Target, names: list[str], end_n
     }
     if raw.get("stack_sampling"):
         estimated = sum(b.get("offcpu_estimated_ns", 0) for b in breakdowns)
-        entry["stack_sampling"] = {**raw["stack_sampling"], "estimated_share": estimated / off if off else 0.0}
+        tail = [b["tail"] for b in breakdowns if b.get("tail")]
+        entry["stack_sampling"] = {
+            **raw["stack_sampling"],
+            "estimated_share": estimated / off if off else 0.0,
+            # The tail's waits, each with its own stacks: none of this time is estimated.
+            "tail_waits": sum(t["waits"] for t in tail),
+            "tail_ns": sum(t["ns"] for t in tail),
+        }
     ctx = behind.Context(
         fs=fs,
         sb_dev=sb_dev,

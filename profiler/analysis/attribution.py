@@ -170,14 +170,17 @@ def split_unwalked(offcpu: list[dict[str, Any]]) -> list[dict[str, Any]]:
     chosen at random, so the walked ones are a sample of the rest. A walked record keeps what it
     received in "estimated_ns". A group with no walked record keeps its own (blocked time with no
     cause but "other wait", named NOT_WALKED). Totals stay exact; only the division between stacks
-    is estimated."""
+    is estimated. The tail (records with "tail": blocked intervals of at least the tail threshold,
+    whose stacks every call took) is exact: it neither receives unwalked time nor weighs in its
+    division, which is of the shorter waits only."""
     group = lambda r: (r.get("dev"), r["phase"], r.get("op"), r.get("kind"), r["runnable"])  # noqa: E731
     walked = [dict(r) for r in offcpu if r["stack"] != STACK_NOT_WALKED]
     members: dict[tuple[Any, ...], list[int]]
     unwalked: dict[tuple[Any, ...], dict[str, Any]]
     members, unwalked = {}, {}
     for i, r in enumerate(walked):
-        members.setdefault(group(r), []).append(i)
+        if not r.get("tail"):
+            members.setdefault(group(r), []).append(i)
     for r in offcpu:
         if r["stack"] == STACK_NOT_WALKED:
             u = unwalked.setdefault(group(r), {**r, "count": 0, "total_ns": 0})
@@ -219,6 +222,7 @@ def attribute(
     waits: dict[str, int]
     causes, other, wakers, waits, off_ns, off_count = {}, {}, {}, {}, 0, 0
     estimated = sum(rec.get("estimated_ns", 0) for rec in offcpu)
+    tail = [rec for rec in offcpu if rec.get("tail")]
     for rec in offcpu:
         cause, detail = classify_off(rules, rec, stacks.get(rec["stack"], []))
         causes[cause] = causes.get(cause, 0) + rec["total_ns"]
@@ -279,6 +283,9 @@ def attribute(
     if estimated:
         # Off-CPU time of calls whose stacks sampling passed over: its causes are estimated.
         out["offcpu_estimated_ns"] = estimated
+    if tail:
+        # Blocked intervals at or above the tail threshold: each with its own stacks, never estimated.
+        out["tail"] = {"waits": sum(r["count"] for r in tail), "ns": sum(r["total_ns"] for r in tail)}
     return out
 
 
@@ -345,6 +352,10 @@ def merge(breakdowns: Iterable[dict[str, Any]]) -> dict[str, Any]:
             out[k] += b[k]
         if b.get("offcpu_estimated_ns"):
             out["offcpu_estimated_ns"] = out.get("offcpu_estimated_ns", 0) + b["offcpu_estimated_ns"]
+        if b.get("tail"):
+            t = out.setdefault("tail", {"waits": 0, "ns": 0})
+            t["waits"] += b["tail"]["waits"]
+            t["ns"] += b["tail"]["ns"]
         for cause, by in b.get("wakers", {}).items():
             mine = out["wakers"].setdefault(cause, {})
             for who, ns in by.items():

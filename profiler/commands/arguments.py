@@ -12,6 +12,20 @@ STACK_SAMPLE_HELP = (
 )
 
 
+TAIL_THRESHOLD_HELP = (
+    "with --stack-sample N > 1, a syscall's wait this long or longer (e.g. 500us, 2ms) keeps its own "
+    "off-CPU and waker stacks in every call, never estimated (default 1ms)"
+)
+
+
+def duration_ns(text: str) -> int:
+    """A positive duration ('2ms', '500us', '1s') in ns."""
+    try:
+        return round(units.parse_duration(text) * 1e9)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a positive duration (e.g. 500us, 2ms)")
+
+
 def size(text: str) -> int:
     try:
         return units.parse_size(text)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .arguments import STACK_SAMPLE_HELP, pid, positive, sample_hz
+from ..session.collect import DEFAULT_TAIL_NS
+from .arguments import STACK_SAMPLE_HELP, TAIL_THRESHOLD_HELP, duration_ns, pid, positive, sample_hz
 
 if TYPE_CHECKING:
     import argparse
@@ -20,6 +21,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--duration", help="how long (e.g. 30s, 2m); default: until Ctrl-C or the process exits")
     p.add_argument("--sample-hz", type=sample_hz, default=999, help="on-CPU sampling frequency, 0 = off (default 999)")
     p.add_argument("--stack-sample", type=positive, default=1, metavar="N", help=STACK_SAMPLE_HELP)
+    p.add_argument(
+        "--tail-threshold", type=duration_ns, default=DEFAULT_TAIL_NS, metavar="TIME", help=TAIL_THRESHOLD_HELP
+    )
     p.add_argument("-o", "--output", help="run directory (default fsprof-runs/<timestamp>)")
     p.add_argument("--json", action="store_true", help="print the result as JSON instead of tables")
     c = p.add_argument_group("continuous mode (docs/continuous.md)")
@@ -64,6 +68,7 @@ def main(args: argparse.Namespace) -> int:
         "duration": args.duration,
         "sample_hz": args.sample_hz,
         "stack_sample": args.stack_sample,
+        "tail_threshold_ns": args.tail_threshold,
     }
     if args.continuous:
         from ..session.continuous import ContinuousOptions, continuous

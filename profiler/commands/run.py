@@ -10,7 +10,8 @@ from .. import rundir
 from ..machine import spec
 from ..session.run import RunOptions, run, run_spec
 from ..machine.scratch import LOOP_IO, FsConfig
-from .arguments import STACK_SAMPLE_HELP, positive, sample_hz, size
+from ..session.collect import DEFAULT_TAIL_NS
+from .arguments import STACK_SAMPLE_HELP, TAIL_THRESHOLD_HELP, duration_ns, positive, sample_hz, size
 from .report import print_result, write_html_if_asked
 
 if TYPE_CHECKING:
@@ -60,6 +61,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="on-CPU sampling frequency of the traced threads, 0 = off (default 999)",
     )
     p.add_argument("--stack-sample", type=positive, default=1, metavar="N", help=STACK_SAMPLE_HELP)
+    p.add_argument(
+        "--tail-threshold", type=duration_ns, default=DEFAULT_TAIL_NS, metavar="TIME", help=TAIL_THRESHOLD_HELP
+    )
     p.add_argument(
         "--mkfs-options",
         action="append",
@@ -150,6 +154,7 @@ def run_options(args: argparse.Namespace) -> RunOptions:
         go_on=args.go_on,
         sample_hz=args.sample_hz,
         stack_sample=args.stack_sample,
+        tail_threshold_ns=args.tail_threshold,
     )
 
 

@@ -22,6 +22,9 @@ DEFAULT_SAMPLE_HZ = 999
 # Stack sampling (--stack-sample N): every call of an op is walked until this many of its blocked
 # intervals have been (every window of a worker until it has had this many windows).
 STACK_FIRST = 64
+# --tail-threshold: a syscall's blocked interval this long or longer is the tail, whose stacks are
+# taken whatever the stack sampling (bpf/fsprof.h struct stack_sampling).
+DEFAULT_TAIL_NS = 1_000_000
 
 
 # Maps of bpf/shared_maps.h: made once from syscalls.bpf.o's definitions (bpf.create_maps) and
@@ -71,21 +74,24 @@ def behind_modules(fs: Iterable[str]) -> list["ModuleType"]:
 
 
 class Collector:
-    def __init__(self, sample_hz=DEFAULT_SAMPLE_HZ, fs=filesystems.NAMES, stack_sample=1):
+    def __init__(self, sample_hz=DEFAULT_SAMPLE_HZ, fs=filesystems.NAMES, stack_sample=1, tail_ns=DEFAULT_TAIL_NS):
         """Loads syscalls.bpf.o and the behind-the-wait objects filesystems `fs` need (after
         loading their kernel modules: their tracepoints and types exist only then). With
         stack_sample N > 1, off-CPU and waker stacks are walked in 1 of N calls of an op (windows
         of a worker) once STACK_FIRST of its waits (windows) have been (analysis/attribution.
-        split_unwalked divides the rest)."""
+        split_unwalked divides the rest), except in the tail: a syscall's blocked interval of
+        tail_ns or longer has its own stacks and waker in every call."""
         self.objects, self.probes = [], {}
-        self.stack_sample = stack_sample
+        self.stack_sample, self.tail_ns = stack_sample, tail_ns
         try:
             filesystems.load_modules(fs)
             self._load_all(fs)
             m = self.sys.map
             shared = {name: m(name, k, v) for name, k, v in SHARED_MAPS}
             self.filter = m("filter_cfg", c.c_uint32, maps.Filter)
-            shared["stack_sampling"].update(c.c_uint32(0), maps.StackSampling(every=stack_sample, first=STACK_FIRST))
+            shared["stack_sampling"].update(
+                c.c_uint32(0), maps.StackSampling(every=stack_sample, first=STACK_FIRST, tail_ns=tail_ns)
+            )
             self.tgids = m("traced_tgids", c.c_uint32, c.c_uint8)
             self.phase = shared["phase_state"]
             self.drops = shared["drops"]
@@ -98,6 +104,7 @@ class Collector:
             self.waits_walked = m("waits_walked", maps.OpKey, c.c_uint64)
             self.op_hist = m("op_hist", maps.OpKey, maps.Hist)
             self.offcpu = m("offcpu", maps.OffKey, maps.OffVal)
+            self.tail_stacks = m("tail_stacks", c.c_uint32, maps.StackIps)
             self.samples = m("samples", maps.SampleKey, c.c_uint64)
             src = m("syscall_dev_source", c.c_uint32, c.c_uint8)
             for nr, source in syscalls.table().values():
@@ -203,6 +210,7 @@ class Collector:
             self.samples,
             self.stacks,
             self.stacks_spill,
+            self.tail_stacks,
             self.tgids,
             self.worker_offcpu,
             self.worker_windows,
@@ -219,7 +227,11 @@ class Collector:
         self._drops_at_reset = self._read_drops()
 
     def _stack(self, sid):
-        """The addresses of a stack id: the main map's, or the spill map's (bpf/shared_maps.h)."""
+        """The addresses of a stack id: the main map's, the spill map's (bpf/shared_maps.h), or a
+        tail stack's (syscalls.bpf.c task_stack_id)."""
+        if sid & maps.TAIL_STACK_BIT:
+            found = self.tail_stacks.lookup(c.c_uint32(sid & ~maps.TAIL_STACK_BIT))
+            return found.ips if found is not None else None
         if sid & maps.SPILL_STACK_BIT:
             return self.stacks_spill.lookup(c.c_uint32(sid & ~maps.SPILL_STACK_BIT))
         return self.stacks.lookup(c.c_uint32(sid))
@@ -252,6 +264,7 @@ class Collector:
                 "phase": k.op.phase,
                 "stack": k.stackid,
                 "runnable": bool(k.runnable),
+                "tail": bool(k.tail),
                 "waker_stack": k.waker_stack,
                 "waker_comm": k.waker_comm.decode(errors="replace"),
                 "count": v.count,
@@ -327,7 +340,11 @@ class Collector:
             "phase_start_ns": list(ps.start_ns),
             "snapshot_ns": now,
             "sample_hz": self.sample_hz,
-            "stack_sampling": {"every": self.stack_sample, "first": STACK_FIRST} if self.stack_sample > 1 else None,
+            "stack_sampling": (
+                {"every": self.stack_sample, "first": STACK_FIRST, "tail_threshold_ns": self.tail_ns}
+                if self.stack_sample > 1
+                else None
+            ),
             "drops": dict(zip(maps.DROP_REASONS, drops)),
         }
 
@@ -336,6 +353,7 @@ class Collector:
         continuous recording's stacks stay bounded by what one stretch of windows sees."""
         self.stacks.clear()
         self.stacks_spill.clear()
+        self.tail_stacks.clear()
 
     def run_stats(self) -> dict[str, tuple[int, int, int]]:
         """{object:program: (run_cnt, run_time_ns, recursion_misses)} of every loaded program."""

@@ -27,7 +27,7 @@ from ..analysis.assemble import assemble
 from ..errors import FsprofError
 from ..machine.mounts import mount_of, mounts
 from ..views import flamegraph, metrics, pprof
-from .collect import Collector
+from .collect import DEFAULT_TAIL_NS, Collector
 from .record import _block_of, _sb_dev, apply_target, check_target, parse_duration, zero_block_classes
 
 if TYPE_CHECKING:
@@ -61,6 +61,7 @@ class ContinuousOptions:
     pprof_url: str | None = None
     sample_hz: int
     stack_sample: int = 1
+    tail_threshold_ns: int = DEFAULT_TAIL_NS
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -247,9 +248,9 @@ def post_profile(
 class Generation:
     """One set of loaded BPF programs (a Collector) for the filesystem types in `fs`."""
 
-    def __init__(self, scope, fs, sample_hz, targets, stack_sample=1):
+    def __init__(self, scope, fs, sample_hz, targets, stack_sample=1, tail_ns=DEFAULT_TAIL_NS):
         self.fs = set(fs)
-        self.collector = Collector(sample_hz=sample_hz, fs=sorted(self.fs), stack_sample=stack_sample)
+        self.collector = Collector(sample_hz=sample_hz, fs=sorted(self.fs), stack_sample=stack_sample, tail_ns=tail_ns)
         self.collector.reset()
         self.what = scope.point(self.collector, targets)
         self.collector.set_targets(targets)
@@ -302,7 +303,12 @@ def continuous(options: ContinuousOptions) -> int:
                     gen.close()
                     totals.begin_generation()
                 gen = Generation(
-                    scope, wanted | (gen.fs if gen else set()), options.sample_hz, targets, options.stack_sample
+                    scope,
+                    wanted | (gen.fs if gen else set()),
+                    options.sample_hz,
+                    targets,
+                    options.stack_sample,
+                    options.tail_threshold_ns,
                 )
                 _say(
                     f"recording {gen.what} in {options.window} windows"

@@ -16,7 +16,7 @@ from typing import Any
 from .. import __version__, behind, filesystems
 from ..machine import blockdev
 from ..trace import maps
-from .collect import Collector
+from .collect import DEFAULT_TAIL_NS, Collector
 from ..machine.conditions import sysctls_in_force
 from ..errors import FsprofError
 from ..machine.mounts import mount_of, mounts
@@ -37,6 +37,7 @@ class RecordOptions:
     duration: str | None = None  # as the user wrote it (30s, 2m); None: until Ctrl-C or the process exits
     sample_hz: int
     stack_sample: int = 1
+    tail_threshold_ns: int = DEFAULT_TAIL_NS
     output: str | None = None
 
 
@@ -179,7 +180,10 @@ def record(options: RecordOptions) -> tuple[dict[str, Any], Path]:
     out_dir = rundir.make_out_dir(options.output)
     # Only the filesystems mounted in scope: recording loads no module the machine does not use.
     with Collector(
-        sample_hz=options.sample_hz, fs=sorted({m["fstype"] for m in scope}), stack_sample=options.stack_sample
+        sample_hz=options.sample_hz,
+        fs=sorted({m["fstype"] for m in scope}),
+        stack_sample=options.stack_sample,
+        tail_ns=options.tail_threshold_ns,
     ) as collector:
         collector.reset()
         what = apply_target(collector, kind, value)

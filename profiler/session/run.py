@@ -21,7 +21,7 @@ from .. import __version__, behind, filesystems
 from ..machine import blockdev, kthreads, scratch, settings, undo
 from ..trace import maps
 from ..analysis.assemble import assemble
-from .collect import Collector
+from .collect import DEFAULT_TAIL_NS, Collector
 from ..machine.conditions import sysctls_in_force
 from ..errors import FsprofError
 from ..views.flamegraph import write_default_set
@@ -61,6 +61,7 @@ class RunOptions:
     go_on: bool = False
     sample_hz: int
     stack_sample: int = 1
+    tail_threshold_ns: int = DEFAULT_TAIL_NS
 
 
 def per_fs_option(values: Iterable[str] | None, fs_names: list[str], what: str, sep: str) -> dict[str, str]:
@@ -317,7 +318,12 @@ def run(options: RunOptions) -> tuple[dict[str, Any], Path]:
             settings.set_sysctl(run_changes, name, value)
         result["sysctls_in_force"] = sysctls_in_force()
         names = sorted({config.fs for config in configs})
-        with Collector(sample_hz=options.sample_hz, fs=names, stack_sample=options.stack_sample) as collector:
+        with Collector(
+            sample_hz=options.sample_hz,
+            fs=names,
+            stack_sample=options.stack_sample,
+            tail_ns=options.tail_threshold_ns,
+        ) as collector:
             result["probes_skipped"] = collector.skipped
             result["unavailable"] = collector.unavailable
             for i, config in enumerate(configs):
@@ -401,7 +407,9 @@ def run_spec(spec: "Spec", options: RunOptions, progress: Callable[[str], None] 
         scratch_dir = scratch.make_scratch_dir(run_changes, Path(options.scratch_dir) / out_dir.name)
         erased: set[str] = set()
         names = sorted({cfg.fs for _, _, cfg in plan})
-        with Collector(sample_hz=sample_hz, fs=names, stack_sample=stack_sample) as collector:
+        with Collector(
+            sample_hz=sample_hz, fs=names, stack_sample=stack_sample, tail_ns=options.tail_threshold_ns
+        ) as collector:
             for i, (rep, workload, cfg) in enumerate(plan, 1):
                 rel = Path(workload.name) / cfg.name
                 if spec.repeats > 1:

@@ -105,7 +105,8 @@ class OffKey(c.Structure):
     _fields_ = [
         ("op", OpKey),
         ("stackid", c.c_int32),
-        ("runnable", c.c_uint32),
+        ("runnable", c.c_uint16),
+        ("tail", c.c_uint16),
         ("waker_stack", c.c_int32),
         ("waker_comm", c.c_char * COMM_LEN),
     ]
@@ -167,7 +168,7 @@ class Filter(c.Structure):
 
 
 class StackSampling(c.Structure):
-    _fields_ = [("every", c.c_uint32), ("first", c.c_uint32)]
+    _fields_ = [("every", c.c_uint32), ("first", c.c_uint32), ("tail_ns", c.c_uint64)]
 
 
 class ThrottleKey(c.Structure):
@@ -237,6 +238,11 @@ class BlkVal(c.Structure):
 
 Stack = c.c_uint64 * MAX_STACK_DEPTH
 SPILL_STACK_BIT = 1 << 30  # a stack id of the spill map (bpf/shared_maps.h get_stack)
+TAIL_STACK_BIT = 1 << 29  # a stack id of tail_stacks: a sleeper's stack taken at its switch-in (fsprof.h)
+
+
+class StackIps(c.Structure):
+    _fields_ = [("ips", Stack)]
 
 
 def hist_data(h: Hist) -> dict[str, Any]:

@@ -191,11 +191,17 @@ def stack_sampling(fs: dict[str, Any], share: bool = True) -> str:
     if not s:
         return "walked in every call"
     how = f"walked in 1 of {s['every']} calls of each syscall once {s['first']} of its waits have been"
-    return how + (
-        f": the causes of {100 * s['estimated_share']:.1f}% of off-CPU time are estimated from the walked calls"
-        if share
-        else ""
-    )
+    if "tail_threshold_ns" in s:
+        how += f", and in every wait of {fmt_ns(s['tail_threshold_ns'])} or more"
+    if not share:
+        return how
+    how += f": the causes of {100 * s['estimated_share']:.1f}% of off-CPU time are estimated from the walked calls"
+    if "tail_threshold_ns" in s:
+        how += (
+            f"; none of the {s['tail_waits']:,} waits of {fmt_ns(s['tail_threshold_ns'])} or more"
+            f" ({fmt_ns(s['tail_ns'])} in all) is"
+        )
+    return how
 
 
 def unavailable_lines(result: dict[str, Any]) -> list[str]:
