@@ -64,12 +64,12 @@ def attribution_table(
         if other:
             names = ", ".join(list(b["other_wait_frames"])[:3])
             lines.append(f"{indent}  other wait: {100 * other / off:.1f}% of off-CPU time ({names})")
-        top = next((c for c in b["causes"] if c in b.get("wakers", {})), None)
-        if top:
-            by = b["wakers"][top]
+        first_wait = next((c for c in b["causes"] if c in b.get("wakers", {})), None)
+        if first_wait:
+            by = b["wakers"][first_wait]
             total = sum(by.values()) or 1
             lines.append(
-                f"{indent}  {top} ended by: "
+                f"{indent}  {first_wait} ended by: "
                 + ", ".join(f"{who} {100 * ns / total:.0f}%" for who, ns in list(by.items())[:3])
             )
     return lines
