@@ -34,23 +34,7 @@ FIGURES = {
 
 SUBMITTER_LEN = 32
 DEV_TRACED, DEV_FUA = 1, 2  # traced_devs value bits (bpf/block.bpf.c)
-COUNTERS = (
-    "count",
-    "bytes",
-    "completed",
-    "unissued",
-    "merged",
-    "requeued",
-    "lost",
-    "submitted",
-    "fua",
-    "preflush",
-    "meta",
-    "flush_asked",
-    "wait_ns",
-    "life_ns",
-    "unissued_life_ns",
-)
+COUNTERS = maps.BLK_COUNTERS
 FSYNC_OPS = ("fsync", "fdatasync")
 WRITE_OPS = ("write", "pwrite64", "writev", "pwritev", "pwritev2")
 TOP_SUBMITTERS = 5

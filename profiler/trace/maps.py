@@ -210,30 +210,33 @@ class BlkKey(c.Structure):
     _fields_ = [("dev", c.c_uint32), ("cls", c.c_uint16), ("phase", c.c_uint16)]
 
 
-_BLK_COUNTS = tuple(
-    (name, c.c_uint64)
-    for name in (
-        "count",
-        "bytes",
-        "completed",
-        "unissued",
-        "merged",
-        "requeued",
-        "lost",
-        "submitted",
-        "fua",
-        "preflush",
-        "meta",
-        "flush_asked",
-        "wait_ns",
-        "life_ns",
-        "unissued_life_ns",
-    )
+# struct blk_val's counters, in order (behind/block.py reads them by these names).
+BLK_COUNTERS = (
+    "count",
+    "bytes",
+    "completed",
+    "unissued",
+    "merged",
+    "requeued",
+    "lost",
+    "submitted",
+    "fua",
+    "preflush",
+    "meta",
+    "flush_asked",
+    "wait_ns",
+    "life_ns",
+    "unissued_life_ns",
 )
 
 
 class BlkVal(c.Structure):
-    _fields_ = [*_BLK_COUNTS, ("size_log2", c.c_uint64 * BLK_SIZE_SLOTS), ("queue", Hist), ("device", Hist)]
+    _fields_ = [
+        *((name, c.c_uint64) for name in BLK_COUNTERS),
+        ("size_log2", c.c_uint64 * BLK_SIZE_SLOTS),
+        ("queue", Hist),
+        ("device", Hist),
+    ]
 
 
 Stack = c.c_uint64 * MAX_STACK_DEPTH
