@@ -15,6 +15,9 @@ filesystems pair each filesystem with its namesake. A significant difference tha
 test bed can distort (flushes and reads on a buffered loop device, ...) carries a test-bed note.
 
 Reads result.json files only.
+
+Over 500 lines: pairing, ranking and the verdict are one comparison; its parts with a seam of
+their own are apart (workload.py: the workload's time, evidence.py: the counts behind each cause).
 """
 
 import json

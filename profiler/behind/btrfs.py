@@ -1,7 +1,11 @@
 """btrfs behind the wait (bpf/btrfs.bpf.c): fsyncs, tree-log syncs and full transaction commits
 (who committed, and the kernel's commit timer per commit), superblock writes, ordered extents and
 space reservation tickets, per phase. docs/behind-btrfs.md says what each figure means and how it
-is checked against /sys/fs/btrfs/<fsid>/commit_stats and bpftrace."""
+is checked against /sys/fs/btrfs/<fsid>/commit_stats and bpftrace.
+
+Over 500 lines, as each behind module: one filesystem's probe, its summaries, its report lines
+and its evidence change together with bpf/btrfs.bpf.c.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """Loads fsprof's CO-RE objects (BpfObject): open, leave out what this kernel lacks or refuses,
 load, attach, read maps; detach and free. Every failure becomes an FsprofError with one sentence.
+
+Over 500 lines: loading is one sequence (open, leave out what fails, load, attach, detach) over
+one object's state; the libbpf bindings (libbpf.py) and the core-BTF cache (core_btf.py) are apart.
 """
 
 import ctypes

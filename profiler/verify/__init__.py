@@ -9,7 +9,11 @@ verify_spec(spec_path, scratch_root) checks every configuration of an experiment
 scratch. parse_expectation("KEY=VALUE") reads an expectation the user wrote;
 expectations_for(config, sysctls, scheduler) derives those of a run configuration (`fsprof run`).
 
-The BPF object is loaded only when a verify runs (probe.py)."""
+The BPF object is loaded only when a verify runs (probe.py).
+
+Over 500 lines: choosing, running and rendering the checks of one verify share its report;
+the probes are probe.py and the judgements checks.py.
+"""
 
 import dataclasses
 import time

@@ -4,7 +4,11 @@ the short probe workloads whose effects the checks in profiler/verify/checks.py 
 
 Every probe writes only inside one temporary directory it creates under the mount point and
 removes at the end (Workdir). Each phase resets the in-kernel counters before it starts and reads
-them when it ends, so that a phase's counts are its own."""
+them when it ends, so that a phase's counts are its own.
+
+Over 500 lines: each probe workload sits beside the tracer state it reads, and the checks that
+judge them are in checks.py.
+"""
 
 import ctypes
 import dataclasses

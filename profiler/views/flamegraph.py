@@ -14,6 +14,9 @@ weighs what the attribution says. Kinds (see docs/flamegraphs.md):
 A differential compares two filesystems (of one run or two) per operation: each side's weights
 divided by its own count of that syscall, in ns per op, red where the run costs more than the
 baseline. Reads result.json only.
+
+Over 500 lines: every kind of graph shares the folding, the cause frames and the inferno
+invocation; the command line is commands/flamegraph.py.
 """
 
 import os
