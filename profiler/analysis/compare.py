@@ -21,9 +21,7 @@ their own are apart (workload.py: the workload's time, evidence.py: the counts b
 """
 
 import json
-import statistics
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +31,7 @@ from .. import behind
 from ..causes import TABLE as CAUSES
 from . import repeats, workload as workload_time
 from ..work_unit import parse_unit
-from .evidence import elsewhere_pairs, evidence_pairs, assign_evidence, mechanism, owns_the_device
+from .evidence import Group, elsewhere_pairs, evidence_pairs, assign_evidence, mechanism, owns_the_device
 
 if TYPE_CHECKING:
     from ..work_unit import Unit
@@ -44,29 +42,6 @@ if TYPE_CHECKING:
 WORKER_OF_CAUSE = {c.name: c.worker for c in CAUSES.values() if c.worker}
 MIN_SHARE = 0.05  # below 5% of the op's time (and 1 us) a cause "does not differ"
 MIN_US = 1.0
-
-
-@dataclass
-class Group:
-    """One configuration: one filesystem entry, or its repeats."""
-
-    name: str
-    entries: list = field(default_factory=list)  # (result, fs entry)
-
-    @property
-    def fs(self) -> dict[str, Any]:
-        return self.entries[0][1]
-
-    def per_run(self, fn: Callable[[dict[str, Any]], Any]) -> list[Any]:
-        return [fn(fs) for _, fs in self.entries]
-
-    def mean(self, fn: Callable[[dict[str, Any]], float | None]) -> float | None:
-        values = [v for v in self.per_run(fn) if v is not None]
-        return statistics.fmean(values) if values else None
-
-    def spread(self, fn: Callable[[dict[str, Any]], float | None]) -> float | None:
-        values = [v for v in self.per_run(fn) if v is not None]
-        return (max(values) - min(values)) if len(values) > 1 else None
 
 
 def _entries_of(path):

@@ -8,16 +8,40 @@ Reads filesystem entries of result.json only.
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import behind
 from ..behind.scope import in_scope, wide
 from ..causes import TABLE as CAUSES
 from ..trace.maps import BLK_CLASSES, BLK_WRITE_CLASSES
 
-if TYPE_CHECKING:
-    from .compare import Group  # compare imports this module
+
+@dataclass
+class Group:
+    """One configuration: one filesystem entry, or its repeats."""
+
+    name: str
+    entries: list = field(default_factory=list)  # (result, fs entry)
+
+    @property
+    def fs(self) -> dict[str, Any]:
+        return self.entries[0][1]
+
+    def per_run(self, fn: Callable[[dict[str, Any]], Any]) -> list[Any]:
+        return [fn(fs) for _, fs in self.entries]
+
+    def mean(self, fn: Callable[[dict[str, Any]], float | None]) -> float | None:
+        values = [v for v in self.per_run(fn) if v is not None]
+        return statistics.fmean(values) if values else None
+
+    def spread(self, fn: Callable[[dict[str, Any]], float | None]) -> float | None:
+        values = [v for v in self.per_run(fn) if v is not None]
+        return (max(values) - min(values)) if len(values) > 1 else None
+
 
 # Which counts bear on which cause (substrings of evidence labels): a column of causes.py.
 EVIDENCE_WORDS = {c.name: list(c.evidence) for c in CAUSES.values() if c.evidence}

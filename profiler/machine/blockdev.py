@@ -2,6 +2,7 @@
 BPF probes count), queue settings, and the kernel's dev_t encoding used in tracepoints."""
 
 import os
+import stat
 import time
 from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
@@ -203,3 +204,12 @@ def space(mountpoint: str) -> dict[str, int]:
     blocks in all, less the free ones, in fragment-size units)."""
     st = os.statvfs(mountpoint)
     return {"size_bytes": st.f_blocks * st.f_frsize, "used_bytes": (st.f_blocks - st.f_bfree) * st.f_frsize}
+
+
+def majmin_of(path: str) -> str | None:
+    """ "major:minor" of a block device path, or None if it is not one."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}" if stat.S_ISBLK(st.st_mode) else None

@@ -5,31 +5,21 @@ import contextlib
 import dataclasses
 import errno
 import os
-import re
 import shlex
 import stat
-import subprocess
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-from profiler.machine.blockdev import kdev, kdev_of_block, whole_disk
+from profiler.machine.blockdev import kdev, kdev_of_block, majmin_of, whole_disk
 from profiler import filesystems
 from profiler.errors import FsprofError
 from profiler.machine.mounts import mounts
+from profiler.machine.tools import first_line, run_tool
+from profiler.machine.undo import ZRAM_CONTROL, Changes, boot_id
 from profiler.signals import deferred
 
-if TYPE_CHECKING:  # undo.py imports this module
-    from profiler.machine.undo import Changes
 
 SCRATCH_DIR = "/var/tmp/fsprof/scratch"
 GIB = 1 << 30
-
-_PACKAGES = {
-    "mount": "mount",
-    "umount": "mount",
-    **{f"mkfs.{fs.name}": fs.package for fs in filesystems.TABLE.values()},
-}
-
 
 LOOP_IO = ("direct", "buffered")
 
@@ -81,7 +71,7 @@ def kernel_devt(devnum: int) -> int:
     return kdev(os.major(devnum), os.minor(devnum))
 
 
-def provision(changes: "Changes", config: FsConfig, scratch_dir: str | os.PathLike[str] = SCRATCH_DIR) -> ScratchFs:
+def provision(changes: Changes, config: FsConfig, scratch_dir: str | os.PathLike[str] = SCRATCH_DIR) -> ScratchFs:
     """Make loop-backed image(s), mkfs them and mount at <scratch_dir>/<label>/mnt, recording each step."""
     filesystems.load_modules([config.fs], loop=True)  # modules on distribution kernels
     base = _make_label_dir(changes, scratch_dir, config.label)
@@ -91,17 +81,7 @@ def provision(changes: "Changes", config: FsConfig, scratch_dir: str | os.PathLi
     return _mount(changes, config, devices, images, base)
 
 
-ZRAM_CONTROL = "/sys/class/zram-control"
-
-
-def boot_id() -> str:
-    with open("/proc/sys/kernel/random/boot_id") as f:
-        return f.read().strip()
-
-
-def provision_zram(
-    changes: "Changes", config: FsConfig, scratch_dir: str | os.PathLike[str] = SCRATCH_DIR
-) -> ScratchFs:
+def provision_zram(changes: Changes, config: FsConfig, scratch_dir: str | os.PathLike[str] = SCRATCH_DIR) -> ScratchFs:
     """A fresh RAM-backed zram device (the "fast device" baseline), mkfs'd and mounted like a loop image."""
     if config.devices != 1:
         raise FsprofError(
@@ -125,7 +105,7 @@ def provision_zram(
 
 
 def provision_device(
-    changes: "Changes",
+    changes: Changes,
     config: FsConfig,
     device: str,
     erase: bool = False,
@@ -144,7 +124,7 @@ def provision_device(
     return _mount(changes, config, [device], [], base)
 
 
-def make_scratch_dir(changes: "Changes", path: str | os.PathLike[str]) -> str:
+def make_scratch_dir(changes: Changes, path: str | os.PathLike[str]) -> str:
     """A run's own scratch directory (its parent is created as needed and stays), journaled so a
     dead run's empty directory goes too."""
     try:
@@ -201,7 +181,7 @@ def _attach_loop(changes, image, direct_io=False):
     argv = ["losetup", "--find", "--show"] + (["--direct-io=on"] if direct_io else []) + [image]
     proc = run_tool(argv, "attaching a loop device")
     if proc.returncode != 0:
-        raise FsprofError(f"losetup could not attach {image}: {_first_line(proc)}")
+        raise FsprofError(f"losetup could not attach {image}: {first_line(proc)}")
     return proc.stdout.strip()
 
 
@@ -212,7 +192,7 @@ def _mkfs(config, devices):
     if proc.returncode == 0:
         return
     opts = f" with the options '{shlex.join(config.mkfs_options)}'" if config.mkfs_options else ""
-    raise FsprofError(f"{tool} failed on {', '.join(devices)}{opts}: {_first_line(proc)}")
+    raise FsprofError(f"{tool} failed on {', '.join(devices)}{opts}: {first_line(proc)}")
 
 
 def _mount(changes, config, devices, images, base):
@@ -226,7 +206,7 @@ def _mount(changes, config, devices, images, base):
             # ext2/ext3 are served by the ext4 driver, which names itself in its messages
             drivers = {config.fs, filesystems.TABLE[config.fs].module}
             drivers.update(os.path.basename(d) for d in devices)
-            reason = klog.last_line_mentioning(drivers) or _first_line(proc)
+            reason = klog.last_line_mentioning(drivers) or first_line(proc)
             what = f"with options '{config.mount_options}'" if config.mount_options else f"on {devices[0]}"
             raise FsprofError(f"mount of {config.fs} {what} failed: {reason}")
     return ScratchFs(
@@ -308,7 +288,7 @@ def _related_majmins(rdev):
 
 def _mounted_at(rdev):
     related = _related_majmins(rdev)
-    for m in mountinfo():
+    for m in mounts():
         if m["majmin"] in related or majmin_of(m["source"]) in related:
             return m["target"]
     with open("/proc/swaps") as f:
@@ -342,7 +322,7 @@ def _signature(device):
         return f"a partition table ({fields['PTTYPE']})"
     if "TYPE" in fields:
         return f"an existing filesystem or volume ({fields['TYPE']})"
-    return f"data blkid cannot name ({_first_line(proc) or 'exit status ' + str(proc.returncode)})"
+    return f"data blkid cannot name ({first_line(proc) or 'exit status ' + str(proc.returncode)})"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -352,41 +332,6 @@ def _signature(device):
 def _superblock_dev(target):
     """The kernel dev_t of the superblock mounted at target, as inode->i_sb->s_dev holds it. Not
     stat's st_dev: btrfs reports a per-subvolume anonymous device there."""
-    majmin = next(m["majmin"] for m in reversed(mountinfo()) if m["target"] == target)
+    majmin = next(m["majmin"] for m in reversed(mounts()) if m["target"] == target)
     major, minor = majmin.split(":")
     return kdev(int(major), int(minor))
-
-
-def mountinfo() -> list[dict[str, str]]:
-    """Mounts of our namespace: dicts with majmin (the superblock's), target and source."""
-    return mounts()
-
-
-def majmin_of(path: str) -> str | None:
-    """ "major:minor" of a block device path, or None if it is not one."""
-    try:
-        st = os.stat(path)
-    except (OSError, ValueError):
-        return None
-    return f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}" if stat.S_ISBLK(st.st_mode) else None
-
-
-def run_tool(argv: list[str], purpose: str, check: bool = False) -> subprocess.CompletedProcess[str]:
-    """Run a tool with its output captured; a missing tool is a one-sentence error."""
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    except FileNotFoundError:
-        package = _PACKAGES.get(argv[0], "util-linux")
-        raise FsprofError(f"{argv[0]} is not installed ({purpose} needs it; it comes with {package})") from None
-    if check and proc.returncode != 0:
-        raise FsprofError(f"{shlex.join(argv)} failed: {_first_line(proc)}")
-    return proc
-
-
-def _first_line(proc):
-    """The tool's first meaningful line of stderr (else stdout), without "ERROR:" prefixes."""
-    for line in (proc.stderr + "\n" + proc.stdout).splitlines():
-        line = re.sub(r"^((error|ERROR):\s*)+", "", line.strip()).rstrip(".")
-        if line:
-            return line
-    return f"exit status {proc.returncode}"

@@ -21,8 +21,9 @@ import tempfile
 import time
 from typing import Any
 
-from profiler.machine.blockdev import scheduler
-from profiler.machine.scratch import ZRAM_CONTROL, boot_id, majmin_of, mountinfo, run_tool
+from profiler.machine.blockdev import majmin_of, scheduler
+from profiler.machine.mounts import mounts
+from profiler.machine.tools import run_tool
 from profiler.signals import deferred
 
 STATE_DIR = "/var/tmp/fsprof/state"
@@ -273,7 +274,7 @@ def _loops_backed_by(image):
 
 def _undo_mount(rec):
     target, devnums = rec["target"], set(rec["devnums"])
-    mounted = [m for m in mountinfo() if m["target"] == target]
+    mounted = [m for m in mounts() if m["target"] == target]
     if not mounted:
         return None
     top = mounted[-1]
@@ -323,6 +324,14 @@ def _process_state(pid):
         return None
 
 
+ZRAM_CONTROL = "/sys/class/zram-control"
+
+
+def boot_id() -> str:
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        return f.read().strip()
+
+
 def _undo_zram(rec):
     """Reset and remove a zram device fsprof added, if it is still the one we sized."""
     name = rec["name"]
@@ -336,7 +345,7 @@ def _undo_zram(rec):
             raise _NotOurs(
                 f"not removing /dev/{name}: its size is no longer the {rec['disksize']} bytes fsprof gave it"
             )
-    if os.listdir(f"{sysdir}/holders") or any(m["source"] == f"/dev/{name}" for m in mountinfo()):
+    if os.listdir(f"{sysdir}/holders") or any(m["source"] == f"/dev/{name}" for m in mounts()):
         raise _NotOurs(f"not removing /dev/{name}: it is in use")
     with open(f"{sysdir}/reset", "w") as f:
         f.write("1")
