@@ -343,25 +343,18 @@ static __always_inline bool in_tail(__u64 blocked)
 	return from && blocked >= from;
 }
 
-/* The kernel stack of task, which is not the current one, as a TAIL_STACK_BIT id in tail_stacks:
- * an FNV-1a hash of its frames. A different stack already under that hash (about 1 in 40,000 for
- * 8,000 stacks) is not kept: -1, counted as a lost stack. */
-static __always_inline __s32 task_stack_id(struct task_struct *task)
+/* The id of the stack in ips (zero past its last frame) in tail_stacks: TAIL_STACK_BIT with an
+ * FNV-1a hash of its frames. A different stack already under that hash (about 1 in 40,000 for
+ * 8,000 stacks) is not kept: -1, counted as a lost stack. A global function: the verifier checks
+ * its loops once, on their own (inlined into sched_switch, 6.1's gave up at a million insns). */
+__noinline int tail_stack_id(struct stack_ips *ips)
 {
-	__u32 zero = 0, hash = 2166136261U;
-	struct stack_ips *ips = bpf_map_lookup_elem(&stack_scratch, &zero), *kept;
-	long bytes;
+	__u32 hash = 2166136261U;
+	struct stack_ips *kept;
 
 	if (!ips)
 		return -1;
-	bytes = bpf_get_task_stack(task, ips->ips, sizeof(ips->ips), 0);
-	if (bytes <= 0) {
-		count_drop(DROP_OFFCPU_STACK);
-		return -1;
-	}
 	for (int i = 0; i < MAX_STACK_DEPTH; i++) {
-		if (i * sizeof(__u64) >= bytes)
-			ips->ips[i] = 0; /* the buffer's last user's frames */
 		hash = (hash ^ (__u32)ips->ips[i]) * 16777619U;
 		hash = (hash ^ (__u32)(ips->ips[i] >> 32)) * 16777619U;
 	}
@@ -380,6 +373,22 @@ static __always_inline __s32 task_stack_id(struct task_struct *task)
 		}
 	}
 	return hash | TAIL_STACK_BIT;
+}
+
+/* The kernel stack of task, which is not the current one, as a tail_stacks id; -1 if none. */
+static __always_inline __s32 task_stack_id(struct task_struct *task)
+{
+	__u32 zero = 0;
+	struct stack_ips *ips = bpf_map_lookup_elem(&stack_scratch, &zero);
+
+	if (!ips)
+		return -1;
+	__builtin_memset(ips, 0, sizeof(*ips)); /* the frames past this stack's end are zero */
+	if (bpf_get_task_stack(task, ips->ips, sizeof(ips->ips), 0) <= 0) {
+		count_drop(DROP_OFFCPU_STACK);
+		return -1;
+	}
+	return tail_stack_id(ips);
 }
 
 /* waker NULL: no waker (runnable time, or a wakeup not seen). No const global stands for it:
