@@ -343,43 +343,42 @@ static __always_inline bool in_tail(__u64 blocked)
 	return from && blocked >= from;
 }
 
-/* The id of the stack in ips (zero past its last frame) in tail_stacks: TAIL_STACK_BIT with an
- * FNV-1a hash of its frames. A different stack already under that hash (about 1 in 40,000 for
- * 8,000 stacks) is not kept: -1, counted as a lost stack. A global function: the verifier checks
- * its loops once, on their own (inlined into sched_switch, 6.1's gave up at a million insns). */
-__noinline int tail_stack_id(struct stack_ips *ips)
+/* Global functions, so that the verifier checks their 64-frame loops once, on their own (inlined
+ * into sched_switch, 6.1's gave up at a million insns). They only read their arguments: 6.1 takes
+ * a global function's pointer argument as plain memory, which no map helper accepts. */
+
+/* FNV-1a of a stack's frames (zero past its last). */
+__noinline __u32 stack_hash(struct stack_ips *ips)
 {
 	__u32 hash = 2166136261U;
-	struct stack_ips *kept;
 
 	if (!ips)
-		return -1;
+		return 0;
 	for (int i = 0; i < MAX_STACK_DEPTH; i++) {
 		hash = (hash ^ (__u32)ips->ips[i]) * 16777619U;
 		hash = (hash ^ (__u32)(ips->ips[i] >> 32)) * 16777619U;
 	}
-	hash &= TAIL_STACK_MASK;
-	if (bpf_map_update_elem(&tail_stacks, &hash, ips, BPF_NOEXIST) == 0)
-		return hash | TAIL_STACK_BIT;
-	kept = bpf_map_lookup_elem(&tail_stacks, &hash);
-	if (!kept) {
-		count_drop(DROP_OFFCPU_STACK);
-		return -1;
-	}
-	for (int i = 0; i < MAX_STACK_DEPTH; i++) {
-		if (kept->ips[i] != ips->ips[i]) {
-			count_drop(DROP_OFFCPU_STACK);
-			return -1;
-		}
-	}
-	return hash | TAIL_STACK_BIT;
+	return hash & TAIL_STACK_MASK;
 }
 
-/* The kernel stack of task, which is not the current one, as a tail_stacks id; -1 if none. */
+__noinline int same_stack(struct stack_ips *a, struct stack_ips *b)
+{
+	if (!a || !b)
+		return 0;
+	for (int i = 0; i < MAX_STACK_DEPTH; i++) {
+		if (a->ips[i] != b->ips[i])
+			return 0;
+	}
+	return 1;
+}
+
+/* The kernel stack of task, which is not the current one, as an id in tail_stacks: TAIL_STACK_BIT
+ * with the hash of its frames. A different stack already under that hash (about 1 in 40,000 for
+ * 8,000 stacks) is not kept: -1, counted as a lost stack. */
 static __always_inline __s32 task_stack_id(struct task_struct *task)
 {
-	__u32 zero = 0;
-	struct stack_ips *ips = bpf_map_lookup_elem(&stack_scratch, &zero);
+	__u32 zero = 0, hash;
+	struct stack_ips *ips = bpf_map_lookup_elem(&stack_scratch, &zero), *kept;
 
 	if (!ips)
 		return -1;
@@ -388,7 +387,15 @@ static __always_inline __s32 task_stack_id(struct task_struct *task)
 		count_drop(DROP_OFFCPU_STACK);
 		return -1;
 	}
-	return tail_stack_id(ips);
+	hash = stack_hash(ips);
+	if (bpf_map_update_elem(&tail_stacks, &hash, ips, BPF_NOEXIST) == 0)
+		return hash | TAIL_STACK_BIT;
+	kept = bpf_map_lookup_elem(&tail_stacks, &hash);
+	if (!kept || !same_stack(kept, ips)) {
+		count_drop(DROP_OFFCPU_STACK);
+		return -1;
+	}
+	return hash | TAIL_STACK_BIT;
 }
 
 /* waker NULL: no waker (runnable time, or a wakeup not seen). No const global stands for it:
