@@ -92,6 +92,8 @@ enum drop_reason {
 	DROP_FS_FULL,           /* a journal/log/transaction aggregate map full (bpf/<fs>.bpf.c) */
 	DROP_RQ_FULL,           /* block request tracking map full: that request's times are not counted */
 	DROP_WRITEBACK_FULL,    /* writeback/dirty-throttling aggregate map full */
+	DROP_EXEMPLAR_BUSY,     /* a call not weighed as an exemplar: another CPU was updating its op's
+	                          * set (the call itself is counted like any other) */
 	N_DROPS,
 };
 
@@ -169,6 +171,37 @@ struct off_val {
 };
 
 /* One on-CPU sample of a traced thread inside syscall `nr`. */
+/* Exemplars: the EXEMPLARS slowest calls of each (filesystem, syscall, phase), each recorded
+whole, in one set per op shared by the CPUs (a per-CPU set would grow with the machine). */
+#define EXEMPLAR_WAITS 4 /* a call's longest blocked intervals, each with its stacks and waker */
+#define EXEMPLARS 8
+
+struct exemplar_wait {
+	__u64 start_ns; /* when it blocked */
+	__u64 ns;       /* blocked until its wakeup (its switch-in when no wakeup was seen) */
+	__s32 stack;    /* STACK_NOT_WALKED: a passed-over call's wait below the tail threshold */
+	__s32 waker_stack;
+	char waker_comm[COMM_LEN];
+};
+
+struct exemplar {
+	__u64 start_ns;
+	__u64 end_ns;
+	__u64 runq_ns;    /* off CPU while runnable: CPU contention */
+	__u64 blocked_ns; /* all its blocked intervals */
+	__s64 ret;
+	__u32 tid;
+	__u32 waits; /* blocked intervals, all of them; the longest EXEMPLAR_WAITS are in wait[] */
+	struct exemplar_wait wait[EXEMPLAR_WAITS];
+};
+
+struct exemplar_set {
+	__u64 floor_ns; /* the fastest call kept once the set is full: a call no slower is not weighed */
+	__u32 busy;     /* a try-lock: one CPU updates the set, another skips its candidate */
+	__u32 pad;
+	struct exemplar call[EXEMPLARS];
+};
+
 struct sample_key {
 	struct op_key op;
 	__s32 stackid;

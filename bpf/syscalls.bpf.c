@@ -88,6 +88,11 @@ struct inflight {
 	__u8 decided;       /* no_stacks and counts_walks are set (at the call's first switch-out) */
 	struct waker waker; /* who woke it while switched out */
 	struct off_slot slots[OFF_SLOTS];
+	/* For its exemplar: reset at entry by count only (ex_wait[i] is valid below ex_waits). */
+	__u64 ex_runq_ns;
+	__u64 ex_blocked_ns;
+	__u32 ex_waits;
+	struct exemplar_wait ex_wait[EXEMPLAR_WAITS];
 };
 
 /* The syscall each traced thread is in (start_ns 0: none). Task-local storage: sched_switch and
@@ -173,6 +178,16 @@ struct {
 	__type(key, __u32);
 	__type(value, struct stack_ips);
 } stack_scratch SEC(".maps");
+
+/* The EXEMPLARS slowest calls of each (filesystem, syscall, phase). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 512);
+	__type(key, struct op_key);
+	__type(value, struct exemplar_set);
+} exemplars SEC(".maps");
+
+static const struct exemplar_set no_exemplars = {};
 
 const __u64 zero_count = 0;
 const struct rq_classes zero_rqs = {};
@@ -321,6 +336,9 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 	rec->no_stacks = 0;
 	rec->counts_walks = 0;
 	rec->decided = 0;
+	rec->ex_runq_ns = 0;
+	rec->ex_blocked_ns = 0;
+	rec->ex_waits = 0;
 	if (deferred)
 		__builtin_memset(rec->slots, 0, sizeof(rec->slots));
 	rec->start_ns = bpf_ktime_get_ns();
@@ -425,6 +443,57 @@ static __always_inline void add_op(struct op_key *key, __u64 delta, long ret)
 		__sync_fetch_and_add(&h->ret_sum, ret);
 }
 
+/* The call into its op's exemplars if it is slower than the fastest kept. The set is shared by the
+ * CPUs: once it is full, a call no slower than its floor is turned away by one plain read; a
+ * candidate takes the set's try-lock (no spin lock in tracing programs) or, while another CPU
+ * holds it, is not weighed (counted). A global function: the verifier checks its loop once. */
+__noinline int keep_exemplar(struct op_key *key, struct inflight *op, __u64 now, long ret)
+{
+	struct exemplar_set *set;
+	struct exemplar *e;
+	struct op_key k;
+	__u64 ns, fastest = ~0ULL;
+	__u32 slot = 0;
+
+	if (!key || !op)
+		return 0;
+	ns = now - op->start_ns;
+	k = *key; /* a copy on the stack: older verifiers take a map key from there */
+	set = lookup_or_init(&exemplars, &k, &no_exemplars, DROP_OPS_FULL);
+	if (!set || ns <= set->floor_ns)
+		return 0;
+	if (__sync_fetch_and_add(&set->busy, 1)) {
+		__sync_fetch_and_add(&set->busy, -1);
+		count_drop(DROP_EXEMPLAR_BUSY);
+		return 0;
+	}
+	for (int i = 0; i < EXEMPLARS; i++) {
+		if (set->call[i].end_ns - set->call[i].start_ns < fastest) {
+			fastest = set->call[i].end_ns - set->call[i].start_ns;
+			slot = i;
+		}
+	}
+	e = &set->call[slot & (EXEMPLARS - 1)];
+	if (fastest < ns) {
+		e->start_ns = op->start_ns;
+		e->end_ns = now;
+		e->runq_ns = op->ex_runq_ns;
+		e->blocked_ns = op->ex_blocked_ns;
+		e->ret = ret;
+		e->tid = (__u32)bpf_get_current_pid_tgid();
+		e->waits = op->ex_waits;
+		__builtin_memcpy(e->wait, op->ex_wait, sizeof(e->wait));
+		fastest = ~0ULL;
+		for (int i = 0; i < EXEMPLARS; i++) {
+			if (set->call[i].end_ns - set->call[i].start_ns < fastest)
+				fastest = set->call[i].end_ns - set->call[i].start_ns;
+		}
+		set->floor_ns = fastest; /* 0 until every slot holds a call */
+	}
+	__sync_fetch_and_add(&set->busy, -1);
+	return 0;
+}
+
 SEC("tp_btf/sys_exit")
 int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 {
@@ -465,6 +534,7 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 	f = get_filter();
 	if (!f || !f->dev || key.dev == f->dev) {
 		add_op(&key, delta, ret);
+		keep_exemplar(&key, op, op->start_ns + delta, ret);
 #pragma unroll
 		for (int i = 0; i < OFF_SLOTS; i++) {
 			if (op->deferred && op->slots[i].count)
@@ -475,6 +545,34 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 	op->start_ns = 0;
 	op->out_ns = 0;
 	return 0;
+}
+
+/* A blocked interval into the call's exemplar record: kept if among its EXEMPLAR_WAITS longest. */
+static __always_inline void keep_exemplar_wait(struct inflight *op, __u32 woken, __u64 ns)
+{
+	struct exemplar_wait *w;
+	__u32 slot = op->ex_waits;
+
+	op->ex_blocked_ns += ns;
+	op->ex_waits++;
+	if (slot >= EXEMPLAR_WAITS) {
+		slot = 0;
+		for (int i = 1; i < EXEMPLAR_WAITS; i++) {
+			if (op->ex_wait[i].ns < op->ex_wait[slot].ns)
+				slot = i;
+		}
+		if (op->ex_wait[slot & (EXEMPLAR_WAITS - 1)].ns >= ns)
+			return;
+	}
+	w = &op->ex_wait[slot & (EXEMPLAR_WAITS - 1)];
+	w->start_ns = op->out_ns;
+	w->ns = ns;
+	w->stack = op->out_stack;
+	w->waker_stack = woken ? op->waker.stack : -1;
+	if (woken)
+		__builtin_memcpy(w->waker_comm, op->waker.comm, COMM_LEN);
+	else
+		w->waker_comm[0] = 0;
 }
 
 /* One part of an off-CPU interval. Its key is the syscall's (filesystem, syscall, phase); for an
@@ -494,6 +592,10 @@ __noinline int add_interval(struct inflight *op, __u32 runnable, __u32 woken, __
 	if (!op)
 		return 0;
 	tail = !runnable && tail_from && ns >= tail_from;
+	if (runnable)
+		op->ex_runq_ns += ns;
+	else
+		keep_exemplar_wait(op, woken, ns);
 	if (!runnable && !tail && op->counts_walks) {
 		/* A copy on the stack: older verifiers take a map key from there, not from op's memory. */
 		struct op_key key = op->op;

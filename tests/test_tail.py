@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import blocked_ns, run_fsprof
+from conftest import blocked_ns, bpftrace_output, bpftrace_start, run_fsprof
 from profiler.analysis.attribution import OTHER_WAIT
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]
@@ -25,19 +25,26 @@ def fsprof_run(tmp_path, name, *args):
     return {f["fs"]: f for f in result["filesystems"]}, result, proc.stdout
 
 
+def frozen_bounds(fs):
+    """(least, most) ns the write that met the freeze can have waited, by the writer's own clock."""
+    reported = fs["workload"]["reported"]
+    low, high = int(reported["frozen_min_us"]) * 1000, int(reported["frozen_max_us"]) * 1000
+    assert 0.3e9 <= low <= high < 5e9, reported
+    return low, high
+
+
 def test_a_freeze_is_one_exact_wait_named_and_ended_by_the_thaw(tmp_path):
-    """The write that meets a 300 ms freeze is the slowest call; its wait is one tail wait as long
-    as the writer's own clock says the filesystem was frozen, named as the freeze, and ended by
+    """The write that meets a 300 ms freeze is the slowest call; its wait is one tail wait within
+    the bounds the writer's own clock sets on the freeze, named as the freeze, and ended by
     fsfreeze. With sampling on (1 in 8): the tail is exact whatever the sampler chose."""
     by_fs, result, stdout = fsprof_run(
         tmp_path, "freeze", "--fs", "ext4", "--stack-sample", "8", "--", sys.executable, str(WRITER)
     )
     fs = by_fs["ext4"]
-    frozen_ns = int(fs["workload"]["reported"]["frozen_us"]) * 1000
-    assert 0.3e9 <= frozen_ns < 2e9, frozen_ns
+    low, high = frozen_bounds(fs)
     write = fs["attribution"]["pwrite64"]
     assert write["tail"]["waits"] == 1, write["tail"]
-    assert abs(write["tail"]["ns"] - frozen_ns) < 0.1 * frozen_ns, (write["tail"], frozen_ns)
+    assert low <= write["tail"]["ns"] <= high, (write["tail"], low, high)
     assert write["causes"]["filesystem frozen"] >= 0.95 * write["tail"]["ns"], write["causes"]
     assert write["wakers"]["filesystem frozen"] == {"fsfreeze": write["causes"]["filesystem frozen"]}
     # The slowest write is that one: its latency holds the whole freeze.
@@ -69,3 +76,56 @@ def test_the_tail_keeps_its_stacks_when_sampling_passes_the_calls_over(tmp_path)
         assert abs(got.get(cause, 0) - expect.get(cause, 0)) < 0.15, (cause, got, expect)
     # A full run estimates nothing.
     assert "offcpu_estimated_ns" not in want
+
+
+# Every pwrite64 (18) and fsync (74) of the writer, timed on the same clock as fsprof's.
+ORACLE = r"""BEGIN { printf("ready\n"); }
+tracepoint:raw_syscalls:sys_enter /comm == "frozen-writer" && (args->id == 18 || args->id == 74)/ {
+  @start[tid] = nsecs; @nr[tid] = args->id; }
+tracepoint:raw_syscalls:sys_exit /@start[tid]/ {
+  printf("call %d %d %llu %llu\n", @nr[tid], tid, @start[tid], nsecs - @start[tid]);
+  delete(@start[tid]); delete(@nr[tid]); }
+END { clear(@start); clear(@nr); }"""
+
+
+def test_the_exemplars_are_the_slowest_calls_and_the_freeze_is_first(tmp_path):
+    """A bpftrace oracle times every call of the writer; fsprof's exemplars of pwrite64 and fsync
+    include every call the oracle saw clearly longer than the shortest they kept (thread, start
+    within 50 us, length within 10%: two probes on one tracepoint read their clocks apart), and the
+    slowest write is the one that met the freeze, explained as that wait."""
+    oracle = bpftrace_start(ORACLE)
+    try:
+        by_fs, _, stdout = fsprof_run(
+            tmp_path, "exemplars", "--fs", "ext4", "--stack-sample", "8", "--", sys.executable, str(WRITER)
+        )
+    finally:
+        seen = bpftrace_output(oracle)
+    calls = {18: [], 74: []}
+    for line in seen.splitlines():
+        if line.startswith("call "):
+            _, nr, tid, start, ns = line.split()
+            calls[int(nr)].append((int(ns), int(tid), int(start)))
+    fs = by_fs["ext4"]
+    for nr, op in ((18, "pwrite64"), (74, "fsync")):
+        ours = fs["exemplars"][op]
+        theirs = sorted(calls[nr], reverse=True)
+        assert len(theirs) >= len(ours) == 8, (op, len(theirs))
+        # Every call the oracle saw clearly longer than the shortest one fsprof kept is one of them.
+        # Not the calls near that boundary: on 6.13+ a syscall tracepoint's probes run preemptible,
+        # and a busy CPU can run another task between the oracle's and fsprof's (1.7 ms once, at
+        # an 18 ms fsync's exit, beside a VM): the same call, its length 10% apart.
+        clearly = [c for c in theirs if c[0] >= 1.5 * ours[-1]["ns"]]
+        for ns, tid, start in clearly:
+            assert any(
+                e["tid"] == tid and abs(e["start_ns"] - start) <= 50_000 and abs(e["ns"] - ns) <= max(50_000, ns / 10)
+                for e in ours
+            ), (op, (ns, tid, start), [(e["ns"], e["tid"], e["start_ns"]) for e in ours])
+        assert clearly or op == "fsync", op  # the write that met the freeze, at least
+    slowest = fs["exemplars"]["pwrite64"][0]
+    low, high = frozen_bounds(fs)
+    assert slowest["waits"][0]["cause"] == "filesystem frozen" and slowest["waits"][0]["ended_by"] == "fsfreeze"
+    assert low <= slowest["waits"][0]["ns"] <= high, (slowest["waits"][0], low, high)
+    # Its parts add up to its length.
+    parts = sum(w["ns"] for w in slowest["waits"]) + slowest["other_blocked_ns"]
+    assert parts + slowest["runnable_ns"] + slowest["cpu_ns"] == slowest["ns"]
+    assert "slowest pwrite64 calls and why:" in stdout and "filesystem frozen" in stdout

@@ -5,7 +5,7 @@ applied. Plain data in, plain data out: a stored run can be assembled again (`fs
 from collections.abc import Sequence
 from typing import Any
 
-from . import attribution
+from . import attribution, exemplars
 from .. import behind
 from ..trace import hist, symbols
 
@@ -72,6 +72,7 @@ def _records(raw, target):
         "workers": attribution.split_unwalked(ours(raw.get("workers", []))),
         "worker_runs": ours(raw.get("worker_runs", [])),
         "op_requests": mine(raw.get("op_requests", [])),
+        "exemplars": mine(raw.get("exemplars", [])),
     }
 
 
@@ -80,6 +81,13 @@ def _stacks(raw, recs):
     used = (
         {r["stack"] for r in recs["offcpu"] + recs["samples"] + recs["workers"]}
         | {r["waker_stack"] for r in recs["offcpu"]}
+        | {
+            s
+            for x in recs["exemplars"]
+            for c in x["calls"]
+            for w in c["longest"]
+            for s in (w["stack"], w["waker_stack"])
+        }
         | set(behind.stack_ids(raw.get("behind", {})))
     )
     return symbols.symbolize({sid: a for sid, a in raw["stacks"].items() if sid in used})
@@ -198,6 +206,8 @@ def assemble(raw: dict[str, Any], target: behind.Target, names: list[str], end_n
         "block": _block_totals(raw),
         "trace": _trace(raw, recs, stacks),
         "drops": raw["drops"],
+        # The slowest calls of each syscall, each explained whole.
+        "exemplars": exemplars.explain(fs, recs["exemplars"], stacks, names),
     }
     if raw.get("stack_sampling"):
         estimated = sum(b.get("offcpu_estimated_ns", 0) for b in breakdowns)

@@ -105,6 +105,7 @@ class Collector:
             self.op_hist = m("op_hist", maps.OpKey, maps.Hist)
             self.offcpu = m("offcpu", maps.OffKey, maps.OffVal)
             self.tail_stacks = m("tail_stacks", c.c_uint32, maps.StackIps)
+            self.exemplars = m("exemplars", maps.OpKey, maps.ExemplarSet)
             self.samples = m("samples", maps.SampleKey, c.c_uint64)
             src = m("syscall_dev_source", c.c_uint32, c.c_uint8)
             for nr, source in syscalls.table().values():
@@ -211,6 +212,7 @@ class Collector:
             self.stacks,
             self.stacks_spill,
             self.tail_stacks,
+            self.exemplars,
             self.tgids,
             self.worker_offcpu,
             self.worker_windows,
@@ -308,11 +310,18 @@ class Collector:
             }
             for k, v in read(self.worker_runs)
         ]
+        exemplars = [
+            {"dev": k.dev, "op": syscalls.name_of(k.nr), "phase": k.phase, "calls": maps.exemplars_of(v)}
+            for k, v in read(self.exemplars)
+        ]
         behind_raw = {name: probe.snapshot() for name, probe in self.probes.items()}
         for module in behind.MODULES:  # a summary tells unknown figures from zeros by these
             if module.NAME in behind_raw:
                 behind_raw[module.NAME]["left_out"] = self.left_out(module.OBJECT)
         wanted = {r["stack"] for r in offcpu + samples + workers} | {r["waker_stack"] for r in offcpu}
+        wanted |= {
+            s for x in exemplars for call in x["calls"] for w in call["longest"] for s in (w["stack"], w["waker_stack"])
+        }
         wanted |= set(behind.stack_ids(behind_raw))
         stacks = {}
         for sid in wanted:
@@ -329,6 +338,7 @@ class Collector:
         return {
             "ops": ops,
             "offcpu": offcpu,
+            "exemplars": exemplars,
             "samples": samples,
             "workers": workers,
             "stacks": stacks,

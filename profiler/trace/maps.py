@@ -39,12 +39,17 @@ DROP_REASONS = (
     "fs_full",
     "rq_full",
     "writeback_full",
+    "exemplar_busy",
 )
 # Drop reasons whose event was recorded, only less exactly: not lost, and never counted as lost.
 # open_slots_overflow: an open blocked at more distinct stacks than its in-flight record keeps; the
 # extra interval went under the filesystem known at the open's entry (the same one unless the
-# path crosses a mount).
-KEPT_APPROXIMATELY = {"open_slots_overflow": "open intervals kept under the filesystem known at entry"}
+# path crosses a mount). exemplar_busy: a call counted like any other, but not weighed as one of
+# its op's slowest while another CPU updated that op's exemplar set.
+KEPT_APPROXIMATELY = {
+    "open_slots_overflow": "open intervals kept under the filesystem known at entry",
+    "exemplar_busy": "calls not weighed as exemplars (another CPU was updating the set)",
+}
 
 
 def lost_events(drops: dict[str, int]) -> dict[str, int]:
@@ -242,6 +247,67 @@ class BlkVal(c.Structure):
 Stack = c.c_uint64 * MAX_STACK_DEPTH
 SPILL_STACK_BIT = 1 << 30  # a stack id of the spill map (bpf/shared_maps.h get_stack)
 TAIL_STACK_BIT = 1 << 29  # a stack id of tail_stacks: a sleeper's stack taken at its switch-in (fsprof.h)
+
+
+EXEMPLAR_WAITS, EXEMPLARS = 4, 8  # bpf/fsprof.h
+
+
+class ExemplarWait(c.Structure):
+    _fields_ = [
+        ("start_ns", c.c_uint64),
+        ("ns", c.c_uint64),
+        ("stack", c.c_int32),
+        ("waker_stack", c.c_int32),
+        ("waker_comm", c.c_char * COMM_LEN),
+    ]
+
+
+class Exemplar(c.Structure):
+    _fields_ = [
+        ("start_ns", c.c_uint64),
+        ("end_ns", c.c_uint64),
+        ("runq_ns", c.c_uint64),
+        ("blocked_ns", c.c_uint64),
+        ("ret", c.c_int64),
+        ("tid", c.c_uint32),
+        ("waits", c.c_uint32),
+        ("wait", ExemplarWait * EXEMPLAR_WAITS),
+    ]
+
+
+class ExemplarSet(c.Structure):
+    _fields_ = [("floor_ns", c.c_uint64), ("busy", c.c_uint32), ("pad", c.c_uint32), ("call", Exemplar * EXEMPLARS)]
+
+
+def exemplars_of(kept: Any) -> list[dict[str, Any]]:
+    """The calls of one op's exemplar set (struct exemplar_set), slowest first."""
+    calls = [e for e in kept.call if e.end_ns > e.start_ns]
+    calls.sort(key=lambda e: e.end_ns - e.start_ns, reverse=True)
+    return [
+        {
+            "tid": e.tid,
+            "start_ns": e.start_ns,
+            "ns": e.end_ns - e.start_ns,
+            "ret": e.ret,
+            "runq_ns": e.runq_ns,
+            "blocked_ns": e.blocked_ns,
+            "waits": e.waits,
+            "longest": sorted(
+                (
+                    {
+                        "start_ns": w.start_ns,
+                        "ns": w.ns,
+                        "stack": w.stack,
+                        "waker_stack": w.waker_stack,
+                        "waker_comm": w.waker_comm.decode(errors="replace"),
+                    }
+                    for w in list(e.wait)[: min(e.waits, EXEMPLAR_WAITS)]
+                ),
+                key=lambda w: -w["ns"],
+            ),
+        }
+        for e in calls
+    ]
 
 
 class StackIps(c.Structure):

@@ -181,6 +181,28 @@ def render_fs(fs: dict[str, Any]) -> list[str]:
         if name in ops:
             lines.append(f"   {name} latency:")
             lines.extend(histogram(ops[name]["log2_ns"]))
+    lines.extend(slowest_calls(fs.get("exemplars", {})))
+    return lines
+
+
+def slowest_calls(exemplars: dict[str, list[dict[str, Any]]], ops: int = 3, calls: int = 3) -> list[str]:
+    """The slowest calls of the `ops` syscalls whose slowest call is longest, `calls` each, each as
+    its time = its longest waits (cause, who ended it) + the rest."""
+    lines = []
+    for op, slowest in sorted(exemplars.items(), key=lambda kv: -kv[1][0]["ns"] if kv[1] else 0)[:ops]:
+        lines.append(f"   slowest {op} calls and why:")
+        for call in slowest[:calls]:
+            shown = [w for w in call["waits"] if w["ns"] >= 0.01 * call["ns"]]
+            parts = [f"{w['cause']} {fmt_ns(w['ns'])} (ended by {w['ended_by']})" for w in shown]
+            rest = call["ns"] - sum(w["ns"] for w in shown) - call["cpu_ns"] - call["runnable_ns"]
+            if rest > 0:
+                parts.append(f"{call['blocked_intervals'] - len(shown)} shorter waits {fmt_ns(rest)}")
+            parts.append(f"CPU {fmt_ns(call['cpu_ns'])}")
+            if call["runnable_ns"]:
+                parts.append(f"runnable {fmt_ns(call['runnable_ns'])}")
+            lines.append(
+                f"     {fmt_ns(call['ns'])} (thread {call['tid']}, phase {call['phase']}) = " + " + ".join(parts)
+            )
     return lines
 
 

@@ -1,0 +1,58 @@
+"""The slowest calls of each syscall, each explained whole (docs/tail.md): its time split into its
+longest blocked intervals (each with its cause, by the same rules as the attribution, and who
+ended it), its other blocked time, its time runnable off CPU, and its time on CPU."""
+
+from typing import Any
+
+from ..trace.maps import EXEMPLARS, STACK_NOT_WALKED
+from . import attribution
+
+# A wait below the tail threshold in a call stack sampling passed over: its length is exact, its
+# stack was not taken.
+NOT_WALKED = "wait, stack not sampled"
+
+
+def explain(fs: str, records: list[dict[str, Any]], stacks: dict[int, list[str]], names: list[str]) -> dict[str, Any]:
+    """{syscall: [call, slowest first]} from the snapshot's exemplar records of one filesystem
+    (one record per (syscall, phase), its calls already the slowest on some CPU)."""
+    rules = attribution.rules_for(fs)
+    by_op: dict[str, list[dict[str, Any]]] = {}
+    for rec in records:
+        phase = names[rec["phase"]] if rec["phase"] < len(names) else str(rec["phase"])
+        by_op.setdefault(rec["op"], []).extend({**call, "phase": phase} for call in rec["calls"])
+    return {
+        op: [_call(rules, call, stacks) for call in sorted(calls, key=lambda c: -c["ns"])[:EXEMPLARS]]
+        for op, calls in sorted(by_op.items())
+    }
+
+
+def _call(rules: attribution.Rules, call: dict[str, Any], stacks: dict[int, list[str]]) -> dict[str, Any]:
+    waits = []
+    for w in call["longest"]:
+        frames = stacks.get(w["stack"], [])
+        if w["stack"] == STACK_NOT_WALKED:
+            cause, detail = NOT_WALKED, None
+        else:
+            cause, detail = attribution.classify_off(rules, {"stack": w["stack"], "runnable": False}, frames)
+        waits.append(
+            {
+                "at_ns": w["start_ns"] - call["start_ns"],  # from the call's start
+                "ns": w["ns"],
+                "cause": cause,
+                **({"detail": detail} if detail else {}),
+                "ended_by": attribution.waker_name(w["waker_comm"], stacks.get(w["waker_stack"])),
+            }
+        )
+    shown = sum(w["ns"] for w in waits)
+    return {
+        "tid": call["tid"],
+        "phase": call["phase"],
+        "start_ns": call["start_ns"],  # CLOCK_MONOTONIC, as bpf_ktime_get_ns
+        "ns": call["ns"],
+        "ret": call["ret"],
+        "waits": waits,
+        "other_blocked_ns": max(call["blocked_ns"] - shown, 0),
+        "blocked_intervals": call["waits"],
+        "runnable_ns": call["runq_ns"],
+        "cpu_ns": max(call["ns"] - call["blocked_ns"] - call["runq_ns"], 0),
+    }
