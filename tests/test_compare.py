@@ -121,8 +121,13 @@ def test_a_spec_with_two_workloads_is_compared_per_workload(tmp_path):
         ("short", "short/barrier-on", "short/barrier-off"),
         ("long", "long/barrier-on", "long/barrier-off"),
     ]
+    # The largest change is the commit block's cache flush going away. Not that barrier=0 is
+    # faster overall: on a busy host the data writes that no longer queue behind the flushes can
+    # wait as long elsewhere (651 us of flush gone, 365 us more data writeback wait, once beside a
+    # VM), which leaves no significant difference to a single repeat. CONTRIBUTING.md: assert what
+    # is true on every host.
     for c in comparisons:
-        assert c["significant"] and "cache flush" in c["causes"][0]["cause"], c["causes"][:2]
+        assert "cache flush" in c["causes"][0]["cause"] and c["causes"][0]["diff_us"] < 0, c["causes"][:2]
     text = compare(tmp_path / "out")
     assert text.index("== workload short") < text.index("== workload long"), text
 
