@@ -15,6 +15,7 @@ import pytest
 from conftest import REPO, assert_invariants, blocked_ns, run_fsprof
 from profiler.machine import scratch, settings, undo
 from profiler.analysis.attribution import DELAYED_ALLOC, rules_for
+from profiler.causes import TABLE, WAIT
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]
 COUNT = 200
@@ -35,10 +36,6 @@ def share(b, cause):
     return b["causes"].get(cause, 0) / b["wall_ns"]
 
 
-def per_op_us(b, cause):
-    return b["causes"].get(cause, 0) / b["count"] / 1e3
-
-
 def test_fsync_waits_for_each_filesystems_own_commit(tmp_path):
     result = fsprof_result(tmp_path, "--fs", "ext4,xfs,btrfs", "--count", str(COUNT))
     fs = {f["fs"]: f for f in result["filesystems"]}
@@ -53,7 +50,8 @@ def test_fsync_waits_for_each_filesystems_own_commit(tmp_path):
     for name, commit in (("ext4", "journal commit wait"), ("xfs", "log force wait")):
         b = breakdown(fs[name], "fsync", "run")
         blocked = b["offcpu_ns"] - b["causes"].get("cpu contention", 0)
-        assert max(b["causes"], key=b["causes"].get) == commit, (name, b["causes"])
+        waits = {cause: ns for cause, ns in b["causes"].items() if TABLE[cause].kind == WAIT}
+        assert max(waits, key=waits.get) == commit, (name, b["causes"])
         assert b["causes"][commit] > 0.6 * blocked and share(b, commit) > 0.35, (name, b["causes"])
     btrfs = breakdown(fs["btrfs"], "fsync", "run")
     assert share(btrfs, "btrfs tree-log sync") > 0.1
@@ -113,12 +111,14 @@ def test_barriers_off_remove_the_flush_causes(tmp_path):
             # PREFLUSH + FUA write each commit ends with, is there with barriers and gone without.
             # By how much the fsync's commit wait shrinks is the host disk's flush time against its
             # writes on a direct-I/O loop (docs/test-bed.md): 2.7-3.5x on 2026-11-25's host, 1.8x
-            # and 1.2x on 2026-11-26's; so only its direction is asserted.
+            # and 1.2x on 2026-11-26's, and reversed (3.51 vs 3.58 ms) under `make test-stress`
+            # beside two VMs, where the jbd2 thread's wait for a CPU outweighs the flush. So what
+            # is asserted is the commit block's own wait, there with barriers and gone without.
             j_on = f_on["behind"]["ext4"]["journal"]["phases"]["run"]
             j_off = f_off["behind"]["ext4"]["journal"]["phases"]["run"]
             assert j_on["commit_block"]["count"] >= 0.9 * j_on["commits"] > 0, j_on["commit_block"]
             assert j_off["commit_block"]["count"] == 0 and j_off["commits"] > 0, j_off["commit_block"]
-            assert per_op_us(b_on, "journal commit wait") > per_op_us(b_off, "journal commit wait")
+            assert j_on["commit_block"]["total_ns"] > 0 and j_off["commit_block"]["total_ns"] == 0
 
 
 DD = ["dd", "if=/dev/zero", "of=big.dat", "bs=64k", "count=1024", "status=none"]

@@ -291,15 +291,21 @@ def test_profiles_reach_an_ingest_url_and_a_refusal_is_one_sentence(tmp_path):
         rec = start_continuous("--mount", sfs.mountpoint, "--listen", "off", "--pprof-url", url)
         try:
             write_fsyncs(Path(sfs.mountpoint) / "a.dat", 20)
-            time.sleep(2.5)
+            # A window is posted when it closes: 1 s, and longer on a loaded machine.
+            deadline = time.monotonic() + 60
+            while not Ingest.received and time.monotonic() < deadline:
+                time.sleep(0.2)
         finally:
             stop(rec)
         closed = free_port()  # nothing listens there
         refused = start_continuous(
             "--mount", sfs.mountpoint, "--listen", "off", "--pprof-url", f"http://127.0.0.1:{closed}/ingest"
         )
-        time.sleep(2.5)
-        err = stop(refused)
+        guard = threading.Timer(60, refused.kill)  # a refusal never said fails, not hangs
+        guard.start()
+        refusal = refused.stderr.readline()  # the first window's post, however long it takes
+        guard.cancel()
+        err = refusal + stop(refused)
     server.shutdown()
     assert Ingest.received
     path, ctype, body = Ingest.received[0]
