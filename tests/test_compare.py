@@ -70,6 +70,20 @@ def test_barrier_off_is_explained_by_cache_flushing_first(tmp_path):
     assert phase["evidence"][
         "preflush write requests per jbd2 commit (the work that ends its journal commit wait)"
     ] == [1, 0]
+    # The slow calls: the p99 band's causes, from the calls kept whole, with the commit's flush
+    # among what the barrier=1 side's slow fsyncs waited for and barrier=0's did not.
+    (slow,) = json.loads(compare(on, off, "--band", "p99", "--json"))
+    band = slow["band"]
+    assert band["band"] == "p99" and all(n >= 1 for n in band["calls"]), band
+    assert all(got >= 0.999 * p99 for got, p99 in zip(band["us_per_call"], cmp["p99_us"])), (band, cmp["p99_us"])
+    assert abs(band["residual_us"]) < 0.02 * max(band["us_per_call"]), band  # its causes add up to its time
+    assert_flush_removed(band["causes"])
+    (top,) = json.loads(compare(on, off, "--band", "max", "--json"))
+    assert top["band"]["calls"] == [1, 1]
+    for side, run_dir in enumerate((on, off)):  # the slowest call kept is the histogram's max
+        fs = json.loads((run_dir / "result.json").read_text())["filesystems"][0]
+        assert top["band"]["us_per_call"][side] == fs["syscalls"]["fsync"]["max_ns"] / 1e3
+    assert "The p99 band, the fsync calls at or above each side's p99" in compare(on, off, "--band", "p99")
     proc = run_fsprof("compare", str(on), str(off), "--phase", "no-such")
     assert proc.returncode == 2 and "no phase 'no-such'" in proc.stderr
 

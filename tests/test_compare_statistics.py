@@ -145,3 +145,69 @@ def test_space_waits_on_a_large_filesystem_carry_none(tmp_path):
     cmp = planted_pair(tmp_path, 16)
     assert cmp["causes"][0]["cause"] == "space reservation"
     assert not any("full at the end" in n for n in cmp["test_bed_notes"]), cmp["test_bed_notes"]
+
+
+def planted_tails(tmp_path, slow_ms):
+    """Two runs of the stored ext4 fsyncs, each with two calls kept whole (exemplars): one of
+    slow_ms[side] ms, 90% of it a journal commit wait, and one at the run's p99. The body's tail
+    waits are planted too (a 'filesystem frozen' wait of 40 ms on the other side only)."""
+    with gzip.open(STORED) as f:
+        stored = json.load(f)
+    ext4 = next(fs for fs in stored["filesystems"] if fs["label"] == "ext4")
+    dirs = []
+    for name, ms in zip("ab", slow_ms):
+        fs = copy.deepcopy(ext4)
+        p99 = fs["syscalls"]["fsync"]["p99_ns"]
+        ns = int(ms * 1e6)
+
+        def call(length, commit):
+            wait = {"at_ns": 0, "ns": commit, "cause": "journal commit wait", "ended_by": "jbd2/loop0-8"}
+            return {
+                "tid": 7, "phase": "run", "start_ns": 1, "ns": length, "ret": 0, "waits": [wait],
+                "other_blocked_ns": 0, "blocked_intervals": 1, "runnable_ns": 0, "cpu_ns": length - commit,
+            }  # fmt: skip
+
+        fs["exemplars"] = {"fsync": [call(ns, int(0.9 * ns)), call(p99, p99 // 2)]}
+        fs["syscalls"]["fsync"]["max_ns"] = ns
+        fsync = fs["attribution"]["fsync"]
+        if name == "b":
+            fsync["causes"]["filesystem frozen"] = 40_000_000
+            fsync["wall_ns"] += 40_000_000
+            fsync["tail"] = {"waits": 1, "ns": 40_000_000, "causes": {"filesystem frozen": 40_000_000}}
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "result.json").write_text(json.dumps({**stored, "filesystems": [fs]}))
+        dirs.append(tmp_path / name)
+    return dirs
+
+
+JBD2 = "journal commit wait > jbd2 commit"
+
+
+@pytest.mark.parametrize("band", ["max", "p99", "p50"])
+def test_a_bands_causes_come_from_its_own_calls(tmp_path, band):
+    """--band max and p99 explain the calls kept whole, p50 the body without its tail waits: a
+    slower slowest call (20 ms against 5 ms, 90% journal commit wait) is the max band's first
+    cause; the p99 band averages both kept calls; the other side's one 40 ms freeze, a tail wait,
+    moves the whole-run mean and not the body."""
+    a, b = planted_tails(tmp_path, (5, 20))
+    proc = run_fsprof("compare", str(a), str(b), "--op", "fsync", "--band", band, "--json")
+    assert proc.returncode == 0, proc.stderr
+    (cmp,) = json.loads(proc.stdout)
+    got = cmp["band"]
+    # The commit wait, split by the jbd2 thread's own time (its commit block's flush first).
+    commit = sum(c["diff_us"] for c in got["causes"] + got["not_different"] if c["cause"].startswith("journal commit"))
+    if band == "max":
+        assert got["calls"] == [1, 1] and got["us_per_call"] == [5000, 20000]
+        assert got["causes"][0]["cause"].startswith("journal commit wait > jbd2 commit") and commit == pytest.approx(
+            13500
+        )
+    elif band == "p99":
+        p99 = cmp["p99_us"][0]
+        assert got["calls"] == [2, 2] and got["us_per_call"][1] == pytest.approx((20000 + p99) / 2)
+        assert got["causes"][0]["cause"].startswith("journal commit wait > jbd2 commit") and commit == pytest.approx(
+            6750
+        )
+    else:  # the body: the freeze is the tail, not in it; nothing else differs
+        assert got["us_per_call"][0] == pytest.approx(got["us_per_call"][1])
+        assert not got["causes"] and cmp["us_per_op"][1] > cmp["us_per_op"][0]
+    assert abs(got["residual_us"]) < 1e-6 * max(got["us_per_call"])

@@ -223,9 +223,12 @@ def attribute(
     causes, other, wakers, waits, off_ns, off_count = {}, {}, {}, {}, 0, 0
     estimated = sum(rec.get("estimated_ns", 0) for rec in offcpu)
     tail = [rec for rec in offcpu if rec.get("tail")]
+    tail_causes: dict[str, int] = {}
     for rec in offcpu:
         cause, detail = classify_off(rules, rec, stacks.get(rec["stack"], []))
         causes[cause] = causes.get(cause, 0) + rec["total_ns"]
+        if rec.get("tail"):
+            tail_causes[cause] = tail_causes.get(cause, 0) + rec["total_ns"]
         if not rec["runnable"]:
             waits[cause] = waits.get(cause, 0) + rec["count"]
             by = wakers.setdefault(cause, {})
@@ -285,7 +288,11 @@ def attribute(
         out["offcpu_estimated_ns"] = estimated
     if tail:
         # Blocked intervals at or above the tail threshold: each with its own stacks, never estimated.
-        out["tail"] = {"waits": sum(r["count"] for r in tail), "ns": sum(r["total_ns"] for r in tail)}
+        out["tail"] = {
+            "waits": sum(r["count"] for r in tail),
+            "ns": sum(r["total_ns"] for r in tail),
+            "causes": dict(sorted(tail_causes.items(), key=lambda kv: -kv[1])),
+        }
     return out
 
 
@@ -353,9 +360,11 @@ def merge(breakdowns: Iterable[dict[str, Any]]) -> dict[str, Any]:
         if b.get("offcpu_estimated_ns"):
             out["offcpu_estimated_ns"] = out.get("offcpu_estimated_ns", 0) + b["offcpu_estimated_ns"]
         if b.get("tail"):
-            t = out.setdefault("tail", {"waits": 0, "ns": 0})
+            t = out.setdefault("tail", {"waits": 0, "ns": 0, "causes": {}})
             t["waits"] += b["tail"]["waits"]
             t["ns"] += b["tail"]["ns"]
+            for cause, ns in b["tail"].get("causes", {}).items():
+                t["causes"][cause] = t["causes"].get(cause, 0) + ns
         for cause, by in b.get("wakers", {}).items():
             mine = out["wakers"].setdefault(cause, {})
             for who, ns in by.items():

@@ -27,21 +27,14 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import FsprofError
 from ..rundir import INDEX_FILE, RESULT_FILE, load, load_index
-from .. import behind
-from ..causes import TABLE as CAUSES
 from . import repeats, workload as workload_time
 from ..work_unit import parse_unit
+from .band import compare_band
+from .decompose import MIN_SHARE, MIN_US, decompose, expanded_causes
 from .evidence import Group, elsewhere_pairs, evidence_pairs, assign_evidence, mechanism, owns_the_device
 
 if TYPE_CHECKING:
     from ..work_unit import Unit
-
-# A wait that a filesystem thread ends, and the worker whose own time explains it (XFS's log force
-# wait has none: the fsync waits for iclog I/O the CIL push submits but does not wait on): a
-# column of causes.py.
-WORKER_OF_CAUSE = {c.name: c.worker for c in CAUSES.values() if c.worker}
-MIN_SHARE = 0.05  # below 5% of the op's time (and 1 us) a cause "does not differ"
-MIN_US = 1.0
 
 
 def _entries_of(path):
@@ -215,43 +208,6 @@ def main_op(groups: list[Group], op: str | None = None) -> str:
     return max(common or ops, key=ops.__getitem__)
 
 
-def _us_per_op(b, ns):
-    return ns / b["count"] / 1e3 if b and b["count"] else 0.0
-
-
-def expanded_causes(fs: dict[str, Any], op: str) -> dict[str, float]:
-    """{cause: us per op} of `op`, a worker-ended wait split by its worker's own off-CPU causes
-    (pro rata: the waiter waited while the worker spent its window that way)."""
-    b = fs["attribution"].get(op)
-    if not b:
-        return {}
-    threads = worker_causes(fs)
-    out: dict[str, float] = {}
-    for cause, ns in b["causes"].items():
-        us = _us_per_op(b, ns)
-        kind = WORKER_OF_CAUSE.get(cause, "")
-        total = sum(threads.get(kind, {}).values())
-        if total:
-            for sub, sub_ns in threads[kind].items():
-                key = f"{cause} > {kind}: {sub}"
-                out[key] = out.get(key, 0) + us * sub_ns / total
-        else:
-            out[cause] = out.get(cause, 0) + us
-    return out
-
-
-def worker_causes(fs: dict[str, Any]) -> dict[str, dict[str, int]]:
-    """{worker kind: {cause: ns}} of a run's filesystem threads over their whole windows (on-CPU
-    time included), from the behind modules that account for it (thread_causes). A wait is
-    split pro rata: the waiter waited while its worker spent its window that way."""
-    out: dict[str, dict[str, int]] = {}
-    for module in behind.MODULES:
-        fn, section = getattr(module, "thread_causes", None), fs.get("behind", {}).get(module.NAME)
-        if fn and section:
-            out.update(fn(section))
-    return out
-
-
 def _ratio(a, b):
     return b / a if a else float("inf")
 
@@ -289,6 +245,7 @@ def phase_view(fs: dict[str, Any], phase: str) -> dict[str, Any]:
         "workload_cpu": None,
         "elapsed_s": p.get("elapsed_s", 0.0),
         "phases": {},
+        "exemplars": {op: [c for c in calls if c["phase"] == phase] for op, calls in fs.get("exemplars", {}).items()},
         "phase_view": phase,
     }
 
@@ -345,36 +302,6 @@ def compare_pair(base: Group, other: Group, op: str, unit: "Unit | None" = None)
     }
     cmp["evidence_by_cause"] = assign_evidence(cmp)
     return cmp
-
-
-def decompose(causes: dict[str, list[float]], diff: float, threshold: float) -> dict[str, Any]:
-    """The difference of mean us per op as signed contributions of causes ({cause: [base, other]}).
-    They add up to it: the causes above the threshold, largest magnitude first, then the rest
-    together ("not different"), then what the causes' sum misses of the wall time (the residual of
-    the sum invariant). A contribution's share is of the gross change on its own side (of all
-    increases, or of all decreases), so no share exceeds 100% and the two sides do not cancel."""
-    ranked = sorted(causes.items(), key=lambda kv: -abs(kv[1][1] - kv[1][0]))
-    up = sum(y - x for _, (x, y) in ranked if y > x)
-    down = sum(x - y for _, (x, y) in ranked if y < x)
-    listed: list[dict[str, Any]]
-    rest: list[dict[str, Any]]
-    listed, rest = [], []
-    for c, (x, y) in ranked:
-        d = y - x
-        if abs(d) >= threshold:
-            listed.append(
-                {"cause": c, "us_per_op": [x, y], "diff_us": d, "share_of_gross": d / up if d > 0 else -d / down}
-            )
-        elif max(x, y) >= MIN_US or d:
-            rest.append({"cause": c, "us_per_op": [x, y], "diff_us": d})
-    explained = sum(y - x for _, (x, y) in ranked)
-    return {
-        "causes": listed,
-        "not_different": rest,
-        "gross_us": [up, down],
-        "not_different_us": sum(r["diff_us"] for r in rest),
-        "residual_us": diff - explained,
-    }
 
 
 # Causes whose time a loop device over a buffered file does not measure as a disk would.
@@ -482,11 +409,13 @@ def compare(
     phase: str | None = None,
     unit: "Unit | None" = None,
     fs_filter: set[str] | None = None,
+    band: str | None = None,
 ) -> list[dict[str, Any]]:
     """Per workload found in `paths` (a spec's output may hold several), each configuration set
     against the first one of that workload; with `phase`, that phase of the workload only. Runs
     named one by one over the same filesystems: each filesystem against its namesake. unit: a
-    workload.Unit, counts per unit of work; fs_filter: only these filesystems (labels or types)."""
+    workload.Unit, counts per unit of work; fs_filter: only these filesystems (labels or types);
+    band: also the causes of that latency band of the op (band.py)."""
     pairs = namesakes(paths, fs_filter)
     groups = groups_of(paths, fs_filter)
     workloads = by_workload(groups)
@@ -532,6 +461,8 @@ def compare(
                 "workloads_differ": differ,
             }
             cmp["test_bed_notes"] = test_bed_notes(groups[0], g, cmp) if cmp["significant"] else []
+            if band:
+                cmp["band"] = compare_band(groups[0], g, wl_op, band)
             comparisons.append(cmp)
     if not comparisons:
         raise FsprofError(f"no workload of these runs has {op} calls", exit_code=2)

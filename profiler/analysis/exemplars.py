@@ -56,3 +56,26 @@ def _call(rules: attribution.Rules, call: dict[str, Any], stacks: dict[int, list
         "runnable_ns": call["runq_ns"],
         "cpu_ns": max(call["ns"] - call["blocked_ns"] - call["runq_ns"], 0),
     }
+
+
+# A call's time outside its recorded waits: its shorter blocked intervals (only the longest are
+# kept whole), its time runnable off CPU, and its time on CPU.
+SHORTER_WAITS, RUNNABLE, ON_CPU = "shorter waits", "cpu contention", "on CPU"
+
+
+def time_by_cause(call: dict[str, Any]) -> dict[str, int]:
+    """{cause: ns} of one explained call (explain's output): sums to its length."""
+    out: dict[str, int] = {}
+    for w in call["waits"]:
+        out[w["cause"]] = out.get(w["cause"], 0) + w["ns"]
+    rest = ((SHORTER_WAITS, call["other_blocked_ns"]), (RUNNABLE, call["runnable_ns"]), (ON_CPU, call["cpu_ns"]))
+    for cause, ns in rest:
+        if ns:
+            out[cause] = out.get(cause, 0) + ns
+    return out
+
+
+def main_cause(call: dict[str, Any]) -> str:
+    """The cause that took most of one explained call's time."""
+    by = time_by_cause(call)
+    return max(by, key=by.__getitem__) if by else ON_CPU

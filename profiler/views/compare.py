@@ -304,5 +304,44 @@ def render(comparisons: list[dict[str, Any]]) -> str:
     for i, cmp in enumerate(comparisons):
         if several and (i == 0 or comparisons[i - 1]["workload"] != cmp["workload"]):
             lines += [f"== workload {cmp['workload']}", ""]
-        lines += sentences(cmp) + [""]
+        lines += sentences(cmp) + band_lines(cmp) + [""]
     return "\n".join(lines).rstrip()
+
+
+BAND_WORDS = {
+    "max": "the slowest {op} call of each side",
+    "p99": "the {op} calls at or above each side's p99 that were kept whole",
+    "p50": "the body of the {op} calls: each call's time but its waits at or above the tail threshold (a mean)",
+}
+
+
+def band_lines(cmp: dict[str, Any]) -> list[str]:
+    """The causes of one latency band (compare --band), in the words of the whole-run listing."""
+    band = cmp.get("band")
+    if not band:
+        return []
+    a, b = band["us_per_call"]
+    base, other = cmp["base"], cmp["other"]
+    kept = ""
+    if band["band"] == "p99":
+        kept = "; ".join(
+            f"{name}: {n:,} of about {of:,} calls"
+            for name, n, of in zip((other, base), band["calls"][::-1], band["of_calls"][::-1])
+        )
+        kept = f" ({kept})"
+    lines = [
+        f"  The {band['band']} band, {BAND_WORDS[band['band']].format(op=cmp['op'])}{kept}: "
+        f"{_fmt_us(b)} vs {_fmt_us(a)} per call ({_fmt_signed(b - a)}); its causes ({other} vs {base}):"
+    ]
+    for c in band["causes"]:
+        x, y = c["us_per_op"]
+        lines.append(f"    {_fmt_signed(c['diff_us'])}/call {c['cause']} ({_fmt_us(y)} vs {_fmt_us(x)}).")
+    if not band["causes"]:
+        lines.append("    no single cause moved by the threshold.")
+    if band["not_different"]:
+        lines.append(
+            f"    {_fmt_signed(band['not_different_us'])}/call together, each under the threshold: "
+            + ", ".join(f"{r['cause']} {_fmt_signed(r['diff_us'])}" for r in band["not_different"])
+            + "."
+        )
+    return lines

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ... import __version__, behind
 from .. import compare
-from ...analysis.compare import worker_causes
+from ...analysis.decompose import worker_causes
 from . import charts, flame as html_flame
 from ...causes import colour as cause_colour
 from ...errors import FsprofError
