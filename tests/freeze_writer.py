@@ -1,9 +1,9 @@
 """A writer whose filesystem is frozen once, for 300 ms, under it (tests/test_tail.py): pwrite +
 fsync of 4 KiB in a loop in the current directory for 1.5 s, while a thread freezes the filesystem
 (fsfreeze -f) half a second in and thaws it (fsfreeze -u) 300 ms later. It reports, as a RESULT
-line, bounds on the one write's wait for the thaw by its own clock: at least from fsfreeze -f's
-return to fsfreeze -u's start (frozen_min_us), at most from fsfreeze -f's start to fsfreeze -u's
-return (frozen_max_us)."""
+line, its pid (the writing thread's tid) and bounds on the one write's wait for the thaw by its own
+clock: at least from fsfreeze -f's return to fsfreeze -u's start (frozen_min_us), at most from
+fsfreeze -f's start to fsfreeze -u's return (frozen_max_us)."""
 
 import ctypes
 import os
@@ -40,4 +40,6 @@ while time.monotonic() < end or thread.is_alive():
     writes += 1
 thread.join()
 low, high = frozen["thawing"] - frozen["frozen"], frozen["thawed"] - frozen["freezing"]
-print(f"RESULT writes={writes} frozen_min_us={low // 1000} frozen_max_us={high // 1000 + 1}", flush=True)
+print(
+    f"RESULT writes={writes} pid={os.getpid()} frozen_min_us={low // 1000} frozen_max_us={high // 1000 + 1}", flush=True
+)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, TIME_SCALE
 from profiler.machine import blockdev, scratch, undo
 from test_behind_ext4 import jbd2_info
 from test_record import FSYNCS, fsprof_program_names, loaded_fsprof_programs
@@ -30,6 +30,7 @@ pytestmark = pytest.mark.root
 
 WINDOW = "1s"
 DASHBOARD = Path(REPO) / "deploy" / "grafana-dashboard.json"
+FREEZE_WRITER = Path(__file__).with_name("freeze_writer.py")
 
 
 def free_port():
@@ -88,7 +89,7 @@ def write_fsyncs(path, n):
 class Prometheus:
     """A Prometheus server of the test's own: its config, storage and port, scraping every second."""
 
-    def __init__(self, tmp_path, target_port):
+    def __init__(self, tmp_path, target_port, *flags):
         self.port = free_port()
         config = tmp_path / "prometheus.yml"
         config.write_text(
@@ -101,6 +102,7 @@ class Prometheus:
                 f"--config.file={config}",
                 f"--storage.tsdb.path={tmp_path / 'tsdb'}",
                 f"--web.listen-address=127.0.0.1:{self.port}",
+                *flags,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -112,6 +114,14 @@ class Prometheus:
             body = json.loads(r.read())
         assert body["status"] == "success", body
         return body["data"]["result"]
+
+    def exemplars(self, expr, start, end):
+        """[(series labels, exemplar)] Prometheus stored for expr between start and end (wall s)."""
+        args = urllib.parse.urlencode({"query": expr, "start": start, "end": end})
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/api/v1/query_exemplars?{args}", timeout=10) as r:
+            body = json.loads(r.read())
+        assert body["status"] == "success", body
+        return [(s["seriesLabels"], e) for s in body["data"] for e in s["exemplars"]]
 
     def value(self, expr):
         result = self.query(expr)
@@ -205,6 +215,43 @@ def test_prometheus_stores_flushes_and_commits_equal_to_the_kernels(tmp_path):
             text = scrape(port)
             check = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
             assert check.returncode == 0, check.stdout + check.stderr
+        finally:
+            prom.close()
+            stop(rec)
+
+
+def test_the_write_that_met_a_freeze_reaches_prometheus_as_an_exemplar(tmp_path):
+    """A 300 ms fsfreeze under a writer (tests/freeze_writer.py): the write that met it is kept as
+    an exemplar of its latency bucket, which Prometheus (exemplar storage on, scraping OpenMetrics)
+    stores with the writer's thread, the freeze as its cause, a value within the bounds the
+    writer's own clock sets, and a timestamp inside the writer's run."""
+    with undo.Changes() as changes:
+        sfs = scratch.provision(changes, scratch.FsConfig("ext4"), tmp_path / "scratch")
+        port = free_port()
+        rec = start_continuous("--mount", sfs.mountpoint, "--listen", f"127.0.0.1:{port}")
+        prom = Prometheus(tmp_path, port, "--enable-feature=exemplar-storage")
+        try:
+            prom.wait_for("fsprof_windows_total")
+            began = time.time()
+            writer = subprocess.run(
+                [sys.executable, str(FREEZE_WRITER)], cwd=sfs.mountpoint, capture_output=True, text=True, check=True
+            )
+            ended = time.time()
+            reported = dict(re.findall(r"(\w+)=(\d+)", writer.stdout.split("RESULT", 1)[1]))
+            low, high = int(reported["frozen_min_us"]) * 1e-6, int(reported["frozen_max_us"]) * 1e-6
+            expr = f'fsprof_syscall_latency_seconds_bucket{{mountpoint="{sfs.mountpoint}",op="pwrite64"}}'
+            deadline, found = time.time() + 60, []
+            while not found and time.time() < deadline:
+                time.sleep(1)
+                stored = prom.exemplars(expr, began - 60, time.time() + 60)
+                found = [(s, e) for s, e in stored if e["labels"].get("cause") == "filesystem frozen"]
+            assert len(found) == 1, stored
+            series, exemplar = found[0]
+            assert exemplar["labels"]["tid"] == reported["pid"], exemplar
+            # The whole write: the freeze's wait and a few microseconds of its own around it.
+            assert low <= float(exemplar["value"]) <= high + 0.02 * TIME_SCALE, (exemplar, low, high)
+            assert float(exemplar["value"]) <= float(series["le"])  # in its own bucket
+            assert began <= float(exemplar["timestamp"]) <= ended + 0.05, (exemplar, began, ended)
         finally:
             prom.close()
             stop(rec)

@@ -373,8 +373,10 @@ def one_window(
     with totals.lock:
         for figures in running:
             totals.add_running(figures)
+        wall_minus_monotonic = time.time() - time.monotonic()
         for e in entries:
             totals.add(metrics.window_figures(e))
+            totals.exemplars.update(metrics.window_exemplars(e, wall_minus_monotonic))
         totals.add({("fsprof_windows", ()): 1})
         totals.gauges[("fsprof_window_seconds", ())] = (end_ns - start_ns) / 1e9
         totals.gauges[("fsprof_traced_filesystems", ())] = len(found)

@@ -14,7 +14,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.samples import Exemplar
 
+from ..analysis.exemplars import main_cause
 from ..trace import maps
 
 FS_LABELS = ("fstype", "device", "mountpoint")
@@ -118,6 +120,22 @@ def _le(log2):
     return f"{(1 << log2) * NS:.9g}"
 
 
+def window_exemplars(entry: dict[str, Any], wall_minus_monotonic: float) -> dict[tuple[str, ...], Exemplar]:
+    """{(fstype, device, mountpoint, op, le): Exemplar} of one window's entry: in each latency
+    bucket, the slowest of the window's slowest calls that fell in it (OpenMetrics allows one per
+    bucket), labelled with its thread and the cause that took most of its time; its timestamp is
+    the call's end. A Grafana panel of the histogram shows them as points on the slow buckets."""
+    fl = fs_labels(entry)
+    out: dict[tuple[str, ...], Exemplar] = {}
+    for op, calls in entry.get("exemplars", {}).items():
+        for call in sorted(calls, key=lambda c: c["ns"]):  # the slowest of a bucket wins
+            le = next((_le(k) for k in BUCKET_LOG2 if call["ns"] < 1 << k), "+Inf")  # bucket le=2^k: below 2^k ns
+            end = (call["start_ns"] + call["ns"]) * NS + wall_minus_monotonic
+            labels = {"tid": str(call["tid"]), "cause": main_cause(call)}
+            out[fl + (op, le)] = Exemplar(labels, call["ns"] * NS, round(end, 6))
+    return out
+
+
 def window_figures(entry: dict[str, Any]) -> dict[tuple[str, tuple[str, ...]], float]:
     """{(metric, labels): value} of one window's entry: the time by cause its syscalls spent, and
     what the filesystem's workers did in it (their runs are drained each window, as their
@@ -150,6 +168,8 @@ class Totals:
         self.values: dict[tuple[str, tuple[str, ...]], float] = {}
         self.previous: dict[tuple[str, tuple[str, ...]], float] = {}
         self.gauges: dict[tuple[str, tuple[str, ...]], float] = {}
+        # The latest exemplar of each latency bucket: (fstype, device, mountpoint, op, le) -> it.
+        self.exemplars: dict[tuple[str, ...], Exemplar] = {}
         # Held while a window is added and while a scrape copies (the HTTP server's thread).
         self.lock = threading.Lock()
 
@@ -177,6 +197,7 @@ class Totals:
         # `previous` is kept: a filesystem mounted again on the same device continues the kernel's
         # running totals, of which only the change since its last window is new.
         self.values = {k: v for k, v in self.values.items() if wanted(k)}
+        self.exemplars = {k: v for k, v in self.exemplars.items() if k[:3] in kept}
 
 
 _UNLABELLED_BY_FS = {
@@ -249,6 +270,7 @@ class Exposition:
         with self.totals.lock:
             values = dict(self.totals.values)
             values.update(self.totals.gauges)
+            exemplars = dict(self.totals.exemplars)
         by_family: dict[str, list[tuple[str, tuple[str, ...], float]]] = {}
         for (name, labels), v in values.items():
             by_family.setdefault(_family(name), []).append((name, labels, v))
@@ -256,7 +278,7 @@ class Exposition:
             kind, doc = METRICS[family]
             names = list(LABELS.get(family, FS_LABELS))
             if kind == "histogram":
-                yield from _histograms(family, doc, names, rows)
+                yield from _histograms(family, doc, names, rows, exemplars)
                 continue
             metric = (CounterMetricFamily if kind == "counter" else GaugeMetricFamily)(family, doc, labels=names)
             for _, labels, v in sorted(rows):
@@ -264,7 +286,7 @@ class Exposition:
             yield metric
 
 
-def _histograms(family, doc, names, rows):
+def _histograms(family, doc, names, rows, exemplars):
     series = {}
     for name, labels, v in rows:
         if name.endswith("_bucket"):
@@ -275,5 +297,6 @@ def _histograms(family, doc, names, rows):
     for labels, s in sorted(series.items()):
         count = s.get("count", 0)
         buckets = [(_le(k), s["buckets"].get(_le(k), 0)) for k in BUCKET_LOG2] + [("+Inf", count)]
+        buckets = [(le, v, exemplars[labels + (le,)]) if labels + (le,) in exemplars else (le, v) for le, v in buckets]
         metric.add_metric(list(labels), buckets, sum_value=s.get("sum", 0))
     yield metric
