@@ -54,6 +54,8 @@ struct stack_sampling {
 	__u32 every;
 	__u32 first;
 	__u64 tail_ns;
+	__u32 exemplars; /* the slowest calls kept whole per op: 1..EXEMPLARS (0: EXEMPLARS) */
+	__u32 pad;
 };
 
 /* A stack taken of a task that is not the current one (bpf_get_task_stack): no stack map can
@@ -174,7 +176,7 @@ struct off_val {
 /* Exemplars: the EXEMPLARS slowest calls of each (filesystem, syscall, phase), each recorded
 whole, in one set per op shared by the CPUs (a per-CPU set would grow with the machine). */
 #define EXEMPLAR_WAITS 4 /* a call's longest blocked intervals, each with its stacks and waker */
-#define EXEMPLARS 8
+#define EXEMPLARS 16     /* at most; --exemplars K keeps fewer. A power of two: slots are masked */
 
 struct exemplar_wait {
 	__u64 start_ns; /* when it blocked */

@@ -179,7 +179,8 @@ struct {
 	__type(value, struct stack_ips);
 } stack_scratch SEC(".maps");
 
-/* The EXEMPLARS slowest calls of each (filesystem, syscall, phase). */
+/* The slowest calls of each (filesystem, syscall, phase): stack_sampling.exemplars of them, at
+ * most EXEMPLARS. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 512);
@@ -345,6 +346,15 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 	return 0;
 }
 
+/* stack_sampling.exemplars: how many of an op's slowest calls are kept, 1..EXEMPLARS. */
+static __always_inline __u32 exemplars_kept(void)
+{
+	__u32 zero = 0;
+	struct stack_sampling *s = bpf_map_lookup_elem(&stack_sampling, &zero);
+
+	return s && s->exemplars && s->exemplars < EXEMPLARS ? s->exemplars : EXEMPLARS;
+}
+
 /* stack_sampling.tail_ns: blocked intervals this long or longer are the tail; 0: none. */
 static __always_inline __u64 tail_ns(void)
 {
@@ -453,7 +463,7 @@ __noinline int keep_exemplar(struct op_key *key, struct inflight *op, __u64 now,
 	struct exemplar *e;
 	struct op_key k;
 	__u64 ns, fastest = ~0ULL;
-	__u32 slot = 0;
+	__u32 slot = 0, kept;
 
 	if (!key || !op)
 		return 0;
@@ -467,7 +477,10 @@ __noinline int keep_exemplar(struct op_key *key, struct inflight *op, __u64 now,
 		count_drop(DROP_EXEMPLAR_BUSY);
 		return 0;
 	}
+	kept = exemplars_kept();
 	for (int i = 0; i < EXEMPLARS; i++) {
+		if (i >= kept)
+			break;
 		if (set->call[i].end_ns - set->call[i].start_ns < fastest) {
 			fastest = set->call[i].end_ns - set->call[i].start_ns;
 			slot = i;
@@ -485,6 +498,8 @@ __noinline int keep_exemplar(struct op_key *key, struct inflight *op, __u64 now,
 		__builtin_memcpy(e->wait, op->ex_wait, sizeof(e->wait));
 		fastest = ~0ULL;
 		for (int i = 0; i < EXEMPLARS; i++) {
+			if (i >= kept)
+				break;
 			if (set->call[i].end_ns - set->call[i].start_ns < fastest)
 				fastest = set->call[i].end_ns - set->call[i].start_ns;
 		}

@@ -13,6 +13,7 @@ import pytest
 
 from conftest import TIME_SCALE, blocked_ns, bpftrace_output, bpftrace_start, run_fsprof
 from profiler.analysis.attribution import OTHER_WAIT
+from profiler.trace.maps import EXEMPLARS
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]
 WRITER = Path(__file__).with_name("freeze_writer.py")
@@ -39,9 +40,12 @@ def test_a_freeze_is_one_exact_wait_named_and_ended_by_the_thaw(tmp_path):
     the bounds the writer's own clock sets on the freeze, named as the freeze, and ended by
     fsfreeze. With sampling on (1 in 8): the tail is exact whatever the sampler chose."""
     by_fs, result, stdout = fsprof_run(
-        tmp_path, "freeze", "--fs", "ext4", "--stack-sample", "8", "--", sys.executable, str(WRITER)
+        tmp_path, "freeze", "--fs", "ext4", "--stack-sample", "8", "--exemplars", "5", "--", sys.executable, str(WRITER)
     )
     fs = by_fs["ext4"]
+    # --exemplars 5: five writes kept whole, the frozen one first.
+    assert len(fs["exemplars"]["pwrite64"]) == 5 and all(len(calls) <= 5 for calls in fs["exemplars"].values())
+    assert fs["exemplars"]["pwrite64"][0]["waits"][0]["cause"] == "filesystem frozen"
     low, high = frozen_bounds(fs)
     write = fs["attribution"]["pwrite64"]
     assert write["tail"]["waits"] == 1, write["tail"]
@@ -118,7 +122,7 @@ def test_the_exemplars_are_the_slowest_calls_and_the_freeze_is_first(tmp_path):
     for nr, op in ((18, "pwrite64"), (74, "fsync")):
         ours = fs["exemplars"][op]
         theirs = sorted(calls[nr], reverse=True)
-        assert counted[nr] >= len(ours) == 8, (op, counted)
+        assert counted[nr] >= len(ours) == EXEMPLARS, (op, counted)
         # Every call the oracle saw clearly longer than the shortest one fsprof kept is one of them.
         # Not the calls near that boundary: on 6.13+ a syscall tracepoint's probes run preemptible,
         # and a busy CPU can run another task between the oracle's and fsprof's (1.7 ms once, at

@@ -8,6 +8,7 @@ from typing import Any
 from . import attribution, exemplars
 from .. import behind
 from ..trace import hist, symbols
+from ..trace.maps import EXEMPLARS
 
 
 def phase_elapsed(start_ns: Sequence[int], names: Sequence[str], end_ns: int) -> dict[str, float]:
@@ -207,7 +208,7 @@ def assemble(raw: dict[str, Any], target: behind.Target, names: list[str], end_n
         "trace": _trace(raw, recs, stacks),
         "drops": raw["drops"],
         # The slowest calls of each syscall, each explained whole.
-        "exemplars": exemplars.explain(fs, recs["exemplars"], stacks, names),
+        "exemplars": exemplars.explain(fs, recs["exemplars"], stacks, names, raw.get("exemplars_kept", EXEMPLARS)),
     }
     if raw.get("stack_sampling"):
         estimated = sum(b.get("offcpu_estimated_ns", 0) for b in breakdowns)

@@ -12,16 +12,18 @@ from . import attribution
 NOT_WALKED = "wait, stack not sampled"
 
 
-def explain(fs: str, records: list[dict[str, Any]], stacks: dict[int, list[str]], names: list[str]) -> dict[str, Any]:
+def explain(
+    fs: str, records: list[dict[str, Any]], stacks: dict[int, list[str]], names: list[str], kept: int = EXEMPLARS
+) -> dict[str, Any]:
     """{syscall: [call, slowest first]} from the snapshot's exemplar records of one filesystem
-    (one record per (syscall, phase), its calls already the slowest on some CPU)."""
+    (one record per (syscall, phase), each its `kept` slowest calls): the `kept` slowest of all."""
     rules = attribution.rules_for(fs)
     by_op: dict[str, list[dict[str, Any]]] = {}
     for rec in records:
         phase = names[rec["phase"]] if rec["phase"] < len(names) else str(rec["phase"])
         by_op.setdefault(rec["op"], []).extend({**call, "phase": phase} for call in rec["calls"])
     return {
-        op: [_call(rules, call, stacks) for call in sorted(calls, key=lambda c: -c["ns"])[:EXEMPLARS]]
+        op: [_call(rules, call, stacks) for call in sorted(calls, key=lambda c: -c["ns"])[:kept]]
         for op, calls in sorted(by_op.items())
     }
 

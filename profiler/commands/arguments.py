@@ -3,6 +3,7 @@
 import argparse
 
 from .. import units
+from ..trace.maps import EXEMPLARS
 
 
 STACK_SAMPLE_HELP = (
@@ -16,6 +17,20 @@ TAIL_THRESHOLD_HELP = (
     "with --stack-sample N > 1, a syscall's wait this long or longer (e.g. 500us, 2ms) keeps its own "
     "off-CPU and waker stacks in every call, never estimated (default 1ms)"
 )
+
+
+EXEMPLARS_HELP = f"keep the K slowest calls of each syscall whole (1-{EXEMPLARS}, default {EXEMPLARS})"
+
+
+def exemplar_count(text: str) -> int:
+    """How many slowest calls to keep whole: 1..EXEMPLARS (the kernel's set holds that many)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= EXEMPLARS:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a count of calls from 1 to {EXEMPLARS}")
+    return value
 
 
 def duration_ns(text: str) -> int:

@@ -6,7 +6,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..session.collect import DEFAULT_TAIL_NS
-from .arguments import STACK_SAMPLE_HELP, TAIL_THRESHOLD_HELP, duration_ns, pid, positive, sample_hz
+from ..trace.maps import EXEMPLARS
+from .arguments import (
+    EXEMPLARS_HELP,
+    STACK_SAMPLE_HELP,
+    TAIL_THRESHOLD_HELP,
+    duration_ns,
+    exemplar_count,
+    pid,
+    positive,
+    sample_hz,
+)
 
 if TYPE_CHECKING:
     import argparse
@@ -24,6 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--tail-threshold", type=duration_ns, default=DEFAULT_TAIL_NS, metavar="TIME", help=TAIL_THRESHOLD_HELP
     )
+    p.add_argument("--exemplars", type=exemplar_count, default=EXEMPLARS, metavar="K", help=EXEMPLARS_HELP)
     p.add_argument("-o", "--output", help="run directory (default fsprof-runs/<timestamp>)")
     p.add_argument("--json", action="store_true", help="print the result as JSON instead of tables")
     c = p.add_argument_group("continuous mode (docs/continuous.md)")
@@ -69,6 +80,7 @@ def main(args: argparse.Namespace) -> int:
         "sample_hz": args.sample_hz,
         "stack_sample": args.stack_sample,
         "tail_threshold_ns": args.tail_threshold,
+        "exemplars": args.exemplars,
     }
     if args.continuous:
         from ..session.continuous import ContinuousOptions, continuous

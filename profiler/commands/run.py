@@ -11,7 +11,17 @@ from ..machine import spec
 from ..session.run import RunOptions, run, run_spec
 from ..machine.scratch import LOOP_IO, FsConfig
 from ..session.collect import DEFAULT_TAIL_NS
-from .arguments import STACK_SAMPLE_HELP, TAIL_THRESHOLD_HELP, duration_ns, positive, sample_hz, size
+from ..trace.maps import EXEMPLARS
+from .arguments import (
+    EXEMPLARS_HELP,
+    STACK_SAMPLE_HELP,
+    TAIL_THRESHOLD_HELP,
+    duration_ns,
+    exemplar_count,
+    positive,
+    sample_hz,
+    size,
+)
 from .report import print_result, write_html_if_asked
 
 if TYPE_CHECKING:
@@ -64,6 +74,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--tail-threshold", type=duration_ns, default=DEFAULT_TAIL_NS, metavar="TIME", help=TAIL_THRESHOLD_HELP
     )
+    p.add_argument("--exemplars", type=exemplar_count, default=EXEMPLARS, metavar="K", help=EXEMPLARS_HELP)
     p.add_argument(
         "--mkfs-options",
         action="append",
@@ -155,6 +166,7 @@ def run_options(args: argparse.Namespace) -> RunOptions:
         sample_hz=args.sample_hz,
         stack_sample=args.stack_sample,
         tail_threshold_ns=args.tail_threshold,
+        exemplars=args.exemplars,
     )
 
 

@@ -74,15 +74,23 @@ def behind_modules(fs: Iterable[str]) -> list["ModuleType"]:
 
 
 class Collector:
-    def __init__(self, sample_hz=DEFAULT_SAMPLE_HZ, fs=filesystems.NAMES, stack_sample=1, tail_ns=DEFAULT_TAIL_NS):
+    def __init__(
+        self,
+        sample_hz=DEFAULT_SAMPLE_HZ,
+        fs=filesystems.NAMES,
+        stack_sample=1,
+        tail_ns=DEFAULT_TAIL_NS,
+        exemplars=maps.EXEMPLARS,
+    ):
         """Loads syscalls.bpf.o and the behind-the-wait objects filesystems `fs` need (after
         loading their kernel modules: their tracepoints and types exist only then). With
         stack_sample N > 1, off-CPU and waker stacks are walked in 1 of N calls of an op (windows
         of a worker) once STACK_FIRST of its waits (windows) have been (analysis/attribution.
         split_unwalked divides the rest), except in the tail: a syscall's blocked interval of
-        tail_ns or longer has its own stacks and waker in every call."""
+        tail_ns or longer has its own stacks and waker in every call. exemplars: how many of each
+        op's slowest calls are kept whole (1..maps.EXEMPLARS)."""
         self.objects, self.probes = [], {}
-        self.stack_sample, self.tail_ns = stack_sample, tail_ns
+        self.stack_sample, self.tail_ns, self.exemplars_kept = stack_sample, tail_ns, exemplars
         try:
             filesystems.load_modules(fs)
             self._load_all(fs)
@@ -90,7 +98,8 @@ class Collector:
             shared = {name: m(name, k, v) for name, k, v in SHARED_MAPS}
             self.filter = m("filter_cfg", c.c_uint32, maps.Filter)
             shared["stack_sampling"].update(
-                c.c_uint32(0), maps.StackSampling(every=stack_sample, first=STACK_FIRST, tail_ns=tail_ns)
+                c.c_uint32(0),
+                maps.StackSampling(every=stack_sample, first=STACK_FIRST, tail_ns=tail_ns, exemplars=exemplars),
             )
             self.tgids = m("traced_tgids", c.c_uint32, c.c_uint8)
             self.phase = shared["phase_state"]
@@ -339,6 +348,7 @@ class Collector:
             "ops": ops,
             "offcpu": offcpu,
             "exemplars": exemplars,
+            "exemplars_kept": self.exemplars_kept,
             "samples": samples,
             "workers": workers,
             "stacks": stacks,

@@ -27,6 +27,7 @@ from ..analysis.assemble import assemble
 from ..errors import FsprofError
 from ..machine.mounts import mount_of, mounts
 from ..views import flamegraph, metrics, pprof
+from ..trace.maps import EXEMPLARS
 from .collect import DEFAULT_TAIL_NS, Collector
 from .record import _block_of, _sb_dev, apply_target, check_target, parse_duration, zero_block_classes
 
@@ -62,6 +63,7 @@ class ContinuousOptions:
     sample_hz: int
     stack_sample: int = 1
     tail_threshold_ns: int = DEFAULT_TAIL_NS
+    exemplars: int = EXEMPLARS  # the slowest calls kept whole per op and window
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -248,9 +250,11 @@ def post_profile(
 class Generation:
     """One set of loaded BPF programs (a Collector) for the filesystem types in `fs`."""
 
-    def __init__(self, scope, fs, sample_hz, targets, stack_sample=1, tail_ns=DEFAULT_TAIL_NS):
+    def __init__(self, scope, fs, sample_hz, targets, stack_sample=1, tail_ns=DEFAULT_TAIL_NS, exemplars=EXEMPLARS):
         self.fs = set(fs)
-        self.collector = Collector(sample_hz=sample_hz, fs=sorted(self.fs), stack_sample=stack_sample, tail_ns=tail_ns)
+        self.collector = Collector(
+            sample_hz=sample_hz, fs=sorted(self.fs), stack_sample=stack_sample, tail_ns=tail_ns, exemplars=exemplars
+        )
         self.collector.reset()
         self.what = scope.point(self.collector, targets)
         self.collector.set_targets(targets)
@@ -309,6 +313,7 @@ def continuous(options: ContinuousOptions) -> int:
                     targets,
                     options.stack_sample,
                     options.tail_threshold_ns,
+                    options.exemplars,
                 )
                 _say(
                     f"recording {gen.what} in {options.window} windows"

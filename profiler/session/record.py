@@ -16,6 +16,7 @@ from typing import Any
 from .. import __version__, behind, filesystems
 from ..machine import blockdev
 from ..trace import maps
+from ..trace.maps import EXEMPLARS
 from .collect import DEFAULT_TAIL_NS, Collector
 from ..machine.conditions import sysctls_in_force
 from ..errors import FsprofError
@@ -38,6 +39,7 @@ class RecordOptions:
     sample_hz: int
     stack_sample: int = 1
     tail_threshold_ns: int = DEFAULT_TAIL_NS
+    exemplars: int = EXEMPLARS  # the slowest calls kept whole per op
     output: str | None = None
 
 
@@ -184,6 +186,7 @@ def record(options: RecordOptions) -> tuple[dict[str, Any], Path]:
         fs=sorted({m["fstype"] for m in scope}),
         stack_sample=options.stack_sample,
         tail_ns=options.tail_threshold_ns,
+        exemplars=options.exemplars,
     ) as collector:
         collector.reset()
         what = apply_target(collector, kind, value)

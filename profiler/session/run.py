@@ -21,6 +21,7 @@ from .. import __version__, behind, filesystems
 from ..machine import blockdev, kthreads, scratch, settings, undo
 from ..trace import maps
 from ..analysis.assemble import assemble
+from ..trace.maps import EXEMPLARS
 from .collect import DEFAULT_TAIL_NS, Collector
 from ..machine.conditions import sysctls_in_force
 from ..errors import FsprofError
@@ -62,6 +63,7 @@ class RunOptions:
     sample_hz: int
     stack_sample: int = 1
     tail_threshold_ns: int = DEFAULT_TAIL_NS
+    exemplars: int = EXEMPLARS  # the slowest calls kept whole per op
 
 
 def per_fs_option(values: Iterable[str] | None, fs_names: list[str], what: str, sep: str) -> dict[str, str]:
@@ -323,6 +325,7 @@ def run(options: RunOptions) -> tuple[dict[str, Any], Path]:
             fs=names,
             stack_sample=options.stack_sample,
             tail_ns=options.tail_threshold_ns,
+            exemplars=options.exemplars,
         ) as collector:
             result["probes_skipped"] = collector.skipped
             result["unavailable"] = collector.unavailable
@@ -408,7 +411,11 @@ def run_spec(spec: "Spec", options: RunOptions, progress: Callable[[str], None] 
         erased: set[str] = set()
         names = sorted({cfg.fs for _, _, cfg in plan})
         with Collector(
-            sample_hz=sample_hz, fs=names, stack_sample=stack_sample, tail_ns=options.tail_threshold_ns
+            sample_hz=sample_hz,
+            fs=names,
+            stack_sample=stack_sample,
+            tail_ns=options.tail_threshold_ns,
+            exemplars=options.exemplars,
         ) as collector:
             for i, (rep, workload, cfg) in enumerate(plan, 1):
                 rel = Path(workload.name) / cfg.name

@@ -173,7 +173,13 @@ class Filter(c.Structure):
 
 
 class StackSampling(c.Structure):
-    _fields_ = [("every", c.c_uint32), ("first", c.c_uint32), ("tail_ns", c.c_uint64)]
+    _fields_ = [
+        ("every", c.c_uint32),
+        ("first", c.c_uint32),
+        ("tail_ns", c.c_uint64),
+        ("exemplars", c.c_uint32),
+        ("pad", c.c_uint32),
+    ]
 
 
 class ThrottleKey(c.Structure):
@@ -249,7 +255,7 @@ SPILL_STACK_BIT = 1 << 30  # a stack id of the spill map (bpf/shared_maps.h get_
 TAIL_STACK_BIT = 1 << 29  # a stack id of tail_stacks: a sleeper's stack taken at its switch-in (fsprof.h)
 
 
-EXEMPLAR_WAITS, EXEMPLARS = 4, 8  # bpf/fsprof.h
+EXEMPLAR_WAITS, EXEMPLARS = 4, 16  # bpf/fsprof.h; EXEMPLARS: at most, --exemplars K keeps fewer
 
 
 class ExemplarWait(c.Structure):
