@@ -139,6 +139,8 @@ def test_report_of_a_directory_that_is_no_run(tmp_path):
         (["--fs", "ext4", "--mount-options", "xfs=logbufs=8"], "not among --fs"),
         (["--fs", "ext4", "--scheduler", "bogus"], "not available"),
         (["--fs", "ext4", "--image-size", "1k"], "mkfs.ext4 failed"),
+        (["--fs", "xfs", "--image-size", "100M"], "(the scratch image is 100 MiB: --image-size sets it)"),
+        (["--fs", "btrfs", "--image-size", "64M"], "(the scratch image is 64 MiB: --image-size sets it)"),
     ],
 )
 def test_bad_run_arguments(tmp_path, args, fragment):

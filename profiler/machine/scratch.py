@@ -77,7 +77,7 @@ def provision(changes: Changes, config: FsConfig, scratch_dir: str | os.PathLike
     base = _make_label_dir(changes, scratch_dir, config.label)
     images = [_create_image(changes, scratch_dir, base, i, config.size_bytes) for i in range(config.devices)]
     devices = [_attach_loop(changes, image, config.loop_io == "direct") for image in images]
-    _mkfs(config, devices)
+    _mkfs(config, devices, image_size=config.size_bytes)
     return _mount(changes, config, devices, images, base)
 
 
@@ -185,14 +185,21 @@ def _attach_loop(changes, image, direct_io=False):
     return proc.stdout.strip()
 
 
-def _mkfs(config, devices):
+def _mkfs(config, devices, image_size=None):
+    """mkfs on the devices; its failure is one sentence, which names the scratch image's size when
+    fsprof chose the device (a filesystem has a minimum size: XFS 300 MiB, btrfs 109 MiB)."""
     tool = f"mkfs.{config.fs}"
     force = filesystems.TABLE[config.fs].mkfs_force
     proc = run_tool([tool, force, "-q", *config.mkfs_options, *devices], f"making {config.fs}")
     if proc.returncode == 0:
         return
     opts = f" with the options '{shlex.join(config.mkfs_options)}'" if config.mkfs_options else ""
-    raise FsprofError(f"{tool} failed on {', '.join(devices)}{opts}: {first_line(proc)}")
+    size = f" (the scratch image is {_mib(image_size)}: --image-size sets it)" if image_size else ""
+    raise FsprofError(f"{tool} failed on {', '.join(devices)}{opts}: {first_line(proc)}{size}")
+
+
+def _mib(n):
+    return f"{n / (1 << 20):,.0f} MiB" if n >= 1 << 20 else f"{n:,} bytes"
 
 
 def _mount(changes, config, devices, images, base):
