@@ -145,6 +145,24 @@ def test_space_waits_on_a_large_filesystem_carry_none(tmp_path):
     cmp = planted_pair(tmp_path, 16)
     assert cmp["causes"][0]["cause"] == "space reservation"
     assert not any("full at the end" in n for n in cmp["test_bed_notes"]), cmp["test_bed_notes"]
+    report = run_fsprof("report", str(tmp_path / "b"))
+    assert report.returncode == 0 and "test bed: a " not in report.stdout, report.stdout
+
+
+def test_the_report_says_when_a_small_filesystem_waited_for_space(tmp_path):
+    """The run whose fsyncs waited for space (2 ms of each) on a 1 GiB filesystem carries the
+    test-bed line in its report, with the filesystem's own count; the run that did not, none."""
+    planted_pair(tmp_path, 1)
+    slow = json.loads((tmp_path / "b" / "result.json").read_text())
+    with gzip.open(STORED) as f:  # the stored btrfs's own section, its ticket count planted
+        btrfs = next(fs for fs in json.load(f)["filesystems"] if fs["fs"] == "btrfs")["behind"]["btrfs"]
+    btrfs["all"]["reservations"]["tickets"] = 9804
+    slow["filesystems"][0]["behind"]["btrfs"] = btrfs
+    (tmp_path / "b" / "result.json").write_text(json.dumps(slow))
+    report = run_fsprof("report", str(tmp_path / "b"))
+    assert report.returncode == 0, report.stderr
+    assert "test bed: a 1.0 GiB filesystem, 68% full at the end (9,804 btrfs reservation tickets)" in report.stdout
+    assert "test bed: a " not in run_fsprof("report", str(tmp_path / "a")).stdout
 
 
 def planted_tails(tmp_path, slow_ms):

@@ -30,6 +30,7 @@ from ..rundir import INDEX_FILE, RESULT_FILE, load, load_index
 from . import repeats, workload as workload_time
 from ..work_unit import parse_unit
 from .band import compare_band
+from .test_bed import test_bed_notes
 from .decompose import MIN_SHARE, MIN_US, decompose, expanded_causes
 from .evidence import Group, elsewhere_pairs, evidence_pairs, assign_evidence, mechanism, owns_the_device
 
@@ -302,76 +303,6 @@ def compare_pair(base: Group, other: Group, op: str, unit: "Unit | None" = None)
     }
     cmp["evidence_by_cause"] = assign_evidence(cmp)
     return cmp
-
-
-# Causes whose time a loop device over a buffered file does not measure as a disk would.
-FLUSH_CAUSE_WORDS = ("flush", "FUA")
-READ_CAUSE_WORDS = ("read I/O",)
-SEEK_CAUSE_WORDS = ("read I/O", "writeback", "flush", "FUA", "log block writes")
-SPACE_CAUSE_WORDS = ("space reservation",)  # btrfs tickets, XFS "log space reservation"
-SMALL_FILESYSTEM = (
-    4 << 30
-)  # below this a filesystem reserves for space sooner (btrfs: 16 GiB vs 2 GiB, 9,804 tickets vs 36)
-
-
-def test_bed_notes(base: Group, other: Group, cmp: dict[str, Any]) -> list[str]:
-    """Sentences on where the test bed (docs/test-bed.md) can make the difference: a loop device
-    over a buffered file (its flushes are host writeback, its reads may be host page cache), a RAM
-    device, a backing disk that does not seek. Only for the causes this comparison lists."""
-    causes = [c["cause"] for c in cmp["causes"]]
-    has = lambda words: any(w in c for c in causes for w in words)  # noqa: E731
-    buffered: dict[str, str]
-    ram: set[str]
-    no_seek: dict[str, bool]
-    buffered, ram, no_seek = {}, set(), {}
-    for g in (base, other):
-        for _, fs in g.entries:
-            dev = fs["device"]
-            bed = dev.get("test_bed") or {}
-            if bed.get("kind") == "loop" and not bed.get("direct_io"):
-                buffered[dev["name"]] = bed.get("backing_disk") or "the backing filesystem"
-            if bed.get("kind") == "zram":
-                ram.add(dev["name"])
-            disk = bed.get("backing_disk") if bed.get("kind") == "loop" else dev["name"]
-            rotational = bed.get("backing_rotational") if bed.get("kind") == "loop" else dev.get("rotational")
-            if bed.get("kind") != "zram" and disk and rotational is False:
-                no_seek[disk] = True
-    notes = []
-    if has(SPACE_CAUSE_WORDS):
-        for g in (base, other):
-            fs = g.entries[0][1]
-            space = fs.get("space") or {}
-            size, used = space.get("size_bytes"), space.get("used_bytes_end")
-            if size and used is not None and (size < SMALL_FILESYSTEM or used > size / 2):
-                notes.append(
-                    f"{g.name}: a {_gib(size)} filesystem, {used / size:.0%} full at the end: waits for "
-                    "space (reservation tickets, log or allocation-group space) grow as a filesystem "
-                    "gets small or full; the scratch image's size (`--image-size`) can make this "
-                    "difference, not the filesystem alone."
-                )
-    loops = ", ".join(sorted(buffered))
-    disks = ", ".join(sorted(set(buffered.values())))
-    if buffered and has(FLUSH_CAUSE_WORDS):
-        notes.append(
-            f"{loops}: a loop device over a buffered image file: its cache flush is an fsync of the image "
-            f"file, whose pages the host writes back to {disks}; with barriers off nothing reaches "
-            f"{disks} at all. Flush times here are the host's, not a disk write cache's "
-            "(`--loop-io direct` passes I/O through)."
-        )
-    if buffered and has(READ_CAUSE_WORDS):
-        notes.append(
-            f"{loops}: reads of a buffered image may be served from the host's page cache (drop_caches "
-            "keeps the image's dirty pages): read waits can be shorter than a disk's, and cold reads "
-            "warm (`--loop-io direct` makes them reach the disk)."
-        )
-    if ram and (has(FLUSH_CAUSE_WORDS) or has(READ_CAUSE_WORDS)):
-        notes.append(f"{', '.join(sorted(ram))}: a RAM device (zram): no write cache to flush, no seeks.")
-    if no_seek and has(SEEK_CAUSE_WORDS):
-        notes.append(
-            f"{', '.join(sorted(no_seek))} does not rotate: differences that a rotating disk's seeks "
-            "would make do not show here."
-        )
-    return notes
 
 
 def _warnings(group):

@@ -7,6 +7,7 @@ from ..trace.maps import BLK_WRITE_CLASSES
 from ..units import fmt_ns
 from .. import behind
 from ..machine.workload import render as render_workload
+from ..analysis.test_bed import space_note, waits_for_space
 
 
 def histogram(log2_ns: list[int], width: int = 40) -> list[str]:
@@ -116,6 +117,9 @@ def render_fs(fs: dict[str, Any]) -> list[str]:
             f"{space['used_bytes_start'] / space['size_bytes']:.0%} used at the workload's start, "
             f"{space['used_bytes_end'] / space['size_bytes']:.0%} at its end"
         )
+        note = space_note(fs) if waits_for_space(fs) else None
+        if note:
+            lines.append(f"   test bed: {note}")
     if fs.get("mount_options_in_force"):
         lines.append(
             f"   in force: {fs['mount_options_in_force']}"
