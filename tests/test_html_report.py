@@ -155,6 +155,10 @@ BARS_JS = """JSON.stringify([...document.querySelectorAll('svg.causes g.bar')].m
 HISTS_JS = """JSON.stringify([...document.querySelectorAll('svg.latency g.panel')].map(g => ({
     fs: g.dataset.fs, op: g.dataset.op,
     buckets: [...g.querySelectorAll('rect.bucket')].map(r => [+r.dataset.bucket, +r.dataset.count])})))"""
+TIMELINES_JS = """JSON.stringify([...document.querySelectorAll('svg.timeline')].map(s => ({
+    fs: s.dataset.fs, op: s.dataset.op, ns: +s.dataset.ns, tid: +s.dataset.tid,
+    waits: [...s.querySelectorAll('rect.wait')].map(r => ({cause: r.dataset.cause, at: +r.dataset.at, ns: +r.dataset.ns,
+                                                          x: r.getBBox().x, width: r.getBBox().width}))})))"""
 # Inside a flame graph's frame: drawn (frames), its script ran (init set total_samples), a click
 # on Search asks for a term (answered SEARCH_TERM) and highlights its frames, a click on a frame
 # zooms (the reset-zoom button shows); and nothing throws.
@@ -201,6 +205,7 @@ class Page:
             self.figures = json.loads(evaluate(tools, FIGURES_JS, session))
             self.bars = json.loads(evaluate(tools, BARS_JS, session))
             self.hists = json.loads(evaluate(tools, HISTS_JS, session))
+            self.timelines = json.loads(evaluate(tools, TIMELINES_JS, session))
             self.iframe_srcs = evaluate(
                 tools, "[...document.querySelectorAll('iframe.flamegraph')].map(f => f.src)", session
             )
@@ -400,6 +405,26 @@ def test_cause_bars_are_the_attribution_in_us_per_op(page, result):
     ext4 = next(fs for fs in result["filesystems"] if fs["fs"] == "ext4")["attribution"]["fsync"]["causes"]
     widest = max(bars[("ext4", "fsync")]["causes"], key=lambda c: c["width"])
     assert widest["cause"] == max(ext4, key=ext4.get) == "journal commit wait"
+
+
+@pytest.mark.root
+def test_the_slowest_calls_are_drawn_where_their_waits_fell(page, result):
+    """Each filesystem's slowest calls (result.json exemplars) on their own time axis: the same
+    calls in the same order, each recorded wait where it began in the call and as long as it was."""
+    for fs in result["filesystems"]:
+        drawn = [t for t in page.timelines if t["fs"] == fs["label"]]
+        slowest = {op: calls[0]["ns"] for op, calls in fs["exemplars"].items() if calls}
+        ops = sorted(slowest, key=lambda op: -slowest[op])
+        want = [(op, call) for op in ops[:2] for call in fs["exemplars"][op][:3]]
+        assert [(t["op"], t["ns"], t["tid"]) for t in drawn] == [(op, c["ns"], c["tid"]) for op, c in want], fs["label"]
+        for t, (_, call) in zip(drawn, want):
+            px_per_ns = 520 / call["ns"]  # charts.PLOT_W
+            assert [(w["cause"], w["at"], w["ns"]) for w in t["waits"]] == [
+                (w["cause"], w["at_ns"], w["ns"]) for w in call["waits"]
+            ]
+            for w in t["waits"]:
+                assert abs(w["x"] - (130 + w["at"] * px_per_ns)) < 0.05  # charts.LABEL_W
+                assert abs(w["width"] - max(w["ns"] * px_per_ns, 0.5)) < 0.05
 
 
 @pytest.mark.root

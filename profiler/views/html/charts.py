@@ -188,6 +188,44 @@ def _cause_row(name, op, b, order, colours, y, bar_h, px_per_us):
     return "".join(out)
 
 
+def call_timeline(name, op, call, colours):
+    """One slowest call on its own time axis (docs/tail.md): the call from its start to its end, and
+    each of its longest blocked intervals where it fell, coloured by cause, with who ended it. The
+    rest of its time (shorter waits, runnable, on CPU) has no recorded place: it is the bar's base."""
+    ns = call["ns"] or 1
+    px = PLOT_W / ns
+    bar_h, top = 18, 18
+    width, height = LABEL_W + PLOT_W + SIDE_W, top + bar_h + 22
+    label = f"{fmt_ns(call['ns'])}, thread {call['tid']}"
+    data = attrs(data_fs=name, data_op=op, data_ns=call["ns"], data_tid=call["tid"])
+    out = [
+        f'<svg class="chart timeline" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}"'
+        f' viewBox="0 0 {width} {height}" role="img"{data}>',
+        f"<title>{escape(op)} call of {escape(label)}, on its own time axis</title>",
+        f'<text x="{LABEL_W - 8}" y="{top + bar_h / 2 + 4}" class="rowlabel">{escape(op)}</text>',
+        f'<rect class="base" x="{LABEL_W}" y="{top}" width="{PLOT_W}" height="{bar_h}" fill="#e8e8e8">'
+        f"<title>{escape(label)}: CPU {escape(fmt_ns(call['cpu_ns']))}, runnable "
+        f"{escape(fmt_ns(call['runnable_ns']))}, shorter waits {escape(fmt_ns(call['other_blocked_ns']))}"
+        "</title></rect>",
+    ]
+    for w in call["waits"]:
+        x, wd = LABEL_W + w["at_ns"] * px, max(w["ns"] * px, 0.5)
+        out.append(
+            f'<rect class="wait" x="{x:.2f}" y="{top}" width="{wd:.2f}" height="{bar_h}" fill="{colours(w["cause"])}"'
+            f"{attrs(data_cause=w['cause'], data_at=w['at_ns'], data_ns=w['ns'])}><title>{escape(w['cause'])} "
+            f"{escape(fmt_ns(w['ns']))}, {escape(fmt_ns(w['at_ns']))} into the call, ended by "
+            f"{escape(w['ended_by'])}</title></rect>"
+        )
+    for frac in (0, 0.5, 1):
+        out.append(
+            f'<text x="{LABEL_W + frac * PLOT_W:.1f}" y="{top + bar_h + 14}" class="tick">'
+            f"{escape(fmt_ns(frac * call['ns']))}</text>"
+        )
+    out.append(f'<text x="{LABEL_W}" y="12" class="note">{escape(label)}, phase {escape(call["phase"])}</text>')
+    out.append("</svg>")
+    return "".join(out)
+
+
 CSS = """
 svg.chart { display: block; margin: .4em 0 1.2em; max-width: 100%; height: auto; font: 11px system-ui, sans-serif; }
 svg.chart .note { fill: #555; }
@@ -195,7 +233,7 @@ svg.chart .rowlabel { text-anchor: end; font-weight: 600; }
 svg.chart .tick { text-anchor: middle; fill: #444; }
 svg.chart .axis, svg.chart .base { stroke: #888; stroke-width: 1; }
 svg.chart .bucket { fill: #9ecae1; }
-svg.chart .bucket:hover, svg.chart .cause:hover { opacity: .75; }
+svg.chart .bucket:hover, svg.chart .cause:hover, svg.chart .wait:hover { opacity: .75; }
 svg.chart .fine { fill: none; stroke: #08519c; stroke-width: 1; }
 svg.chart .mark { stroke: #c0392b; stroke-width: 1.2; }
 svg.chart .marklabel { fill: #c0392b; font-size: 9px; }

@@ -325,6 +325,24 @@ def worker_charts(group, colours):
     return "".join(out)
 
 
+SLOWEST_OPS, SLOWEST_CALLS = 2, 3  # per column: the ops whose slowest call is longest, their slowest calls
+
+
+def slowest(group, colours):
+    """Each column's slowest calls, each on its own time axis (charts.call_timeline)."""
+    out = []
+    for c in group.columns:
+        exemplars = c.fs.get("exemplars") or {}
+        ops = sorted((op for op, calls in exemplars.items() if calls), key=lambda op: -exemplars[op][0]["ns"])
+        for op in ops[:SLOWEST_OPS]:
+            calls = exemplars[op][:SLOWEST_CALLS]
+            timelines = "".join(charts.call_timeline(c.name, op, call, colours) for call in calls)
+            out.append(f"<h4>{escape(c.name)}: the slowest {escape(op)} calls</h4>{timelines}")
+    if not out:
+        return '<p class="note">No slowest calls were kept (a run of fsprof before 2026-11-27).</p>'
+    return "".join(out)
+
+
 def behind_chains(group):
     out = []
     for c in group.columns:
@@ -384,6 +402,7 @@ SECTIONS = (
     ("why", "Why they differ"),
     ("latency", "Latency distributions"),
     ("causes", "Where the time went (µs per call, by cause)"),
+    ("slowest", "The slowest calls, each on its own time axis"),
     ("behind", "Behind the wait"),
     ("flamegraphs", "Flame graphs"),
 )
@@ -396,6 +415,7 @@ def group_html(k, group, colours):
         "why": why(group),
         "latency": latency(group),
         "causes": causes(group, colours),
+        "slowest": slowest(group, colours),
         "behind": behind_chains(group),
         "flamegraphs": flame_graphs(group),
     }
