@@ -338,7 +338,7 @@ int BPF_PROG(on_jbd2_start_commit, journal_t *journal, transaction_t *commit_tra
 		return 0;
 	}
 	/* The commit thread's own time, split by cause from its off-CPU stacks ([[worker]] rules). */
-	worker_begin(WORKER_JBD2_COMMIT, key.dev);
+	worker_begin(WORKER_JBD2_COMMIT, key.dev, key.tid);
 	bpf_map_update_elem(&committing, &thread, &key, BPF_ANY);
 
 	js = journal_of(key.dev);
@@ -634,7 +634,7 @@ int BPF_PROG(on_fc_commit_start, struct super_block *sb, tid_t commit_tid)
 		count_drop(DROP_FS_FULL);
 		return 0;
 	}
-	worker_begin(WORKER_EXT4_FC_COMMIT, fc.dev);
+	worker_begin(WORKER_EXT4_FC_COMMIT, fc.dev, 0);
 	return 0;
 }
 

@@ -130,6 +130,22 @@ struct off_key {
 	char waker_comm[COMM_LEN];
 };
 
+/* Block request classes (bpf/block.bpf.c), from the flags the submitter gave (read at
+ * block_io_start, before the flush machinery strips PREFLUSH/FUA on a device without them). */
+enum blk_class {
+	BLK_FLUSH = 0,      /* REQ_OP_FLUSH: what /sys/block/<dev>/stat counts as flush requests; also
+	                        * an empty REQ_PREFLUSH write (blkdev_issue_flush), which only waits for one */
+	BLK_PREFLUSH_WRITE, /* a write with REQ_PREFLUSH (cache flush before it; FUA or not) */
+	BLK_FUA_WRITE,      /* a write with REQ_FUA and no PREFLUSH */
+	BLK_META_WRITE,     /* a REQ_META write (journal, log, btree blocks) */
+	BLK_SYNC_WRITE,     /* a REQ_SYNC write (someone waits for it: fsync, O_DIRECT) */
+	BLK_ASYNC_WRITE,    /* any other write (background writeback) */
+	BLK_READ,
+	BLK_DISCARD, /* discard, secure erase */
+	BLK_OTHER,   /* write zeroes, zone and driver commands */
+	N_BLK_CLASSES,
+};
+
 /* Filesystem worker windows: a kernel thread doing work that ends other threads' waits (a jbd2
  * commit, an XFS CIL push, a btrfs transaction commit), between a begin and an end tracepoint in
  * bpf/<fs>.bpf.c. syscalls.bpf.c's sched_switch times the thread's off-CPU intervals inside a
@@ -154,9 +170,23 @@ struct worker_window {
 	__u16 phase;
 	__s32 out_stack;
 	__u16 out_runnable;
-	__u16 no_stacks;  /* stack sampling passed this window over: its intervals are STACK_NOT_WALKED */
-	__u64 blocked_ns; /* off CPU and not runnable inside the window so far (ext4's commit block
+	__u16 no_stacks;               /* stack sampling passed this window over: its intervals are STACK_NOT_WALKED */
+	__u64 blocked_ns;              /* off CPU and not runnable inside the window so far (ext4's commit block
 				* takes its part as the difference between two readings) */
+	__u32 id;                      /* the work's own number: a jbd2 commit's transaction tid; 0: none */
+	__u16 requests[N_BLK_CLASSES]; /* block requests made inside it so far, by class */
+};
+
+/* A worker window as a waiter saw it when the worker woke it: the work that ended the wait (an
+ * exemplar's wait keeps it). The window may still be open then (end_ns 0), or have just closed:
+ * jbd2 wakes the fsync waiters after trace_jbd2_end_commit, where its window ends. */
+struct work_seen {
+	__u64 start_ns;
+	__u64 end_ns;     /* 0: still open when it woke the waiter */
+	__u64 blocked_ns; /* the worker's own blocked time in it (mostly waiting for its I/O) */
+	__u32 id;
+	__u16 kind; /* enum worker_kind; 0: the waker was in no window and had closed none just before */
+	__u16 requests[N_BLK_CLASSES];
 };
 
 struct worker_key {
@@ -184,6 +214,7 @@ struct exemplar_wait {
 	__s32 stack;    /* STACK_NOT_WALKED: a passed-over call's wait below the tail threshold */
 	__s32 waker_stack;
 	char waker_comm[COMM_LEN];
+	struct work_seen work; /* the worker window of its waker, if it was one */
 };
 
 struct exemplar {
@@ -208,22 +239,6 @@ struct sample_key {
 	struct op_key op;
 	__s32 stackid;
 	__u32 pad;
-};
-
-/* Block request classes (bpf/block.bpf.c), from the flags the submitter gave (read at
- * block_io_start, before the flush machinery strips PREFLUSH/FUA on a device without them). */
-enum blk_class {
-	BLK_FLUSH = 0,      /* REQ_OP_FLUSH: what /sys/block/<dev>/stat counts as flush requests; also
-	                        * an empty REQ_PREFLUSH write (blkdev_issue_flush), which only waits for one */
-	BLK_PREFLUSH_WRITE, /* a write with REQ_PREFLUSH (cache flush before it; FUA or not) */
-	BLK_FUA_WRITE,      /* a write with REQ_FUA and no PREFLUSH */
-	BLK_META_WRITE,     /* a REQ_META write (journal, log, btree blocks) */
-	BLK_SYNC_WRITE,     /* a REQ_SYNC write (someone waits for it: fsync, O_DIRECT) */
-	BLK_ASYNC_WRITE,    /* any other write (background writeback) */
-	BLK_READ,
-	BLK_DISCARD, /* discard, secure erase */
-	BLK_OTHER,   /* write zeroes, zone and driver commands */
-	N_BLK_CLASSES,
 };
 
 /* Block requests by class: those a traced syscall made from its own bios (block_getrq in its

@@ -97,6 +97,15 @@ struct {
 	__type(value, struct worker_window);
 } worker_windows SEC(".maps");
 
+/* tid -> the last worker window it closed, read by sched_waking when a worker wakes a traced
+ * thread just after its window ended (jbd2 wakes the fsync waiters after its commit's window). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct work_seen);
+} worker_last SEC(".maps");
+
 /* How many worker windows are open: sched_switch, which runs for every switch on the machine,
  * skips its two worker_windows lookups while none is. Never below the true count (an LRU eviction
  * is not subtracted) but for a window opened while userspace resets the maps, whose switches are
@@ -312,13 +321,17 @@ static __always_inline void pause_switch(struct task_struct *prev, unsigned int 
 	pause_forget(tid);
 }
 
-/* The current thread starts work of `kind` for `dev` (a begin tracepoint of bpf/<fs>.bpf.c). */
-static __always_inline void worker_begin(__u16 kind, __u32 dev)
+/* The current thread starts work of `kind` for `dev` (a begin tracepoint of bpf/<fs>.bpf.c); id:
+ * the work's own number where it has one (a jbd2 commit's transaction tid), else 0. */
+static __always_inline void worker_begin(__u16 kind, __u32 dev, __u32 id)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct worker_window w = {
-		.start_ns = bpf_ktime_get_ns(), .dev = dev, .kind = kind, .phase = current_phase(), .out_stack = -1
-	};
+	struct worker_window w = { .start_ns = bpf_ktime_get_ns(),
+		                   .dev = dev,
+		                   .kind = kind,
+		                   .phase = current_phase(),
+		                   .out_stack = -1,
+		                   .id = id };
 	struct worker_run *run;
 	long err;
 
@@ -353,10 +366,20 @@ static __always_inline __u64 worker_end(void)
 	__u64 start = w ? w->start_ns : 0, now = bpf_ktime_get_ns();
 	struct worker_run *run;
 
+	struct work_seen done = {};
+
 	if (!w)
 		return 0;
 	if (start && start <= now && (run = worker_run_of(w)))
 		__sync_fetch_and_add(&run->wall_ns, now - start);
+	/* Kept for the wakeups that follow the window's end (struct work_seen). */
+	done.start_ns = start;
+	done.end_ns = now;
+	done.blocked_ns = w->blocked_ns;
+	done.id = w->id;
+	done.kind = w->kind;
+	__builtin_memcpy(done.requests, w->requests, sizeof(done.requests));
+	bpf_map_update_elem(&worker_last, &tid, &done, BPF_ANY);
 	worker_forget(tid);
 	return start;
 }

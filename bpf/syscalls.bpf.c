@@ -81,12 +81,13 @@ struct inflight {
 	struct op_key op; /* dev as known at entry; an open's fd is resolved at exit */
 	__s32 out_stack;
 	__u8 out_runnable;
-	__u8 deferred;      /* an open, or a call its path did not place: its filesystem is known only
+	__u8 deferred;         /* an open, or a call its path did not place: its filesystem is known only
 	                        * at exit, so its off-CPU time waits in slots */
-	__u8 no_stacks;     /* stack sampling passed this call over: its intervals are STACK_NOT_WALKED */
-	__u8 counts_walks;  /* sampling, before the op's first waits_walked: its blocked intervals count there */
-	__u8 decided;       /* no_stacks and counts_walks are set (at the call's first switch-out) */
-	struct waker waker; /* who woke it while switched out */
+	__u8 no_stacks;        /* stack sampling passed this call over: its intervals are STACK_NOT_WALKED */
+	__u8 counts_walks;     /* sampling, before the op's first waits_walked: its blocked intervals count there */
+	__u8 decided;          /* no_stacks and counts_walks are set (at the call's first switch-out) */
+	struct waker waker;    /* who woke it while switched out */
+	struct work_seen work; /* the waker's worker window, if it was in one (or just out of one) */
 	struct off_slot slots[OFF_SLOTS];
 	/* For its exemplar: reset at entry by count only (ex_wait[i] is valid below ex_waits). */
 	__u64 ex_runq_ns;
@@ -584,10 +585,13 @@ static __always_inline void keep_exemplar_wait(struct inflight *op, __u32 woken,
 	w->ns = ns;
 	w->stack = op->out_stack;
 	w->waker_stack = woken ? op->waker.stack : -1;
-	if (woken)
+	if (woken) {
 		__builtin_memcpy(w->waker_comm, op->waker.comm, COMM_LEN);
-	else
+		__builtin_memcpy(&w->work, &op->work, sizeof(w->work));
+	} else {
 		w->waker_comm[0] = 0;
+		w->work.kind = 0;
+	}
 }
 
 /* One part of an off-CPU interval. Its key is the syscall's (filesystem, syscall, phase); for an
@@ -679,23 +683,60 @@ static __always_inline void off_interval_end(struct inflight *op, struct task_st
 	op->woken_ns = 0;
 }
 
+/* How long after its window ended a worker's wakeup is still that work's: jbd2 wakes the fsync
+ * waiters a few locks after trace_jbd2_end_commit (microseconds; more under emulation). */
+#define WORK_WAKE_NS 1000000ULL
+
+/* The current task's worker window, as the task it wakes sees it: open, or closed just now. */
+static __always_inline void waker_work(struct work_seen *out, __u64 now)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct worker_window *w = NULL;
+	struct work_seen *last;
+
+	if (open_count(&workers_open) > 0)
+		w = bpf_map_lookup_elem(&worker_windows, &tid);
+	if (w) {
+		out->start_ns = w->start_ns;
+		out->end_ns = 0;
+		out->blocked_ns = w->blocked_ns;
+		out->id = w->id;
+		out->kind = w->kind;
+		__builtin_memcpy(out->requests, w->requests, sizeof(out->requests));
+		return;
+	}
+	last = bpf_map_lookup_elem(&worker_last, &tid);
+	if (last && last->end_ns <= now && now - last->end_ns <= WORK_WAKE_NS)
+		__builtin_memcpy(out, last, sizeof(*out));
+	else
+		out->kind = 0;
+}
+
 /* Runs in the waker's context: its stack and comm are the current task's. */
 SEC("tp_btf/sched_waking")
 int BPF_PROG(on_waking, struct task_struct *p)
 {
 	struct inflight *op;
+	__u64 now;
 
 	if (!p)
 		return 0;
 	op = inflight_of(p);
 	if (!op || !op->out_ns || op->woken_ns)
 		return 0;
+	now = bpf_ktime_get_ns();
 	/* A passed-over call's waker is taken too when the wait so far is already in the tail. */
-	if (!op->out_runnable && (!op->no_stacks || in_tail(bpf_ktime_get_ns() - op->out_ns))) {
+	if (!op->out_runnable && (!op->no_stacks || in_tail(now - op->out_ns))) {
 		op->waker.stack = get_stack(ctx);
 		if (op->waker.stack < 0)
 			count_drop(DROP_WAKER_STACK);
 		bpf_get_current_comm(op->waker.comm, COMM_LEN);
+		waker_work(&op->work, now);
+	} else {
+		/* Not taken: an exemplar's wait must not keep an earlier wait's waker. */
+		op->waker.stack = -1;
+		op->waker.comm[0] = 0;
+		op->work.kind = 0;
 	}
 	/* Stamped after taking the stack: the wakee stays blocked until the waker gets past this
 	 * probe, and the kernel's delay accounting (later in try_to_wake_up) counts it so too. */
@@ -818,7 +859,7 @@ static __always_inline void add_request(struct bio *bio, __u64 made)
 {
 	struct inflight *op;
 	struct rq_classes *rqs = NULL;
-	struct worker_window *w;
+	struct worker_window *w = NULL;
 	struct worker_run *run;
 	__u32 tid, bytes;
 	__u16 cls;
@@ -844,6 +885,8 @@ static __always_inline void add_request(struct bio *bio, __u64 made)
 	if (made)
 		__sync_fetch_and_add(&rqs->count[cls], 1);
 	__sync_fetch_and_add(&rqs->bytes[cls], bytes);
+	if (w && made) /* the window's own, for the waiters it wakes (struct work_seen) */
+		w->requests[cls]++;
 }
 
 /* The same requests as block_io_start (which 6.1 lacks), in the submitter's context. */

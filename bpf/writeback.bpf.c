@@ -524,7 +524,7 @@ int BPF_PROG(on_writeback_start, struct bdi_writeback *wb, struct wb_writeback_w
 	bdi_key = e.bdi;
 	sb = bpf_map_lookup_elem(&bdi_sb, &bdi_key);
 	if (sb && *sb)
-		worker_begin(WORKER_FLUSHER, *sb);
+		worker_begin(WORKER_FLUSHER, *sb, 0);
 	if (!st->new_run)
 		return 0;
 	st->new_run = 0;

@@ -752,11 +752,11 @@ int BPF_PROG(on_work_start, struct work_struct *work)
 	if (fn == conf->cil_push_work) {
 		dev = cil_push_dev(work);
 		if (traced_dev(dev))
-			worker_begin(WORKER_XFS_CIL_PUSH, dev);
+			worker_begin(WORKER_XFS_CIL_PUSH, dev, 0);
 	} else if (fn == conf->log_worker) {
 		dev = log_worker_dev(work);
 		if (traced_dev(dev))
-			worker_begin(WORKER_XFS_LOG_WORKER, dev);
+			worker_begin(WORKER_XFS_LOG_WORKER, dev, 0);
 	}
 	return 0;
 }
@@ -871,7 +871,7 @@ int BPF_PROG(on_inodegc_worker, struct xfs_mount *mp, unsigned int shrinker_hits
 	__u32 dev = mount_dev(mp);
 
 	if (traced_dev(dev))
-		worker_begin(WORKER_XFS_INODEGC, dev);
+		worker_begin(WORKER_XFS_INODEGC, dev, 0);
 	return 0;
 }
 

@@ -27,6 +27,9 @@ def test_the_real_mirrors_match(btf):
     assert check(btf, maps.Hist, "hist") is None
     assert check(btf, maps.OpKey, "op_key") is None
     assert check(btf, maps.OffKey, "off_key") is None  # a struct inside a struct, a char array
+    assert check(btf, maps.ExemplarSet, "exemplar_set") is None  # arrays of structs of structs
+    assert check(btf, maps.WorkerWindow, "worker_window") is None
+    assert check(btf, maps.StackSampling, "stack_sampling") is None
 
 
 def test_swapped_fields_of_one_size_are_found(btf):

@@ -145,3 +145,43 @@ def test_the_exemplars_are_the_slowest_calls_and_the_freeze_is_first(tmp_path):
     parts = sum(w["ns"] for w in slowest["waits"]) + slowest["other_blocked_ns"]
     assert parts + slowest["runnable_ns"] + slowest["cpu_ns"] == slowest["ns"]
     assert "slowest pwrite64 calls and why:" in stdout and "filesystem frozen" in stdout
+
+
+JBD2_ORACLE = r"""BEGIN { printf("ready\n"); }
+tracepoint:jbd2:jbd2_start_commit { printf("commit start %d %llu\n", args->transaction, nsecs); }
+tracepoint:jbd2:jbd2_end_commit { printf("commit end %d %llu\n", args->transaction, nsecs); }"""
+
+
+@pytest.mark.parametrize("barrier", ["1", "0"])
+def test_an_fsyncs_commit_wait_names_the_commit_it_waited_for(tmp_path, barrier):
+    """An fsync's journal commit wait, kept whole in an exemplar, names the work that ended it:
+    the jbd2 commit, by its transaction id, its window where a bpftrace oracle on jbd2_start_commit
+    and jbd2_end_commit saw that transaction's commit (to 50 us, x TIME_SCALE squared in a VM),
+    ended before the fsync was woken; the commit's own requests hold its commit block's cache
+    flush (a PREFLUSH write) with barriers, and none without."""
+    oracle = bpftrace_start(JBD2_ORACLE)
+    try:
+        by_fs, _, _ = fsprof_run(
+            tmp_path, f"barrier{barrier}", "--fs", "ext4", "--count", "200", "--mount-options", f"barrier={barrier}"
+        )
+    finally:
+        seen = bpftrace_output(oracle)
+    commits = {}
+    for line in seen.splitlines():
+        if line.startswith("commit "):
+            _, edge, tid, ns = line.split()
+            commits.setdefault(int(tid), {})[edge] = int(ns)
+    apart = 50_000 * TIME_SCALE**2
+    waits = [(c, w) for c in by_fs["ext4"]["exemplars"]["fsync"] for w in c["waits"]]
+    commit_waits = [(c, w) for c, w in waits if w["cause"] == "journal commit wait"]
+    assert commit_waits, waits[:4]
+    for call, w in commit_waits:
+        work = w.get("work")
+        assert work and work["worker"] == "jbd2 commit", w
+        seen_commit = commits[work["id"]]  # a transaction the oracle saw commit
+        assert abs(call["start_ns"] + work["start_at_ns"] - seen_commit["start"]) <= apart, (work, seen_commit)
+        assert abs(call["start_ns"] + work["end_at_ns"] - seen_commit["end"]) <= apart, (work, seen_commit)
+        assert work["end_at_ns"] <= w["at_ns"] + w["ns"] + apart  # the commit ended, then woke the fsync
+        assert work["blocked_ns"] <= work["end_at_ns"] - work["start_at_ns"]
+        flushes = work["requests"].get("preflush_write", 0) + work["requests"].get("fua_write", 0)
+        assert (flushes >= 1) if barrier == "1" else (flushes == 0), work["requests"]

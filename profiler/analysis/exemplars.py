@@ -28,6 +28,19 @@ def explain(
     }
 
 
+def _work(work: dict[str, Any], call_start: int) -> dict[str, Any]:
+    """The work whose worker ended a wait: its window on the call's time axis (from the call's
+    start; negative: before the call), what the worker itself blocked on in it, its requests."""
+    return {
+        "worker": work["worker"],
+        **({"id": work["id"]} if work["id"] else {}),
+        "start_at_ns": work["start_ns"] - call_start,
+        "end_at_ns": work["end_ns"] - call_start if work["end_ns"] else None,
+        "blocked_ns": work["blocked_ns"],
+        "requests": work["requests"],
+    }
+
+
 def _call(rules: attribution.Rules, call: dict[str, Any], stacks: dict[int, list[str]]) -> dict[str, Any]:
     waits = []
     for w in call["longest"]:
@@ -43,6 +56,7 @@ def _call(rules: attribution.Rules, call: dict[str, Any], stacks: dict[int, list
                 "cause": cause,
                 **({"detail": detail} if detail else {}),
                 "ended_by": attribution.waker_name(w["waker_comm"], stacks.get(w["waker_stack"])),
+                **({"work": _work(w["work"], call["start_ns"])} if w.get("work") else {}),
             }
         )
     shown = sum(w["ns"] for w in waits)

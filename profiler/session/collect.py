@@ -36,6 +36,7 @@ SHARED_MAPS = (
     ("stacks", c.c_uint32, maps.Stack),
     ("stacks_spill", c.c_uint32, maps.Stack),
     ("worker_windows", c.c_uint32, maps.WorkerWindow),
+    ("worker_last", c.c_uint32, maps.WorkSeen),
     ("workers_open", c.c_uint32, c.c_int64),
     ("worker_offcpu", maps.WorkerKey, maps.OffVal),
     ("worker_runs", maps.WorkerRunKey, maps.WorkerRun),

@@ -138,6 +138,21 @@ class WorkerWindow(c.Structure):
         ("out_runnable", c.c_uint16),
         ("no_stacks", c.c_uint16),
         ("blocked_ns", c.c_uint64),
+        ("id", c.c_uint32),
+        ("requests", c.c_uint16 * len(BLK_CLASSES)),
+    ]
+
+
+class WorkSeen(c.Structure):
+    """A worker window as the thread it woke saw it (bpf/fsprof.h struct work_seen)."""
+
+    _fields_ = [
+        ("start_ns", c.c_uint64),
+        ("end_ns", c.c_uint64),
+        ("blocked_ns", c.c_uint64),
+        ("id", c.c_uint32),
+        ("kind", c.c_uint16),
+        ("requests", c.c_uint16 * len(BLK_CLASSES)),
     ]
 
 
@@ -265,6 +280,7 @@ class ExemplarWait(c.Structure):
         ("stack", c.c_int32),
         ("waker_stack", c.c_int32),
         ("waker_comm", c.c_char * COMM_LEN),
+        ("work", WorkSeen),
     ]
 
 
@@ -283,6 +299,20 @@ class Exemplar(c.Structure):
 
 class ExemplarSet(c.Structure):
     _fields_ = [("floor_ns", c.c_uint64), ("busy", c.c_uint32), ("pad", c.c_uint32), ("call", Exemplar * EXEMPLARS)]
+
+
+def work_of(seen: Any) -> dict[str, Any] | None:
+    """The worker window a wait's waker was in (struct work_seen), or None."""
+    if not seen.kind or seen.kind >= len(WORKER_KINDS):
+        return None
+    return {
+        "worker": WORKER_KINDS[seen.kind],
+        "id": seen.id,
+        "start_ns": seen.start_ns,
+        "end_ns": seen.end_ns or None,  # still open when it woke the waiter
+        "blocked_ns": seen.blocked_ns,
+        "requests": {cls: n for cls, n in zip(BLK_CLASSES, seen.requests) if n},
+    }
 
 
 def exemplars_of(kept: Any) -> list[dict[str, Any]]:
@@ -306,6 +336,7 @@ def exemplars_of(kept: Any) -> list[dict[str, Any]]:
                         "stack": w.stack,
                         "waker_stack": w.waker_stack,
                         "waker_comm": w.waker_comm.decode(errors="replace"),
+                        "work": work_of(w.work),
                     }
                     for w in list(e.wait)[: min(e.waits, EXEMPLAR_WAITS)]
                 ),

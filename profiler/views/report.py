@@ -197,7 +197,7 @@ def slowest_calls(exemplars: dict[str, list[dict[str, Any]]], ops: int = 3, call
         lines.append(f"   slowest {op} calls and why:")
         for call in slowest[:calls]:
             shown = [w for w in call["waits"] if w["ns"] >= 0.01 * call["ns"]]
-            parts = [f"{w['cause']} {fmt_ns(w['ns'])} (ended by {w['ended_by']})" for w in shown]
+            parts = [f"{w['cause']} {fmt_ns(w['ns'])} (ended by {w['ended_by']}{work_words(w)})" for w in shown]
             rest = call["ns"] - sum(w["ns"] for w in shown) - call["cpu_ns"] - call["runnable_ns"]
             if rest > 0:
                 parts.append(f"{call['blocked_intervals'] - len(shown)} shorter waits {fmt_ns(rest)}")
@@ -208,6 +208,21 @@ def slowest_calls(exemplars: dict[str, list[dict[str, Any]]], ops: int = 3, call
                 f"     {fmt_ns(call['ns'])} (thread {call['tid']}, phase {call['phase']}) = " + " + ".join(parts)
             )
     return lines
+
+
+def work_words(wait: dict[str, Any]) -> str:
+    """': its jbd2 commit of transaction 812, 18.2 ms from 1.1 ms before the call, blocked 17.9 ms
+    in it; 1 preflush write, 3 meta writes' for a wait a worker ended (result.json exemplar wait's
+    "work"), else ''."""
+    work = wait.get("work")
+    if not work:
+        return ""
+    what = work["worker"] + (f" of transaction {work['id']}" if "id" in work else "")
+    start = work["start_at_ns"]
+    when = f"{fmt_ns(-start)} before the call" if start < 0 else f"{fmt_ns(start)} into it"
+    span = f"{fmt_ns(work['end_at_ns'] - start)} from {when}" if work["end_at_ns"] is not None else f"from {when}, open"
+    rqs = ", ".join(f"{n} {cls.replace('_', ' ')}" for cls, n in work["requests"].items())
+    return f": its {what}, {span}, blocked {fmt_ns(work['blocked_ns'])} in it" + (f"; {rqs}" if rqs else "")
 
 
 def stack_sampling(fs: dict[str, Any], share: bool = True) -> str:

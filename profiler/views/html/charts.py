@@ -194,8 +194,8 @@ def call_timeline(name, op, call, colours):
     rest of its time (shorter waits, runnable, on CPU) has no recorded place: it is the bar's base."""
     ns = call["ns"] or 1
     px = PLOT_W / ns
-    bar_h, top = 18, 18
-    width, height = LABEL_W + PLOT_W + SIDE_W, top + bar_h + 22
+    bar_h, top, work_h = 18, 18, 8
+    width, height = LABEL_W + PLOT_W + SIDE_W, top + bar_h + work_h + 26
     label = f"{fmt_ns(call['ns'])}, thread {call['tid']}"
     data = attrs(data_fs=name, data_op=op, data_ns=call["ns"], data_tid=call["tid"])
     out = [
@@ -216,9 +216,25 @@ def call_timeline(name, op, call, colours):
             f"{escape(fmt_ns(w['ns']))}, {escape(fmt_ns(w['at_ns']))} into the call, ended by "
             f"{escape(w['ended_by'])}</title></rect>"
         )
+    for w in call["waits"]:  # the worker's window that ended the wait, on the same axis (clipped)
+        work = w.get("work")
+        if not work:
+            continue
+        end = work["end_at_ns"] if work["end_at_ns"] is not None else w["at_ns"] + w["ns"]
+        x0, x1 = max(work["start_at_ns"], 0), min(max(end, 0), ns)
+        name = work["worker"] + (f" of transaction {work['id']}" if "id" in work else "")
+        rqs = ", ".join(f"{n} {cls.replace('_', ' ')}" for cls, n in work["requests"].items()) or "no requests"
+        out.append(
+            f'<rect class="work" x="{LABEL_W + x0 * px:.2f}" y="{top + bar_h + 3}"'
+            f' width="{max((x1 - x0) * px, 0.5):.2f}" height="{work_h}" fill="{colours(w["cause"])}"'
+            ' fill-opacity="0.55"'
+            f"{attrs(data_worker=work['worker'], data_start=work['start_at_ns'], data_end=end)}><title>"
+            f"{escape(name)}: {escape(fmt_ns(end - work['start_at_ns']))}, blocked "
+            f"{escape(fmt_ns(work['blocked_ns']))} in it; {escape(rqs)}</title></rect>"
+        )
     for frac in (0, 0.5, 1):
         out.append(
-            f'<text x="{LABEL_W + frac * PLOT_W:.1f}" y="{top + bar_h + 14}" class="tick">'
+            f'<text x="{LABEL_W + frac * PLOT_W:.1f}" y="{top + bar_h + work_h + 18}" class="tick">'
             f"{escape(fmt_ns(frac * call['ns']))}</text>"
         )
     out.append(f'<text x="{LABEL_W}" y="12" class="note">{escape(label)}, phase {escape(call["phase"])}</text>')
