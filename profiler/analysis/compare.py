@@ -30,7 +30,7 @@ from ..rundir import INDEX_FILE, RESULT_FILE, load, load_index
 from . import repeats, workload as workload_time
 from ..work_unit import parse_unit
 from .band import compare_band
-from .test_bed import test_bed_notes
+from .testbed import test_bed_notes
 from .decompose import MIN_SHARE, MIN_US, decompose, expanded_causes
 from .evidence import Group, elsewhere_pairs, evidence_pairs, assign_evidence, mechanism, owns_the_device
 

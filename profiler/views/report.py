@@ -7,7 +7,7 @@ from ..trace.maps import BLK_WRITE_CLASSES
 from ..units import fmt_ns
 from .. import behind
 from ..machine.workload import render as render_workload
-from ..analysis.test_bed import space_note, waits_for_space
+from ..analysis.testbed import space_note, waits_for_space
 
 
 def histogram(log2_ns: list[int], width: int = 40) -> list[str]:
