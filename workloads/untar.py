@@ -103,6 +103,8 @@ def check(args):
         raise UsageError(f"{NAME}: --source and --synthetic exclude each other")
     if args.source and not (args.source.endswith(".tar.xz") and os.path.isfile(args.source)):
         raise UsageError(f"{NAME}: --source must name an existing .tar.xz file, not '{args.source}'")
+    if args.synthetic:  # its size is known without the cache: said before the cache is looked at
+        entries_wanted(spec, synthetic_tree.total_entries(), "the synthetic tree")
     ensure_cache_dir(args.cache_dir)
 
 
@@ -110,6 +112,11 @@ def ensure_cache_dir(path):
     # Only root makes it: fsprof checks the workload's arguments before it refuses a user who is
     # not root, and a directory that user made under /var/tmp/fsprof would be theirs in root's runs.
     if os.geteuid() != 0 and not os.path.isdir(path):
+        parent = os.path.dirname(os.path.abspath(path))
+        while not os.path.exists(parent):  # the directory it would be made in
+            parent = os.path.dirname(parent)
+        if not (os.path.isdir(parent) and os.access(parent, os.W_OK | os.X_OK)):
+            raise UsageError(f"{NAME}: cannot create the cache directory {path}: {parent} is not writable")
         return
     try:
         os.makedirs(path, exist_ok=True)
