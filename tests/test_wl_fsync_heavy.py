@@ -249,11 +249,13 @@ def test_same_calls_as_sysbench_itself(tmp_path):
     ],
 )
 def test_files_beyond_the_filesystem_fail_in_one_sentence(tmp_path, options, sentence):
-    """The default 1 GiB scratch ext4 has about 906 MiB and 65 536 inodes free."""
+    """A 1 GiB scratch ext4 has about 906 MiB and 65 536 inodes free."""
     proc = run_fsprof(
         "run",
         "--fs",
         "ext4",
+        "--image-size",
+        "1G",
         "--workload",
         "fsync-heavy",
         *options,

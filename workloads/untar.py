@@ -33,9 +33,8 @@ DEFAULT_CACHE_DIR = "/var/tmp/fsprof/cache"
 KERNEL_SOURCES = "/usr/src/linux-source-*.tar.xz"
 GNU_TAR_RECORD = 10240  # GNU tar's default record (-b 20): its read and write size
 CACHE_FORMAT = 1  # bump when the cache's sidecar layout changes
-# The whole kernel tree takes about 1.5 GB on ext4: the scratch image this workload needs (for
-# `fsprof run` to use when --image-size is not given, once it reads workloads' IMAGE_SIZE).
-IMAGE_SIZE = "3G"
+# The whole kernel tree takes about 1.5 GB on ext4: fsprof's default scratch image (16 GiB) holds
+# it; a workload that needs more would set IMAGE_SIZE here.
 
 
 def parser():

@@ -91,7 +91,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scheduler", help="I/O scheduler of the devices under test for the run")
     p.add_argument("--drop-caches", action="store_true", help="drop the page cache before the workload")
     p.add_argument(
-        "--image-size", type=size, default=None, help="scratch image size (default 1G, or the workload's own: untar 3G)"
+        "--image-size",
+        type=size,
+        default=None,
+        help="scratch image size (default 16G, sparse: docs/test-bed.md says why)",
     )
     p.add_argument(
         "--loop-io",

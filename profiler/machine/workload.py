@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from ..errors import FsprofError
 from ..units import parse_size
+from .scratch import DEFAULT_IMAGE
 from workloads.common import UsageError
 
 if TYPE_CHECKING:
@@ -54,8 +55,9 @@ def check_args(name: str, args: Iterable[str]) -> None:
 
 
 def image_size(name: str) -> int:
-    """A bundled workload's scratch image size (its IMAGE_SIZE), else 1 GiB."""
-    return parse_size(getattr(module(name), "IMAGE_SIZE", "1G")) if name in WORKLOADS else 1 << 30
+    """A bundled workload's scratch image size (its IMAGE_SIZE), else scratch.DEFAULT_IMAGE."""
+    own = getattr(module(name), "IMAGE_SIZE", None) if name in WORKLOADS else None
+    return parse_size(own) if own else DEFAULT_IMAGE
 
 
 def workload_argv(name: str, args: Iterable[str], result_file: str) -> list[str]:
