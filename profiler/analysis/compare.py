@@ -16,8 +16,9 @@ test bed can distort (flushes and reads on a buffered loop device, ...) carries 
 
 Reads result.json files only.
 
-Over 500 lines: pairing, ranking and the verdict are one comparison; its parts with a seam of
-their own are apart (workload.py: the workload's time, evidence.py: the counts behind each cause).
+Its parts with a seam of their own are apart: workload.py (the workload's time), evidence.py (the
+counts behind each cause), decompose.py (a difference as contributions of causes), band.py (one
+latency band, --band) and testbed.py (where the test bed can make the difference).
 """
 
 import json
