@@ -67,8 +67,8 @@ def compare_band(base: "Group", other: "Group", op: str, band: str) -> dict[str,
         for _, fs in g.entries:
             if band != "p50" and op not in fs.get("exemplars", {}):
                 raise FsprofError(
-                    f"{g.name} kept no slowest {op} calls (a run of fsprof before 2026-11-27, or tail "
-                    "recording off): only --band p50 can be explained",
+                    f"{g.name} kept no slowest {op} calls (a run of fsprof before 2026-11-27): only "
+                    "--band p50 can be explained",
                     exit_code=2,
                 )
             us, lat, n = band_causes(fs, op, band)
