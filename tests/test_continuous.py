@@ -148,15 +148,20 @@ def settled(prom, device, labels, names):
     """(kernel counters, Prometheus's stored values) of one quiet moment: the kernel's flush and
     commit counts did not change over a few windows and scrapes (ext4 may still commit on its own
     a few seconds after a write), and what Prometheus stored did not either between two reads 2 s
-    apart. On a loaded machine a window's export or a scrape can come late: one read after 3 s
-    once saw 290 of 300 flushes, the last commits' flushes still in a window not yet exported."""
+    apart, and Prometheus holds two windows begun after the kernel's counts were read. On a loaded
+    machine a window's export or a scrape can come late: one read after 3 s once saw 290 of 300
+    flushes, and under `make test-stress` two reads 2 s apart once agreed on 294 of 300, the last
+    commits' flushes still in a window not yet exported."""
 
     def stored():
         return [prom.value(n if "{" in n else n + labels) or 0 for n in names]
 
     for _ in range(20):
         before = kernel_counts(device)
-        time.sleep(3)
+        windows = prom.value("fsprof_windows_total") or 0
+        deadline = time.time() + 60
+        while (prom.value("fsprof_windows_total") or 0) < windows + 2 and time.time() < deadline:
+            time.sleep(0.5)
         first = stored()
         time.sleep(2)
         last = stored()

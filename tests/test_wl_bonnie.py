@@ -244,6 +244,8 @@ def test_a_file_larger_than_the_filesystem_is_one_sentence(tmp_path):
         "ext4",
         "--workload",
         "bonnie",
+        "--image-size",
+        "1G",
         "-s",
         "4096",
         "-n",
