@@ -210,6 +210,16 @@ def slowest_calls(exemplars: dict[str, list[dict[str, Any]]], ops: int = 3, call
     return lines
 
 
+def work_name(work: dict[str, Any]) -> str:
+    """'jbd2 commit of transaction 812': an exemplar wait's work, by its kind and id."""
+    return work["worker"] + (f" of transaction {work['id']}" if "id" in work else "")
+
+
+def requests_words(requests: dict[str, int]) -> str:
+    """'1 preflush write, 3 meta writes' of {class: count}; '' for none."""
+    return ", ".join(f"{n} {cls.replace('_', ' ')}" for cls, n in requests.items())
+
+
 def work_words(wait: dict[str, Any]) -> str:
     """': its jbd2 commit of transaction 812, 18.2 ms from 1.1 ms before the call, blocked 17.9 ms
     in it; 1 preflush write, 3 meta writes' for a wait a worker ended (result.json exemplar wait's
@@ -217,11 +227,11 @@ def work_words(wait: dict[str, Any]) -> str:
     work = wait.get("work")
     if not work:
         return ""
-    what = work["worker"] + (f" of transaction {work['id']}" if "id" in work else "")
+    what = work_name(work)
     start = work["start_at_ns"]
     when = f"{fmt_ns(-start)} before the call" if start < 0 else f"{fmt_ns(start)} into it"
     span = f"{fmt_ns(work['end_at_ns'] - start)} from {when}" if work["end_at_ns"] is not None else f"from {when}, open"
-    rqs = ", ".join(f"{n} {cls.replace('_', ' ')}" for cls, n in work["requests"].items())
+    rqs = requests_words(work["requests"])
     return f": its {what}, {span}, blocked {fmt_ns(work['blocked_ns'])} in it" + (f"; {rqs}" if rqs else "")
 
 
