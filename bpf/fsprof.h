@@ -189,6 +189,15 @@ struct work_seen {
 	__u16 requests[N_BLK_CLASSES];
 };
 
+/* worker_last's value: a window its worker closed, and the worker's voluntary context switches
+ * then. Until the worker next sleeps (nvcsw moves), what it wakes is that work's ending: jbd2
+ * wakes the fsync waiters a few locks after trace_jbd2_end_commit, and a preemption between the
+ * two (a tick under emulation) must not cut the link. */
+struct work_last {
+	struct work_seen seen;
+	__u64 nvcsw;
+};
+
 struct worker_key {
 	__u32 dev;
 	__u16 kind;

@@ -103,7 +103,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 4096);
 	__type(key, __u32);
-	__type(value, struct work_seen);
+	__type(value, struct work_last);
 } worker_last SEC(".maps");
 
 /* How many worker windows are open: sched_switch, which runs for every switch on the machine,
@@ -366,19 +366,20 @@ static __always_inline __u64 worker_end(void)
 	__u64 start = w ? w->start_ns : 0, now = bpf_ktime_get_ns();
 	struct worker_run *run;
 
-	struct work_seen done = {};
+	struct work_last done = {};
 
 	if (!w)
 		return 0;
 	if (start && start <= now && (run = worker_run_of(w)))
 		__sync_fetch_and_add(&run->wall_ns, now - start);
-	/* Kept for the wakeups that follow the window's end (struct work_seen). */
-	done.start_ns = start;
-	done.end_ns = now;
-	done.blocked_ns = w->blocked_ns;
-	done.id = w->id;
-	done.kind = w->kind;
-	__builtin_memcpy(done.requests, w->requests, sizeof(done.requests));
+	/* Kept for the wakeups that follow the window's end (struct work_last). */
+	done.seen.start_ns = start;
+	done.seen.end_ns = now;
+	done.seen.blocked_ns = w->blocked_ns;
+	done.seen.id = w->id;
+	done.seen.kind = w->kind;
+	__builtin_memcpy(done.seen.requests, w->requests, sizeof(done.seen.requests));
+	done.nvcsw = bpf_get_current_task_btf()->nvcsw;
 	bpf_map_update_elem(&worker_last, &tid, &done, BPF_ANY);
 	worker_forget(tid);
 	return start;

@@ -683,8 +683,8 @@ static __always_inline void off_interval_end(struct inflight *op, struct task_st
 	op->woken_ns = 0;
 }
 
-/* How long after its window ended a worker's wakeup is still that work's: jbd2 wakes the fsync
- * waiters a few locks after trace_jbd2_end_commit (microseconds; more under emulation). */
+/* How long after its window ended a worker's wakeup is still that work's even if the worker slept
+ * in between (a PREEMPT_RT spinlock sleeps); without a sleep it is (struct work_last). */
 #define WORK_WAKE_NS 1000000ULL
 
 /* The current task's worker window, as the task it wakes sees it: open, or closed just now. */
@@ -692,7 +692,7 @@ static __always_inline void waker_work(struct work_seen *out, __u64 now)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct worker_window *w = NULL;
-	struct work_seen *last;
+	struct work_last *last;
 
 	if (open_count(&workers_open) > 0)
 		w = bpf_map_lookup_elem(&worker_windows, &tid);
@@ -706,8 +706,9 @@ static __always_inline void waker_work(struct work_seen *out, __u64 now)
 		return;
 	}
 	last = bpf_map_lookup_elem(&worker_last, &tid);
-	if (last && last->end_ns <= now && now - last->end_ns <= WORK_WAKE_NS)
-		__builtin_memcpy(out, last, sizeof(*out));
+	if (last && last->seen.end_ns <= now &&
+	    (now - last->seen.end_ns <= WORK_WAKE_NS || last->nvcsw == bpf_get_current_task_btf()->nvcsw))
+		__builtin_memcpy(out, &last->seen, sizeof(*out));
 	else
 		out->kind = 0;
 }

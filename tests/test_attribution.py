@@ -16,6 +16,7 @@ from conftest import REPO, assert_invariants, blocked_ns, run_fsprof
 from profiler.machine import scratch, settings, undo
 from profiler.analysis.attribution import DELAYED_ALLOC, rules_for
 from profiler.causes import TABLE, WAIT
+from profiler.trace import maps
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]
 COUNT = 200
@@ -59,12 +60,21 @@ def test_fsync_waits_for_each_filesystems_own_commit(tmp_path):
     # Each filesystem's commit cause is its own, never another's.
     assert "log force wait" not in breakdown(fs["ext4"], "fsync")["causes"]
     assert "journal commit wait" not in breakdown(fs["xfs"], "fsync")["causes"]
-    # Who ended the waits: every blocked interval's wakeup was seen, and ext4's commit waits were
-    # ended by that filesystem's jbd2 thread, from inside its commit.
+    # Who ended the waits: every blocked interval's wakeup was seen, but for those the kernel did
+    # not run on_waking for (an interrupt's wakeup while on_waking ran on that CPU: its recursion
+    # misses, any task's), and ext4's commit waits were ended by that filesystem's jbd2 thread, from
+    # inside its commit.
     for f in fs.values():
         wakers = breakdown(f, "fsync", "run")["wakers"]
         unseen = sum(by.get("[not seen]", 0) for by in wakers.values())
-        assert unseen <= 0.01 * sum(sum(by.values()) for by in wakers.values()), (f["fs"], wakers)
+        unseen_waits = sum(
+            r["count"]
+            for r in f["trace"]["offcpu"]
+            if r["op"] == "fsync" and not r["runnable"] and not r["waker_comm"] and r["waker_stack"] < 0
+        )
+        skipped = f["drops"].get(maps.skipped_reason("syscalls:on_waking"), 0)
+        if unseen > 0.01 * sum(sum(by.values()) for by in wakers.values()):
+            assert unseen_waits <= skipped, (f["fs"], wakers, unseen_waits, f["drops"])
     ext4 = fs["ext4"]
     by = breakdown(ext4, "fsync", "run")["wakers"]["journal commit wait"]
     jbd2_thread = f"jbd2/{ext4['device']['name']}-8"
@@ -304,6 +314,10 @@ def io_wait_attempt(tmp_path):
         blocked=sum(r["total_ns"] for r in blocked),
         waits=sum(r["count"] for r in blocked),
         after_wake=sum(r["total_ns"] for r in io_stack if r["runnable"]),
+        # Intervals whose stack was lost (a stack map collision under load: drops offcpu_stack)
+        # may be I/O waits too: the kernel's figure may hold them.
+        stackless=sum(r["total_ns"] for r in trace["offcpu"] if str(r["stack"]) not in trace["stacks"]),
+        drops={k: v for k, v in fs["drops"].items() if v},
         theirs=theirs,
         span=span,
         major_faults=faults,
@@ -326,7 +340,7 @@ def test_record_pid_io_wait_agrees_with_taskstats(tmp_path):
     # wait the tracers' own probes put between its stamps and ours.
     slack = 0.03 * m["theirs"] + 5_000 * m["waits"]
     assert 0 < m["theirs"] <= m["span"], m
-    assert m["blocked"] - slack <= m["theirs"] <= m["blocked"] + m["after_wake"] + slack, m
+    assert m["blocked"] - slack <= m["theirs"] <= m["blocked"] + m["after_wake"] + m["stackless"] + slack, m
     rules = rules_for("ext4")
     assert rules.classify_off(["jbd2_log_wait_commit"], False)[0] == "journal commit wait"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import kernel_has, run_fsprof, bpftrace_output, bpftrace_start
+from conftest import kernel_has, run_fsprof, bpftrace_output, bpftrace_skipped, bpftrace_start
 from profiler import behind
 from profiler.machine import blockdev, scratch, undo
 from profiler.session.collect import Collector
@@ -314,8 +314,10 @@ def fsync_loop_traced_by_both(tmp_path, sfs, collector):
         proc.release()
         assert proc.wait() == 0
         ours = collector.snapshot()["behind"]["block"]["devices"][name]
+        skipped = bpftrace_skipped("block_rq_issue")
     finally:
         theirs = stop_bpftrace(oracle)
+    theirs["skipped_issues"] = skipped
     return ours, theirs
 
 
@@ -327,10 +329,14 @@ def test_bpftrace_sees_the_same_requests_and_device_times(tmp_path):
         ours, theirs = fsync_loop_traced_by_both(tmp_path, sfs, collector)
     classes = {"flush": ["flush"], "write": list(BLK_WRITE_CLASSES), "read": ["read"]}
     stats = [s for phase in ours["phases"].values() for s in phase.items()]
+    # bpftrace may miss only the issues the kernel did not run its program for (any device's: its
+    # filter is inside it). A classic tracepoint's program is skipped while bpf_prog_active is held
+    # on that CPU (another classic or perf_event program, a map syscall); our tp_btf one is not.
+    skipped = theirs["skipped_issues"]
     for kind, names in classes.items():
         mine = [s for cls, s in stats if cls in names]
         issued = sum(s["count"] for s in mine)
-        assert theirs.get("issued", {}).get(kind, 0) == issued, (kind, theirs)
+        assert 0 <= issued - theirs.get("issued", {}).get(kind, 0) <= skipped, (kind, issued, theirs)
         if not issued:
             continue
         # Their device time: issue -> first completion of the same sector, on their own clock. A
@@ -342,4 +348,5 @@ def test_bpftrace_sees_the_same_requests_and_device_times(tmp_path):
         assert abs(theirs_avg - ours_avg) <= 0.1 * ours_avg + 5000, (kind, theirs, ours_avg)
         assert theirs["done"][kind] >= 0.9 * issued
     assert sum(s["count"] for cls, s in stats if cls == "flush") >= COUNT
-    assert sum(theirs.get("issued", {}).values()) == sum(s["count"] for _, s in stats)
+    all_ours = sum(s["count"] for _, s in stats)
+    assert 0 <= all_ours - sum(theirs.get("issued", {}).values()) <= skipped, (ours["phases"], theirs)

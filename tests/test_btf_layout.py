@@ -29,6 +29,7 @@ def test_the_real_mirrors_match(btf):
     assert check(btf, maps.OffKey, "off_key") is None  # a struct inside a struct, a char array
     assert check(btf, maps.ExemplarSet, "exemplar_set") is None  # arrays of structs of structs
     assert check(btf, maps.WorkerWindow, "worker_window") is None
+    assert check(btf, maps.WorkLast, "work_last") is None
     assert check(btf, maps.StackSampling, "stack_sampling") is None
 
 

@@ -36,7 +36,7 @@ SHARED_MAPS = (
     ("stacks", c.c_uint32, maps.Stack),
     ("stacks_spill", c.c_uint32, maps.Stack),
     ("worker_windows", c.c_uint32, maps.WorkerWindow),
-    ("worker_last", c.c_uint32, maps.WorkSeen),
+    ("worker_last", c.c_uint32, maps.WorkLast),
     ("workers_open", c.c_uint32, c.c_int64),
     ("worker_offcpu", maps.WorkerKey, maps.OffVal),
     ("worker_runs", maps.WorkerRunKey, maps.WorkerRun),
@@ -237,6 +237,10 @@ class Collector:
         self.phase.update(c.c_uint32(0), maps.PhaseState())
         # Per-CPU arrays cannot be cleared; drops are reported as the change since reset.
         self._drops_at_reset = self._read_drops()
+        self._misses_at_reset = self._read_misses()
+
+    def _read_misses(self):
+        return {prog: misses for prog, (_, _, misses) in self.run_stats().items()}
 
     def _stack(self, sid):
         """The addresses of a stack id: the main map's, the spill map's (bpf/shared_maps.h), or a
@@ -366,7 +370,16 @@ class Collector:
                 if self.stack_sample > 1
                 else None
             ),
-            "drops": dict(zip(maps.DROP_REASONS, drops)),
+            "drops": dict(zip(maps.DROP_REASONS, drops)) | self._skipped_since_reset(),
+        }
+
+    def _skipped_since_reset(self):
+        """{"<object>:<program> skipped": n} of the programs the kernel skipped since reset (maps.SKIPPED)."""
+        base = getattr(self, "_misses_at_reset", {})
+        return {
+            maps.skipped_reason(prog): n - base.get(prog, 0)
+            for prog, n in self._read_misses().items()
+            if n > base.get(prog, 0)
         }
 
     def forget_stacks(self) -> None:

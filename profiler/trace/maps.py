@@ -52,6 +52,17 @@ KEPT_APPROXIMATELY = {
 }
 
 
+# A program the kernel did not run because it fired while that program already ran on the CPU (an
+# interrupt's wakeup inside on_waking): its bpf_prog_info recursion_misses, as the drop reason
+# "<object>:<program> skipped". Its event is lost like any other drop.
+SKIPPED = " skipped"
+
+
+def skipped_reason(program: str) -> str:
+    """The drop reason of a program's recursion misses ("syscalls:on_waking" -> "... skipped")."""
+    return program + SKIPPED
+
+
 def lost_events(drops: dict[str, int]) -> dict[str, int]:
     """{reason: count} of the events not recorded, nonzero ones (drops less KEPT_APPROXIMATELY)."""
     return {k: v for k, v in drops.items() if v and k not in KEPT_APPROXIMATELY}
@@ -154,6 +165,12 @@ class WorkSeen(c.Structure):
         ("kind", c.c_uint16),
         ("requests", c.c_uint16 * len(BLK_CLASSES)),
     ]
+
+
+class WorkLast(c.Structure):
+    """worker_last's value (bpf/fsprof.h struct work_last)."""
+
+    _fields_ = [("seen", WorkSeen), ("nvcsw", c.c_uint64)]
 
 
 class OffVal(c.Structure):

@@ -229,10 +229,12 @@ def program_figures(run_stats: dict[str, tuple[int, int, int]]) -> dict[tuple[st
 
 
 def drop_figures(drops: dict[str, int]) -> dict[tuple[str, tuple[str, ...]], float]:
-    """Every reason, zeros included (a counter that exists from the start rates from 0)."""
+    """Every reason, zeros included (a counter that exists from the start rates from 0). A program's
+    recursion misses are fsprof_bpf_recursion_misses (program_figures), not repeated here."""
     return {
         ("fsprof_approximated_events" if reason in maps.KEPT_APPROXIMATELY else "fsprof_lost_events", (reason,)): n
         for reason, n in drops.items()
+        if not reason.endswith(maps.SKIPPED)
     }
 
 
