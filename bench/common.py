@@ -24,7 +24,6 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from profiler import filesystems  # noqa: E402
 from profiler.machine import scratch, settings, undo  # noqa: E402
 from profiler.trace import maps  # noqa: E402
 
@@ -199,7 +198,6 @@ def provision(changes, fs, label, size_gib=1, mount_options=""):
     # hardest case for a tracer; the figures in docs/benchmarks.md were taken so.
     config = scratch.FsConfig(
         fs,
-        mkfs_options=filesystems.mkfs_defaults(fs),
         mount_options=mount_options,
         size_bytes=size_gib << 30,
         label=label,

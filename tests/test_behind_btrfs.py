@@ -195,8 +195,11 @@ def test_ordered_extents_tickets_and_log_syncs_match_bpftrace(tmp_path):
     assert a["fsyncs"]["datasync"] == 1
     assert a["commits"]["count"] == theirs.get("commits", 0) >= 1  # the test's own syncfs at least
     assert r["tickets"] == theirs.get("tickets", 0)
+    # Both take now - the ticket's start_ns at the one tracepoint: they differ only by the time
+    # between the two programs' clock reads, which an interrupt (and its softirqs) taken between
+    # the two callbacks stretches: 42 us for one ticket in a full make test.
     their_wait = theirs.get("ticket_wait", 0)
-    assert abs(r["ticket_wait_ns"] - their_wait) <= max(0.1 * their_wait, 1000 * r["tickets"])
+    assert abs(r["ticket_wait_ns"] - their_wait) <= max(0.1 * their_wait, 50_000 * r["tickets"])
     # Tree-log syncs: superblock writes from btrfs_sync_log, the same count bpftrace's stacks give.
     m = a["many_to_one"]
     assert m["tree_log_syncs"] == theirs["log_sync_supers"] > 0

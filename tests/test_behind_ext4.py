@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from conftest import assert_invariants, run_fsprof, bpftrace_output, bpftrace_start
-from profiler import filesystems
 from profiler.machine import scratch, undo
 from profiler.machine.conditions import kernel_hz
 from profiler.behind import ext4
@@ -55,9 +54,7 @@ def measured(tmp_path, workload, mkfs=(), mount="", oracle=None, loop_io="direct
     """The result entry of `workload` (a WorkloadSpec) on a fresh loop-backed ext4, with the
     kernel's counters read just before the probes are reset and just after the snapshot, and
     oracle(kdev) -> stop() run around it. Returns (entry, before, after, oracle's result)."""
-    config = scratch.FsConfig(
-        "ext4", mkfs_options=(*filesystems.mkfs_defaults("ext4"), *mkfs), mount_options=mount, loop_io=loop_io
-    )
+    config = scratch.FsConfig("ext4", mkfs_options=mkfs, mount_options=mount, loop_io=loop_io)
     with undo.Changes() as changes, Collector() as collector:
         sfs = scratch.provision(changes, config, tmp_path / "scratch")
         name, kdev = sfs.block_devs[0]

@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, TIME_SCALE, bpftrace_prelude, finish, loops_under, mounts_under, run_fsprof
-from profiler import filesystems
 from profiler.machine import blockdev, scratch, settings, undo
 from profiler.trace import kernel_flags
 from profiler.errors import FsprofError
@@ -36,9 +35,7 @@ NR_FSYNC, NR_PWRITE64 = 74, 18
 
 
 def provision(changes, root, label, fs, mount="", mkfs=()):
-    config = scratch.FsConfig(
-        fs, mkfs_options=(*filesystems.mkfs_defaults(fs), *mkfs), mount_options=mount, size_bytes=IMAGE, label=label
-    )
+    config = scratch.FsConfig(fs, mkfs_options=mkfs, mount_options=mount, size_bytes=IMAGE, label=label)
     return scratch.provision(changes, config, root)
 
 

@@ -33,7 +33,9 @@ LOOP_IO = ("direct", "buffered")
 @dataclasses.dataclass
 class FsConfig:
     fs: str
-    mkfs_options: Sequence[str] = ()  # made a tuple by __post_init__
+    # The user's; __post_init__ puts fsprof's defaults for the filesystem first (filesystems.py), so
+    # every scratch filesystem, a test's or a benchmark's too, is made alike.
+    mkfs_options: Sequence[str] = ()
     mount_options: str = ""
     size_bytes: int = DEFAULT_IMAGE
     devices: int = 1
@@ -47,7 +49,7 @@ class FsConfig:
         filesystems.row(self.fs)
         if self.loop_io not in LOOP_IO:
             raise FsprofError(f"loop I/O '{self.loop_io}' is not one of {', '.join(LOOP_IO)}")
-        self.mkfs_options = tuple(self.mkfs_options)
+        self.mkfs_options = (*filesystems.mkfs_defaults(self.fs), *self.mkfs_options)
         self.label = self.label or self.fs
         if self.devices < 1:
             raise FsprofError(f"a filesystem needs at least one device, not {self.devices}")

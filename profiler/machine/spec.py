@@ -56,7 +56,7 @@ class Config:
     def fs_config(self) -> scratch.FsConfig:
         return scratch.FsConfig(
             fs=self.fs,
-            mkfs_options=filesystems.mkfs_defaults(self.fs) + self.mkfs_options,
+            mkfs_options=self.mkfs_options,
             mount_options=self.mount_options,
             size_bytes=self.image_size,
             devices=self.devices,

@@ -111,7 +111,7 @@ def build_configs(options: RunOptions) -> list[scratch.FsConfig]:
     for name in names:
         seen[name] = seen.get(name, 0) + 1
         label = name if seen[name] == 1 else f"{name}-{seen[name]}"
-        opts = filesystems.mkfs_defaults(name) + shlex.split(mkfs.get(name, ""))
+        opts = shlex.split(mkfs.get(name, ""))
         configs.append(
             scratch.FsConfig(
                 fs=name,
