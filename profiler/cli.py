@@ -22,6 +22,7 @@ COMMANDS = {
     "report": "show a recorded run",
     "compare": "explain why runs of one workload differ (the first is the base)",
     "flamegraph": "flame graphs of a recorded run: folded stacks, and SVG by inferno",
+    "timeline": "a recorded run's slowest calls, their waits and the work that ended them, for Perfetto",
     "verify": "check that barrier, writeback, journal and mount settings took effect, from what the kernel did",
     "doctor": "what this kernel supports and what fsprof can therefore do",
     "cleanup": "undo what a killed fsprof run left behind",
