@@ -295,7 +295,9 @@ def test_several_devices_only_for_btrfs():
 @pytest.mark.root
 def test_mkfs_rejects_option(dirs):
     with pytest.raises(
-        FsprofError, match="^mkfs.ext4 failed on .* with the options '-E lazy_itable_init=0,lazy_journal_init=0 -O nonsense_feature': .*nonsense_feature"
+        FsprofError,
+        match="^mkfs.ext4 failed on .* with the options '-E lazy_itable_init=0,lazy_journal_init=0 "
+        "-O nonsense_feature': .*nonsense_feature",
     ):
         with Changes(dirs.state) as changes:
             provision(changes, FsConfig("ext4", mkfs_options=["-O", "nonsense_feature"], size_bytes=SIZE), dirs.scratch)
