@@ -963,3 +963,130 @@ int BPF_PROG(on_exit, struct task_struct *p)
 		bpf_map_delete_elem(&traced_tgids, &tgid);
 	return 0;
 }
+
+/* ---- io_uring: each request (SQE) of a traced thread on a filesystem, from its submission to its
+ * completion being posted (docs/io_uring.md). The submitting thread is current at submission: the
+ * one in io_uring_enter, or the ring's SQ thread (same process). The request pointer keys it until
+ * its CQE: the kernel recycles it only after. ---- */
+
+/* A submitted request until its completion. dev 0 with fixed: a registered file, whose device is
+ * read at completion (req->file is set by then). */
+struct uring_req {
+	__u64 start_ns;
+	__u32 dev;
+	__u16 phase;
+	__u8 opcode;
+	__u8 fixed;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct uring_req);
+} uring_reqs SEC(".maps");
+
+/* Submission-to-completion time per (filesystem, opcode, phase); ret_sum: bytes of reads and
+ * writes that completed. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct op_key);
+	__type(value, struct hist);
+} uring_hist SEC(".maps");
+
+/* REQ_F_FIXED_FILE (bit 0 of req->flags, IOSQE_FIXED_FILE_BIT): cqe.fd indexes the registered
+ * files, not the fd table. */
+#define URING_FIXED_FILE 1
+
+/* The opcodes on an open file (io_issue_defs' needs_file, include/uapi/linux/io_uring.h):
+ * READV, WRITEV, FSYNC, READ_FIXED, WRITE_FIXED, SYNC_FILE_RANGE, FALLOCATE, READ, WRITE, FADVISE,
+ * READ_MULTISHOT, FTRUNCATE, READV_FIXED, WRITEV_FIXED. Only for these is cqe.fd the SQE's fd; the
+ * by-path ones (OPENAT, STATX, UNLINKAT, ...) are not followed yet. */
+static __always_inline bool uring_on_file(__u8 opcode)
+{
+	switch (opcode) {
+	case 1 ... 5:
+	case 8:
+	case 17:
+	case 22 ... 24:
+	case 49:
+	case 55:
+	case 60 ... 61:
+		return true;
+	}
+	return false;
+}
+
+/* io_uring_submit_req (6.4 on) and io_uring_submit_sqe (before) fire in io_submit_sqe() right
+ * after io_init_req(): the opcode and the SQE's fd are set, req->file not yet (6.1 to 6.18). */
+static __always_inline void uring_submit(struct io_kiocb *req)
+{
+	struct filter *f = get_filter();
+	struct uring_req r = {};
+	__u64 key = (__u64)req;
+
+	if (!req || !f || !is_traced(f))
+		return;
+	r.opcode = req->opcode;
+	if (!uring_on_file(r.opcode))
+		return;
+	r.fixed = (req->flags & URING_FIXED_FILE) != 0;
+	if (!r.fixed)
+		r.dev = fd_dev(bpf_get_current_task_btf(), req->cqe.fd);
+	if (f->dev && r.dev && r.dev != f->dev)
+		return;
+	if (!r.dev && !r.fixed) /* not a file on a filesystem (a socket, a pipe) or no file at all */
+		return;
+	r.phase = current_phase();
+	r.start_ns = bpf_ktime_get_ns();
+	bpf_map_update_elem(&uring_reqs, &key, &r, BPF_ANY);
+}
+
+SEC("tp_btf/io_uring_submit_req")
+int BPF_PROG(on_uring_submit_req, struct io_kiocb *req)
+{
+	uring_submit(req);
+	return 0;
+}
+
+SEC("tp_btf/io_uring_submit_sqe")
+int BPF_PROG(on_uring_submit_sqe, struct io_kiocb *req)
+{
+	uring_submit(req);
+	return 0;
+}
+
+/* Fired when the request's CQE is filled, in the context that posts it (the submitter's task work,
+ * an io-wq worker, or inline). req is a plain pointer here (NULL: an auxiliary CQE); its second
+ * place in the prototype of 6.1 to 6.18 alike. Its result is req->cqe.res in all of them. */
+SEC("tp_btf/io_uring_complete")
+int BPF_PROG(on_uring_complete, void *ring, void *req_ptr)
+{
+	struct io_kiocb *req = req_ptr;
+	__u64 key = (__u64)req_ptr, now;
+	struct filter *f;
+	struct uring_req *r;
+	struct op_key k = {};
+	struct hist *h;
+	int res;
+
+	if (!req_ptr)
+		return 0;
+	r = bpf_map_lookup_elem(&uring_reqs, &key);
+	if (!r)
+		return 0;
+	now = bpf_ktime_get_ns();
+	k.dev = r->dev ? r->dev : file_dev(BPF_CORE_READ(req, file));
+	k.nr = r->opcode;
+	k.phase = r->phase;
+	f = get_filter();
+	if (k.dev && (!f || !f->dev || k.dev == f->dev)) {
+		h = hist_add(&uring_hist, &k, now > r->start_ns ? now - r->start_ns : 0, DROP_OPS_FULL);
+		res = BPF_CORE_READ(req, cqe.res);
+		if (h && res > 0)
+			__sync_fetch_and_add(&h->ret_sum, res);
+	}
+	bpf_map_delete_elem(&uring_reqs, &key);
+	return 0;
+}

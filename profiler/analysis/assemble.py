@@ -67,6 +67,7 @@ def _records(raw, target):
     ours = lambda recs: [r for r in recs if r["dev"] == sb_dev or r["dev"] in target.block_devs]  # noqa: E731
     return {
         "ops": mine(raw["ops"]),
+        "uring": mine(raw.get("uring", [])),
         "unresolved": [r for r in raw["ops"] if r["dev"] == 0],
         "offcpu": attribution.split_unwalked(mine(raw["offcpu"])),
         "samples": mine(raw["samples"]),
@@ -198,6 +199,11 @@ def assemble(raw: dict[str, Any], target: behind.Target, names: list[str], end_n
         "syscalls": {op: hist.merge([r for r in ops if r["op"] == op]) for op in all_ops},
         "unresolved_syscalls": {
             op: hist.merge([r for r in unresolved if r["op"] == op]) for op in sorted({r["op"] for r in unresolved})
+        },
+        # io_uring requests on this filesystem, by opcode: submission to completion posted.
+        "io_uring": {
+            op: hist.merge([r for r in recs["uring"] if r["op"] == op])
+            for op in sorted({r["op"] for r in recs["uring"]})
         },
         "attribution": {
             op: attribution.merge([p["attribution"][op] for p in phases.values() if op in p["attribution"]])

@@ -107,7 +107,7 @@ def check_fsprof_programs() -> tuple[bool, str]:
     """The programs a run loads, loaded for real: this is where a verifier would refuse them."""
     with Collector() as collector:
         for obj in collector.objects:
-            left_out = [p for p, why in obj.skipped.items() if why != "not requested"]
+            left_out = collector.left_out(obj.name)
             _program_counts.append((obj.name, len(obj.programs), len(obj.programs) + len(left_out)))
         _left_out.extend(collector.unavailable)
     loaded, total = sum(n for _, n, _ in _program_counts), sum(t for _, _, t in _program_counts)

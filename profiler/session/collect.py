@@ -57,6 +57,15 @@ FIGURES = {
     "on_getrq": "block requests per op (made in its own calls) and per filesystem worker window",
     "on_bio_backmerge": "the bytes of bios merged into the requests counted per op and per worker window",
     "on_bio_frontmerge": "the bytes of bios merged into the requests counted per op and per worker window",
+    "on_uring_submit_req": "io_uring requests: count and submission-to-completion time per opcode",
+    "on_uring_submit_sqe": "io_uring requests: count and submission-to-completion time per opcode",
+    "on_uring_complete": "io_uring requests: count and submission-to-completion time per opcode",
+}
+# Programs of which a kernel has one or the other (a tracepoint renamed): the one it lacks is no
+# figure lost while its alternative loaded. io_uring_submit_sqe became io_uring_submit_req in 6.4.
+ALTERNATIVES = {
+    "syscalls:on_uring_submit_req": "syscalls:on_uring_submit_sqe",
+    "syscalls:on_uring_submit_sqe": "syscalls:on_uring_submit_req",
 }
 
 
@@ -113,6 +122,7 @@ class Collector:
             self.op_rqs = m("op_rqs", maps.OpKey, maps.RqClasses)
             self.waits_walked = m("waits_walked", maps.OpKey, c.c_uint64)
             self.op_hist = m("op_hist", maps.OpKey, maps.Hist)
+            self.uring_hist = m("uring_hist", maps.OpKey, maps.Hist)
             self.offcpu = m("offcpu", maps.OffKey, maps.OffVal)
             self.tail_stacks = m("tail_stacks", c.c_uint32, maps.StackIps)
             self.exemplars = m("exemplars", maps.OpKey, maps.ExemplarSet)
@@ -164,9 +174,14 @@ class Collector:
         return {f"{o.name}:{p}": why for o in self.objects for p, why in o.skipped.items()}
 
     def left_out(self, object_name: str) -> list[str]:
-        """Programs of an object this kernel lacks or refused."""
+        """Programs of an object this kernel lacks or refused (not one whose alternative loaded)."""
+        loaded = {f"{o.name}:{p}" for o in self.objects for p in o.programs}
         return sorted(
-            p for o in self.objects if o.name == object_name for p, why in o.skipped.items() if why != "not requested"
+            p
+            for o in self.objects
+            if o.name == object_name
+            for p, why in o.skipped.items()
+            if why != "not requested" and ALTERNATIVES.get(f"{o.name}:{p}") not in loaded
         )
 
     @property
@@ -177,8 +192,9 @@ class Collector:
         tables["syscalls"] = FIGURES
         out = []
         for o in self.objects:
+            left_out = set(self.left_out(o.name))
             for prog, why in o.skipped.items():
-                if why == "not requested":
+                if prog not in left_out:
                     continue
                 figures = tables.get(o.name, {}).get(prog, f"{o.name} figures fed by {prog}")
                 out.append({"figures": figures, "probe": f"{o.name}:{prog}", "why": why})
@@ -217,6 +233,7 @@ class Collector:
     def reset(self) -> None:
         for m in (
             self.op_hist,
+            self.uring_hist,
             self.offcpu,
             self.samples,
             self.stacks,
@@ -273,6 +290,13 @@ class Collector:
             if op in syscalls.MOVES_BYTES:
                 h["bytes"] = ret_sum
             ops.append({"dev": k.dev, "op": op, "phase": k.phase, **h})
+        uring = []  # io_uring requests, as ops: their opcode for a syscall
+        for k, v in self.uring_hist.items():
+            op, h = maps.uring_op_name(k.nr), maps.hist_data(v)
+            ret_sum = h.pop("ret_sum")
+            if op.split(" ", 1)[1] in maps.URING_MOVES_BYTES:
+                h["bytes"] = ret_sum
+            uring.append({"dev": k.dev, "op": op, "phase": k.phase, **h})
         offcpu = [
             {
                 "dev": k.op.dev,
@@ -351,6 +375,7 @@ class Collector:
         ]
         return {
             "ops": ops,
+            "uring": uring,
             "offcpu": offcpu,
             "exemplars": exemplars,
             "exemplars_kept": self.exemplars_kept,

@@ -52,6 +52,43 @@ KEPT_APPROXIMATELY = {
 }
 
 
+# io_uring opcodes that act on an open file (bpf/syscalls.bpf.c uring_on_file), by number
+# (include/uapi/linux/io_uring.h enum io_uring_op: append-only user ABI, the same on every kernel).
+URING_OPS = {
+    1: "readv",
+    2: "writev",
+    3: "fsync",
+    4: "read_fixed",
+    5: "write_fixed",
+    8: "sync_file_range",
+    17: "fallocate",
+    22: "read",
+    23: "write",
+    24: "fadvise",
+    49: "read_multishot",
+    55: "ftruncate",
+    60: "readv_fixed",
+    61: "writev_fixed",
+}
+# Those whose result is a byte count.
+URING_MOVES_BYTES = {
+    "readv",
+    "writev",
+    "read_fixed",
+    "write_fixed",
+    "read",
+    "write",
+    "read_multishot",
+    "readv_fixed",
+    "writev_fixed",
+}
+
+
+def uring_op_name(opcode: int) -> str:
+    """An io_uring request's name as fsprof shows it: "io_uring write" (opcode 23)."""
+    return f"io_uring {URING_OPS.get(opcode, f'op{opcode}')}"
+
+
 # A program the kernel did not run because it fired while that program already ran on the CPU (an
 # interrupt's wakeup inside on_waking): its bpf_prog_info recursion_misses, as the drop reason
 # "<object>:<program> skipped". Its event is lost like any other drop.

@@ -28,14 +28,14 @@ def per_op(count: float, per: float) -> str:
     return f"{count / per:.2f}" if per else "n/a"
 
 
-def syscall_table(ops: dict[str, Any], indent: str = "   ") -> list[str]:
+def syscall_table(ops: dict[str, Any], indent: str = "   ", title: str = "syscall", width: int = 14) -> list[str]:
     lines = [
-        f"{indent}{'syscall':<14} {'count':>8} {'avg':>8} {'p50':>8} {'p95':>8} {'p99':>8} {'max':>8} {'total':>8}"
+        f"{indent}{title:<{width}} {'count':>8} {'avg':>8} {'p50':>8} {'p95':>8} {'p99':>8} {'max':>8} {'total':>8}"
     ]
     for name in sorted(ops, key=lambda n: -ops[n]["total_ns"]):
         h = ops[name]
         lines.append(
-            f"{indent}{name:<14} {h['count']:>8} {fmt_ns(h['avg_ns']):>8} {fmt_ns(h['p50_ns']):>8} "
+            f"{indent}{name:<{width}} {h['count']:>8} {fmt_ns(h['avg_ns']):>8} {fmt_ns(h['p50_ns']):>8} "
             f"{fmt_ns(h['p95_ns']):>8} {fmt_ns(h['p99_ns']):>8} {fmt_ns(h['max_ns']):>8} "
             f"{fmt_ns(h['total_ns']):>8}"
         )
@@ -130,6 +130,8 @@ def render_fs(fs: dict[str, Any]) -> list[str]:
         lines.extend("   " + line for line in text.splitlines())
     ops = fs["syscalls"]
     lines.extend(syscall_table(ops))
+    if fs.get("io_uring"):  # submission to completion posted (docs/io_uring.md)
+        lines.extend(syscall_table(fs["io_uring"], title="io_uring request", width=22))
     unresolved = fs.get("unresolved_syscalls", {})
     if unresolved:
         lines.append(
