@@ -1022,15 +1022,14 @@ static __always_inline bool uring_on_file(__u8 opcode)
  * after io_init_req(): the opcode and the SQE's fd are set, req->file not yet (6.1 to 6.18). */
 static __always_inline void uring_submit(struct io_kiocb *req)
 {
-	struct filter *f = get_filter();
+	struct filter *f;
 	struct uring_req r = {};
 	__u64 key = (__u64)req;
 
-	if (!req || !f || !is_traced(f))
+	/* The opcode first: a plain load, where the tracing filter costs a hash lookup. */
+	if (!req || !uring_on_file(req->opcode) || !(f = get_filter()) || !is_traced(f))
 		return;
 	r.opcode = req->opcode;
-	if (!uring_on_file(r.opcode))
-		return;
 	r.fixed = (req->flags & URING_FIXED_FILE) != 0;
 	if (!r.fixed)
 		r.dev = fd_dev(bpf_get_current_task_btf(), req->cqe.fd);

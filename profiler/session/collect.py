@@ -4,7 +4,7 @@ test, and turns their in-kernel aggregates into plain data. Nothing here sees a 
 import ctypes as c
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +16,7 @@ from ..errors import FsprofError
 if TYPE_CHECKING:
     from types import ModuleType
 
-    from ..trace.libbpf import SharedMap
+    from ..trace.libbpf import Map, SharedMap
 
 DEFAULT_SAMPLE_HZ = 999
 # Stack sampling (--stack-sample N): every call of an op is walked until this many of its blocked
@@ -81,6 +81,19 @@ def behind_modules(fs: Iterable[str]) -> list["ModuleType"]:
     fs_objects = {f.behind for f in filesystems.TABLE.values()}
     wanted = set(filesystems.behind_objects(fs))
     return [m for m in behind.MODULES if m.OBJECT and (m.OBJECT not in fs_objects or m.OBJECT in wanted)]
+
+
+def op_records(hist_map: "Map", name_of: Callable[[int], str], moves_bytes: Collection[str]) -> list[dict[str, Any]]:
+    """[{dev, op, phase, count, total_ns, ...}] of an op histogram map (op_hist, uring_hist), with
+    the bytes (the positive results' sum) of the ops that move them."""
+    out = []
+    for k, v in hist_map.items():
+        op, h = name_of(k.nr), maps.hist_data(v)
+        ret_sum = h.pop("ret_sum")
+        if op in moves_bytes:
+            h["bytes"] = ret_sum
+        out.append({"dev": k.dev, "op": op, "phase": k.phase, **h})
+    return out
 
 
 class Collector:
@@ -283,20 +296,9 @@ class Collector:
         cumulative: their keys are bounded by the filesystems and syscalls traced."""
         now = time.monotonic_ns()
         read = (lambda m: m.drain()) if drain else (lambda m: m.items())
-        ops = []
-        for k, v in self.op_hist.items():
-            op, h = syscalls.name_of(k.nr), maps.hist_data(v)
-            ret_sum = h.pop("ret_sum")
-            if op in syscalls.MOVES_BYTES:
-                h["bytes"] = ret_sum
-            ops.append({"dev": k.dev, "op": op, "phase": k.phase, **h})
-        uring = []  # io_uring requests, as ops: their opcode for a syscall
-        for k, v in self.uring_hist.items():
-            op, h = maps.uring_op_name(k.nr), maps.hist_data(v)
-            ret_sum = h.pop("ret_sum")
-            if op.split(" ", 1)[1] in maps.URING_MOVES_BYTES:
-                h["bytes"] = ret_sum
-            uring.append({"dev": k.dev, "op": op, "phase": k.phase, **h})
+        ops = op_records(self.op_hist, syscalls.name_of, syscalls.MOVES_BYTES)
+        # io_uring requests, as ops: their opcode for a syscall number.
+        uring = op_records(self.uring_hist, maps.uring_op_name, maps.URING_MOVES_BYTES)
         offcpu = [
             {
                 "dev": k.op.dev,

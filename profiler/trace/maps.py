@@ -70,23 +70,15 @@ URING_OPS = {
     60: "readv_fixed",
     61: "writev_fixed",
 }
-# Those whose result is a byte count.
-URING_MOVES_BYTES = {
-    "readv",
-    "writev",
-    "read_fixed",
-    "write_fixed",
-    "read",
-    "write",
-    "read_multishot",
-    "readv_fixed",
-    "writev_fixed",
-}
 
 
 def uring_op_name(opcode: int) -> str:
     """An io_uring request's name as fsprof shows it: "io_uring write" (opcode 23)."""
     return f"io_uring {URING_OPS.get(opcode, f'op{opcode}')}"
+
+
+# Those whose result is a byte count (the reads and writes).
+URING_MOVES_BYTES = {uring_op_name(n) for n in (1, 2, 4, 5, 22, 23, 49, 60, 61)}
 
 
 # A program the kernel did not run because it fired while that program already ran on the CPU (an
