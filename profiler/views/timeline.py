@@ -14,6 +14,7 @@ from perfetto.trace_builder.proto_builder import TraceProtoBuilder
 from ..errors import FsprofError
 from ..rundir import load
 from ..units import fmt_ns
+from .report import requests_words
 
 SEQUENCE = 1  # every packet is this one writer's (trusted_packet_sequence_id)
 BEGIN, END = TrackEvent.Type.TYPE_SLICE_BEGIN, TrackEvent.Type.TYPE_SLICE_END
@@ -92,10 +93,6 @@ class Timeline:
         return self.builder.serialize()
 
 
-def requests_text(requests: dict[str, int]) -> str:
-    return ", ".join(f"{n} {cls.replace('_', ' ')}" for cls, n in requests.items() if n) or "none"
-
-
 def add_call(tl: Timeline, fs_track: int, label: str, op: str, call: dict[str, Any]) -> None:
     """One exemplar: the call on its thread's track, its waits in it, the work that ended them."""
     start, end = call["start_ns"], call["start_ns"] + call["ns"]
@@ -164,7 +161,7 @@ def add_work(
         0,
         {
             "blocked_ns": work["blocked_ns"],
-            "requests": requests_text(work["requests"]),
+            "requests": requests_words({cls: n for cls, n in work["requests"].items() if n}) or "none",
             "open_at_wakeup": int(work["end_at_ns"] is None),
         },
         flow=flow,
