@@ -846,11 +846,6 @@ struct {
 	__type(value, struct span_val);
 } freeing_spans SEC(".maps");
 
-static __always_inline __u64 switches_of(struct task_struct *task)
-{
-	return task->nvcsw + task->nivcsw;
-}
-
 static __always_inline void span_begin(void *map, struct inode *inode)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();

@@ -96,6 +96,9 @@ enum drop_reason {
 	DROP_WRITEBACK_FULL,    /* writeback/dirty-throttling aggregate map full */
 	DROP_EXEMPLAR_BUSY,     /* a call not weighed as an exemplar: another CPU was updating its op's
 	                          * set (the call itself is counted like any other) */
+	DROP_WORKER_SWITCHES,   /* a worker window switched out more often than sched_switch showed
+	                          * (nvcsw + nivcsw moved more): its time not seen off CPU is kept apart
+	                          * as unseen, never counted as the worker's CPU */
 	N_DROPS,
 };
 
@@ -175,6 +178,9 @@ struct worker_window {
 				* takes its part as the difference between two readings) */
 	__u32 id;                      /* the work's own number: a jbd2 commit's transaction tid; 0: none */
 	__u16 requests[N_BLK_CLASSES]; /* block requests made inside it so far, by class */
+	__u64 switches;                /* the thread's nvcsw + nivcsw when the window began */
+	__u64 offcpu_ns;               /* off CPU inside the window so far, runnable or not */
+	__u32 switches_seen;           /* its switch-outs that on_switch timed */
 };
 
 /* A worker window as a waiter saw it when the worker woke it: the work that ended the wait (an
@@ -258,8 +264,8 @@ struct rq_classes {
 };
 
 /* What a filesystem worker did in its windows, per (dev, kind, phase) of the window: how many
- * began, their wall time (begin to end; those whose end was missed add none), and the block
- * requests made inside them. */
+ * began, their wall time (begin to end; those whose end was missed add none), the block
+ * requests made inside them, and the windows whose every switch was not seen. */
 struct worker_run_key {
 	__u32 dev;
 	__u16 kind;
@@ -270,6 +276,8 @@ struct worker_run {
 	__u64 windows;
 	__u64 wall_ns;
 	struct rq_classes rqs;
+	__u64 unseen_windows; /* windows with switches on_switch did not see (DROP_WORKER_SWITCHES) */
+	__u64 unseen_ns;      /* their wall less their recorded off-CPU time: on or off CPU, unknown */
 };
 
 struct blk_key {

@@ -219,6 +219,13 @@ static __always_inline void open_count_add(void *counter, __s64 delta)
 		__sync_fetch_and_add(n, delta);
 }
 
+/* A task's context switches so far: __schedule counts each one (in nvcsw when it slept, else in
+ * nivcsw) before trace_sched_switch. */
+static __always_inline __u64 switches_of(struct task_struct *task)
+{
+	return task->nvcsw + task->nivcsw;
+}
+
 /* The worker_runs entry of a window (created at zero). */
 static __always_inline struct worker_run *worker_run_of(struct worker_window *w)
 {
@@ -331,7 +338,8 @@ static __always_inline void worker_begin(__u16 kind, __u32 dev, __u32 id)
 		                   .kind = kind,
 		                   .phase = current_phase(),
 		                   .out_stack = -1,
-		                   .id = id };
+		                   .id = id,
+		                   .switches = switches_of(bpf_get_current_task_btf()) };
 	struct worker_run *run;
 	long err;
 
@@ -370,8 +378,18 @@ static __always_inline __u64 worker_end(void)
 
 	if (!w)
 		return 0;
-	if (start && start <= now && (run = worker_run_of(w)))
+	run = worker_run_of(w);
+	if (start && start <= now && run) {
 		__sync_fetch_and_add(&run->wall_ns, now - start);
+		/* Every switch-out must have been timed, or part of the window's off-CPU time is missing
+		 * and the rest would pass for CPU: kept apart as unseen instead. */
+		if (switches_of(bpf_get_current_task_btf()) - w->switches != w->switches_seen) {
+			count_drop(DROP_WORKER_SWITCHES);
+			__sync_fetch_and_add(&run->unseen_windows, 1);
+			if (now - start > w->offcpu_ns)
+				__sync_fetch_and_add(&run->unseen_ns, now - start - w->offcpu_ns);
+		}
+	}
 	/* Kept for the wakeups that follow the window's end (struct work_last). */
 	done.seen.start_ns = start;
 	done.seen.end_ns = now;

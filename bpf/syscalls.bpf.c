@@ -755,6 +755,7 @@ static __always_inline void worker_switch_out(__u32 tid, void *ctx, bool runnabl
 		return;
 	w->out_ns = now;
 	w->out_runnable = runnable;
+	w->switches_seen++;
 	if (w->no_stacks) {
 		w->out_stack = STACK_NOT_WALKED;
 		return;
@@ -784,6 +785,7 @@ static __always_inline void worker_switch_in(__u32 tid, __u64 now)
 	}
 	if (!w->out_runnable)
 		w->blocked_ns += now - w->out_ns;
+	w->offcpu_ns += now - w->out_ns;
 	w->out_ns = 0;
 }
 

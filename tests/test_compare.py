@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from conftest import check_adds_up, run_fsprof
+from conftest import assert_invariants, check_adds_up, run_fsprof
 from profiler.analysis.compare import MIN_SHARE, MIN_US
 from profiler.causes import TABLE, WAIT
 
@@ -138,6 +138,8 @@ def test_a_spec_with_two_workloads_is_compared_per_workload(tmp_path):
         "run", "--spec", str(spec_file), "-o", str(tmp_path / "out"), "--scratch-dir", str(tmp_path / "scratch")
     )
     assert proc.returncode == 0, proc.stderr
+    for result in sorted((tmp_path / "out").glob("*/*/result.json")):
+        assert_invariants(json.loads(result.read_text()))
     comparisons = json.loads(compare(tmp_path / "out", "--json"))
     # Each workload's configurations are set against each other, never across workloads.
     assert [(c["workload"], c["base"], c["other"]) for c in comparisons] == [

@@ -46,8 +46,12 @@ def workers(
             if rs:
                 b["windows"] = sum(r["windows"] for r in rs)
                 b["wall_ns"] = sum(r["wall_ns"] for r in rs)
+                unseen = sum(r.get("unseen_ns", 0) for r in rs)
+                if unseen:  # windows with switches sched_switch did not show: not CPU, not known
+                    b["unseen_windows"] = sum(r["unseen_windows"] for r in rs)
+                    b["unseen_ns"] = unseen
                 # Off-CPU time is timed inside open windows only, so it never exceeds their wall.
-                b["oncpu_ns"] = max(b["wall_ns"] - b["offcpu_ns"], 0)
+                b["oncpu_ns"] = max(b["wall_ns"] - b["offcpu_ns"] - unseen, 0)
                 b["requests"] = attribution.merge_requests(r["requests"] for r in rs)
             return b
 

@@ -532,7 +532,9 @@ def commit_thread(
         causes[COMMIT_BLOCK] = commit_block
     if block_wait - commit_block:
         causes[LOG_WRITES] = block_wait - commit_block
-    cpu = max(window_ns - b["offcpu_ns"], 0)
+    # A window whose switches were not all seen has time neither off-CPU nor known to be CPU.
+    unseen = b.get("unseen_ns", 0)
+    cpu = max(window_ns - b["offcpu_ns"] - unseen, 0)
     if cpu:
         causes[CPU] = cpu
     causes = dict(sorted(causes.items(), key=lambda kv: -kv[1]))
@@ -540,6 +542,7 @@ def commit_thread(
         "window_ns": window_ns,
         "offcpu_ns": b["offcpu_ns"],
         "cpu_ns": cpu,
+        "unseen_ns": unseen,
         "causes": causes,
         "avg_ns": {k: v / timed for k, v in causes.items()} if timed else {},
         "other_wait_frames": b.get("other_wait_frames", {}),

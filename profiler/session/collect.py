@@ -345,6 +345,8 @@ class Collector:
                 "phase": k.phase,
                 "windows": v.windows,
                 "wall_ns": v.wall_ns,
+                "unseen_windows": v.unseen_windows,
+                "unseen_ns": v.unseen_ns,
                 "kind": maps.WORKER_KINDS[k.kind] if k.kind < len(maps.WORKER_KINDS) else str(k.kind),
                 "requests": maps.requests_of(v.rqs.count, v.rqs.bytes),
             }

@@ -40,6 +40,7 @@ DROP_REASONS = (
     "rq_full",
     "writeback_full",
     "exemplar_busy",
+    "worker_switches",
 )
 # Drop reasons whose event was recorded, only less exactly: not lost, and never counted as lost.
 # open_slots_overflow: an open blocked at more distinct stacks than its in-flight record keeps; the
@@ -180,6 +181,9 @@ class WorkerWindow(c.Structure):
         ("blocked_ns", c.c_uint64),
         ("id", c.c_uint32),
         ("requests", c.c_uint16 * len(BLK_CLASSES)),
+        ("switches", c.c_uint64),
+        ("offcpu_ns", c.c_uint64),
+        ("switches_seen", c.c_uint32),
     ]
 
 
@@ -221,7 +225,13 @@ class WorkerRunKey(c.Structure):
 
 
 class WorkerRun(c.Structure):
-    _fields_ = [("windows", c.c_uint64), ("wall_ns", c.c_uint64), ("rqs", RqClasses)]
+    _fields_ = [
+        ("windows", c.c_uint64),
+        ("wall_ns", c.c_uint64),
+        ("rqs", RqClasses),
+        ("unseen_windows", c.c_uint64),
+        ("unseen_ns", c.c_uint64),
+    ]
 
 
 def requests_of(counts: Iterable[int], sizes: Iterable[int]) -> dict[str, dict[str, int]]:
