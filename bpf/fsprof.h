@@ -96,9 +96,9 @@ enum drop_reason {
 	DROP_WRITEBACK_FULL,    /* writeback/dirty-throttling aggregate map full */
 	DROP_EXEMPLAR_BUSY,     /* a call not weighed as an exemplar: another CPU was updating its op's
 	                          * set (the call itself is counted like any other) */
-	DROP_WORKER_SWITCHES,   /* a worker window switched out more often than sched_switch showed
-	                          * (nvcsw + nivcsw moved more): its time not seen off CPU is kept apart
-	                          * as unseen, never counted as the worker's CPU */
+	DROP_WORKER_SWITCHES,   /* a worker window switched out more often than on_switch timed
+	                          * off-CPU intervals in it (nvcsw + nivcsw moved more): its time not
+	                          * seen off CPU is kept apart as unseen, never counted as its CPU */
 	N_DROPS,
 };
 
@@ -180,7 +180,8 @@ struct worker_window {
 	__u16 requests[N_BLK_CLASSES]; /* block requests made inside it so far, by class */
 	__u64 switches;                /* the thread's nvcsw + nivcsw when the window began */
 	__u64 offcpu_ns;               /* off CPU inside the window so far, runnable or not */
-	__u32 switches_seen;           /* its switch-outs that on_switch timed */
+	__u32 switches_seen;           /* its off-CPU intervals on_switch timed, switch-out to switch-in */
+	__u32 gen;                     /* workers_open's generation it was counted in */
 };
 
 /* A worker window as a waiter saw it when the worker woke it: the work that ended the wait (an

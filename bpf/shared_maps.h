@@ -106,13 +106,17 @@ struct {
 	__type(value, struct work_last);
 } worker_last SEC(".maps");
 
-/* How many worker windows are open: sched_switch, which runs for every switch on the machine,
- * skips its two worker_windows lookups while none is. Never below the true count (an LRU eviction
- * is not subtracted) but for a window opened while userspace resets the maps, whose switches are
- * then missed until it ends. */
+/* Slot 0: how many worker windows are open: sched_switch, which runs for every switch on the
+ * machine, skips its two worker_windows lookups while none is. Slot 1: the generation, which
+ * userspace's reset moves on after setting the count to 0 (before it clears worker_windows). A
+ * window is counted in its generation and uncounted only in the same one, so the count is never
+ * below the true one: a window that ends across a reset, or an LRU eviction, leaves it above,
+ * which costs lookups only. */
+#define WORKERS_GEN 1
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);
 	__type(key, __u32);
 	__type(value, __s64);
 } workers_open SEC(".maps");
@@ -224,6 +228,15 @@ static __always_inline void open_count_add(void *counter, __s64 delta)
 static __always_inline __u64 switches_of(struct task_struct *task)
 {
 	return task->nvcsw + task->nivcsw;
+}
+
+/* workers_open's generation (slot WORKERS_GEN). */
+static __always_inline __u32 workers_gen(void)
+{
+	__u32 slot = WORKERS_GEN;
+	__s64 *gen = bpf_map_lookup_elem(&workers_open, &slot);
+
+	return gen ? (__u32)*gen : 0;
 }
 
 /* The worker_runs entry of a window (created at zero). */
@@ -340,29 +353,37 @@ static __always_inline void worker_begin(__u16 kind, __u32 dev, __u32 id)
 		                   .out_stack = -1,
 		                   .id = id,
 		                   .switches = switches_of(bpf_get_current_task_btf()) };
+	struct worker_window *left;
 	struct worker_run *run;
+	bool counted = false;
 	long err;
 
 	struct stack_sampling *s = stack_sampling_on();
 
 	run = worker_run_of(&w);
 	w.no_stacks = s && sampled_out(s, run ? run->windows : 0);
-	err = bpf_map_update_elem(&worker_windows, &tid, &w, BPF_NOEXIST);
-	if (err == -ERR_EEXIST) { /* a window left open (its end missed): replaced, not counted again */
-		err = bpf_map_update_elem(&worker_windows, &tid, &w, BPF_ANY);
-	} else if (!err) {
+	w.gen = workers_gen();
+	/* A window left open (its end missed) is replaced: counted again only if it was not counted
+	 * in this generation. */
+	left = bpf_map_lookup_elem(&worker_windows, &tid);
+	if (left)
+		counted = left->gen == w.gen;
+	err = bpf_map_update_elem(&worker_windows, &tid, &w, BPF_ANY);
+	if (!err && !counted)
 		open_count_add(&workers_open, 1);
-	}
 	if (err)
 		count_drop(DROP_WORKER_FULL);
 	else if (run)
 		__sync_fetch_and_add(&run->windows, 1);
 }
 
-/* Forgets the thread's window, if it has one. */
+/* Forgets the thread's window, if it has one: uncounted if counted in this generation. */
 static __always_inline void worker_forget(__u32 tid)
 {
-	if (bpf_map_delete_elem(&worker_windows, &tid) == 0 && open_count(&workers_open) > 0)
+	struct worker_window *w = bpf_map_lookup_elem(&worker_windows, &tid);
+	bool counted = w && w->gen == workers_gen();
+
+	if (bpf_map_delete_elem(&worker_windows, &tid) == 0 && counted && open_count(&workers_open) > 0)
 		open_count_add(&workers_open, -1);
 }
 

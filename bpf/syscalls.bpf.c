@@ -755,7 +755,6 @@ static __always_inline void worker_switch_out(__u32 tid, void *ctx, bool runnabl
 		return;
 	w->out_ns = now;
 	w->out_runnable = runnable;
-	w->switches_seen++;
 	if (w->no_stacks) {
 		w->out_stack = STACK_NOT_WALKED;
 		return;
@@ -787,6 +786,7 @@ static __always_inline void worker_switch_in(__u32 tid, __u64 now)
 		w->blocked_ns += now - w->out_ns;
 	w->offcpu_ns += now - w->out_ns;
 	w->out_ns = 0;
+	w->switches_seen++; /* counted once timed: a switch-out whose switch-in went unseen is not */
 }
 
 /* Whether stack sampling walks this call's stacks, decided once per call at its first switch-out,
@@ -807,6 +807,11 @@ static __always_inline void decide_stacks(struct inflight *op)
 	op->counts_walks = walked < s->first;
 	op->no_stacks = sampled_out(s, walked);
 }
+
+/* io-wq workers' switches (the io_uring section below) */
+#define PF_IO_WORKER_FLAG 0x10 /* include/linux/sched.h, the same from 5.10 to 6.18 */
+static __always_inline void uring_worker_out(struct task_struct *prev, void *ctx, bool runnable, __u64 now);
+static __always_inline void uring_worker_in(struct task_struct *next, __u64 now);
 
 SEC("tp_btf/sched_switch")
 int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next, unsigned int prev_state)
@@ -850,6 +855,15 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	if (open_count(&pauses_open) > 0) {
 		now = now ?: bpf_ktime_get_ns();
 		pause_switch(prev, prev_state, next, now);
+	}
+	/* io-wq workers (a flag test for every other task) */
+	if (prev->flags & PF_IO_WORKER_FLAG) {
+		now = now ?: bpf_ktime_get_ns();
+		uring_worker_out(prev, ctx, preempt || prev_state == 0, now);
+	}
+	if (next->flags & PF_IO_WORKER_FLAG) {
+		now = now ?: bpf_ktime_get_ns();
+		uring_worker_in(next, now);
 	}
 	return 0;
 }
@@ -997,6 +1011,39 @@ struct {
 	__type(value, struct hist);
 } uring_hist SEC(".maps");
 
+/* ---- io-wq workers: a request punted to io-wq (an FSYNC always, ext4's buffered writes, any
+ * that would block) runs blocking in an iou-wrk thread of the process (PF_IO_WORKER), with no
+ * tracepoint where it starts. At the worker's switch-out its current work item names the
+ * request (task->worker_private's io_worker->cur_work, inside the io_kiocb): the interval is that
+ * request's, by stack, classified like a syscall's. */
+struct uring_off_key {
+	struct op_key op;
+	__s32 stackid;
+	__u32 runnable;
+};
+
+/* An io-wq worker switched out while working on a traced request, until it is back. */
+struct uring_out {
+	__u64 out_ns;
+	struct uring_off_key key;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, struct uring_out);
+} uring_workers_out SEC(".maps");
+
+/* Off-CPU time of io-wq workers inside traced requests, per (filesystem, opcode, phase, stack,
+ * runnable). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct uring_off_key);
+	__type(value, struct off_val);
+} uring_offcpu SEC(".maps");
+
 /* REQ_F_FIXED_FILE (bit 0 of req->flags, IOSQE_FIXED_FILE_BIT): cqe.fd indexes the registered
  * files, not the fd table. */
 #define URING_FIXED_FILE 1
@@ -1090,4 +1137,62 @@ int BPF_PROG(on_uring_complete, void *ring, void *req_ptr)
 	}
 	bpf_map_delete_elem(&uring_reqs, &key);
 	return 0;
+}
+
+/* The request an io-wq worker is working on (0: none, or not one fsprof follows): its uring_reqs
+ * entry, and its key. */
+static __always_inline struct uring_req *uring_work_of(struct task_struct *task, __u64 *req)
+{
+	struct io_worker *worker;
+	struct io_wq_work *work;
+
+	if (!bpf_core_field_exists(task->worker_private))
+		return NULL;
+	worker = (struct io_worker *)BPF_CORE_READ(task, worker_private);
+	work = worker ? BPF_CORE_READ(worker, cur_work) : NULL;
+	if (!work)
+		return NULL;
+	*req = (__u64)work - bpf_core_field_offset(struct io_kiocb, work);
+	return bpf_map_lookup_elem(&uring_reqs, req);
+}
+
+static __always_inline void uring_worker_out(struct task_struct *prev, void *ctx, bool runnable, __u64 now)
+{
+	struct uring_out o = {};
+	struct uring_req *r;
+	__u32 tid = prev->pid;
+	__u64 req = 0;
+
+	r = uring_work_of(prev, &req);
+	if (!r)
+		return;
+	/* A registered file's device is known once the worker has the file (io_assign_file). */
+	o.key.op.dev = r->dev ? r->dev : file_dev(BPF_CORE_READ((struct io_kiocb *)req, file));
+	if (!o.key.op.dev)
+		return;
+	o.key.op.nr = r->opcode;
+	o.key.op.phase = r->phase;
+	o.key.runnable = runnable;
+	o.key.stackid = get_stack(ctx);
+	if (o.key.stackid < 0)
+		count_drop(DROP_OFFCPU_STACK);
+	o.out_ns = now;
+	if (bpf_map_update_elem(&uring_workers_out, &tid, &o, BPF_ANY))
+		count_drop(DROP_OFFCPU_FULL);
+}
+
+static __always_inline void uring_worker_in(struct task_struct *next, __u64 now)
+{
+	__u32 tid = next->pid;
+	struct uring_out *o = bpf_map_lookup_elem(&uring_workers_out, &tid);
+	struct off_val *v, zero = {};
+
+	if (!o)
+		return;
+	v = lookup_or_init(&uring_offcpu, &o->key, &zero, DROP_OFFCPU_FULL);
+	if (v) {
+		__sync_fetch_and_add(&v->count, 1);
+		__sync_fetch_and_add(&v->total_ns, now - o->out_ns);
+	}
+	bpf_map_delete_elem(&uring_workers_out, &tid);
 }

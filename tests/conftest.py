@@ -109,8 +109,20 @@ def assert_invariants(result, schema=True):
         # them untraced ones: reported, and held by the tests that depend on that program.
         stackless = {"offcpu_stack", "sample_stack", "waker_stack"}
         skipped = {k: v for k, v in fs["drops"].items() if k.endswith(maps.SKIPPED)}
-        lost = {k: v for k, v in maps.lost_events(fs["drops"]).items() if k not in stackless and k not in skipped}
-        assert not lost, (fs["label"], lost)
+        lost = {
+            k: v
+            for k, v in maps.lost_events(fs["drops"]).items()
+            if k not in stackless and k not in skipped and k != "worker_switches"
+        }
+        assert not lost, (fs["label"], lost, skipped)
+        # A worker window with an off-CPU interval on_switch did not time: counted, its time kept
+        # apart from the worker's CPU, and rare. Under stress-ng, 1 window in 100 to 1,000 of a
+        # test, with the kernel's own count of its switches one more than on_switch's, and no
+        # recursion miss (docs/behind-ext4.md, "The commit thread's CPU").
+        workers = fs.get("behind", {}).get("workers", {})
+        windows = sum(w["all"].get("windows", 0) for w in workers.values())
+        unseen = {kind: w["all"]["unseen_windows"] for kind, w in workers.items() if w["all"].get("unseen_windows")}
+        assert fs["drops"].get("worker_switches", 0) <= max(2, 0.01 * windows), (fs["label"], unseen, windows)
         events = sum(r["count"] for r in fs["trace"]["offcpu"] + fs["trace"]["samples"])
         stack_drops = sum(fs["drops"].get(k, 0) for k in ("offcpu_stack", "sample_stack", "waker_stack"))
         assert stack_drops <= max(0.02 * events, 5), fs["drops"]
@@ -121,13 +133,15 @@ def assert_commit_cpu_within_the_kernels(fs):
     """jbd2's CPU inside its commits (their wall less its recorded off-CPU time) is at most the
     CPU the kernel gave that thread over the whole run (/proc/<pid>/schedstat, kernel_threads):
     more would be off-CPU time that went unrecorded and passed for CPU (make test-stress found
-    77 ms against the kernel's 4.3). The margin covers the two readings' different edges."""
+    77 ms against the kernel's 4.3). The margin covers the two readings' different edges, and the
+    hypervisor's steal over the run, which the kernel leaves out of a thread's CPU time."""
     j = fs.get("behind", {}).get("ext4", {}).get("journal", {}).get("all")
     threads = [v for name, v in fs.get("kernel_threads", {}).items() if name.startswith("jbd2/")]
     if not j or not j["timed_commits"] or not threads:
         return
     kernel_cpu = sum(v["cpu_ns"] for v in threads)
-    assert j["thread"]["cpu_ns"] <= 1.25 * kernel_cpu + 2e6, (fs["label"], j["thread"], threads)
+    allowed = 1.25 * kernel_cpu + 2e6 + fs.get("steal_ns", 0)
+    assert j["thread"]["cpu_ns"] <= allowed, (fs["label"], j["thread"], threads, fs.get("steal_ns"))
 
 
 def blocked_ns(b):

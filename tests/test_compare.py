@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from conftest import assert_invariants, check_adds_up, run_fsprof
+from conftest import check_adds_up, run_fsprof
 from profiler.analysis.compare import MIN_SHARE, MIN_US
 from profiler.causes import TABLE, WAIT
 
@@ -138,22 +138,23 @@ def test_a_spec_with_two_workloads_is_compared_per_workload(tmp_path):
         "run", "--spec", str(spec_file), "-o", str(tmp_path / "out"), "--scratch-dir", str(tmp_path / "scratch")
     )
     assert proc.returncode == 0, proc.stderr
-    for result in sorted((tmp_path / "out").glob("*/*/result.json")):
-        assert_invariants(json.loads(result.read_text()))
     comparisons = json.loads(compare(tmp_path / "out", "--json"))
     # Each workload's configurations are set against each other, never across workloads.
     assert [(c["workload"], c["base"], c["other"]) for c in comparisons] == [
         ("short", "short/barrier-on", "short/barrier-off"),
         ("long", "long/barrier-on", "long/barrier-off"),
     ]
-    # The largest change is the commit block's cache flush going away. Not that barrier=0 is
-    # faster overall: on a busy host the data writes that no longer queue behind the flushes can
-    # wait as long elsewhere (651 us of flush gone, 365 us more data writeback wait, once beside a
-    # VM), which leaves no significant difference to a single repeat. CONTRIBUTING.md: assert what
-    # is true on every host.
+    # In each workload the commit block's cache flush goes away, with its evidence. Not that it
+    # is the largest change, nor that barrier=0 is faster: the backing disk is shared, and under
+    # `make test-stress` (stress-ng fsyncing on the same disk) barrier=0's plain journal writes
+    # once waited 633 us per fsync against barrier=1's 74, more than the 485 us of flush gone; on
+    # a busy host the data writes freed from queueing behind the flushes can wait as long
+    # elsewhere. One repeat of each cannot tell that noise from a change. CONTRIBUTING.md: assert
+    # what is true on every host.
     for c in comparisons:
-        first = blocked(c["causes"])[0]
-        assert "cache flush" in first["cause"] and first["diff_us"] < 0, c["causes"][:2]
+        assert_flush_removed(c["causes"])
+        commit = c["evidence"]["preflush write requests per jbd2 commit (the work that ends its journal commit wait)"]
+        assert commit == [1, 0], commit
     text = compare(tmp_path / "out")
     assert text.index("== workload short") < text.index("== workload long"), text
 

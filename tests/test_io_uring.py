@@ -9,6 +9,7 @@ import shutil
 import pytest
 
 from conftest import bpftrace_output, bpftrace_start, kernel_has, run_fsprof
+from profiler.causes import TABLE, WAIT
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]
 
@@ -69,3 +70,42 @@ def test_io_uring_requests_match_fio_and_bpftrace(tmp_path, fs):
     clat = job["write"]["clat_ns"]
     assert write["avg_ns"] <= clat["mean"] * 1.05 + 5_000, (write, clat["mean"])
     assert write["avg_ns"] >= clat["mean"] * 0.5, (write, clat["mean"])
+
+
+FSYNCS = 256
+# What ends each filesystem's fsync, as for a syscall fsync (test_attribution): the commit its
+# journal or log does for it.
+COMMIT = {"ext4": "journal commit wait", "xfs": "log force wait", "btrfs": "btrfs tree-log sync"}
+
+
+@pytest.mark.skipif(shutil.which("fio") is None, reason="fio is not installed")
+@pytest.mark.parametrize("fs", ["ext4", "xfs", "btrfs"])
+def test_an_io_uring_fsync_is_explained_like_a_syscall_fsync(tmp_path, fs):
+    """Buffered writes, each followed by an IORING_OP_FSYNC. An FSYNC always runs in an io-wq
+    worker (iou-wrk-*), not in the submitting thread: its waits are found there, request by
+    request, and named as a syscall fsync's are."""
+    fio_json = tmp_path / "fio.json"
+    proc = run_fsprof(
+        "run", "--scratch-dir", str(tmp_path / "scratch"), "-o", str(tmp_path / "run"), "--fs", fs, "--",
+        "fio", "--name=uring", "--ioengine=io_uring", "--iodepth=4", "--rw=randwrite", "--bs=4k",
+        f"--size={FSYNCS * 4096}", "--fsync=1", "--filename=data", "--output-format=json", f"--output={fio_json}",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    job = json.loads(fio_json.read_text())["jobs"][0]
+    (entry,) = json.loads((tmp_path / "run" / "result.json").read_text())["filesystems"]
+    fsync = entry["io_uring"]["io_uring fsync"]
+    assert fsync["count"] == job["sync"]["total_ios"] >= FSYNCS, (fsync, job["sync"]["total_ios"])
+    # The workers' off-CPU time lies inside the requests' own time (submission to completion), and
+    # is most of it: an fsync waits.
+    wq = entry["io_uring_io_wq"]["io_uring fsync"]
+    assert 0.5 * fsync["total_ns"] <= wq["offcpu_ns"] <= fsync["total_ns"], (wq, fsync)
+    causes = wq["causes"]
+    assert causes.get("other wait", 0) < 0.05 * wq["offcpu_ns"], wq["other_wait_frames"]
+    blocked = wq["offcpu_ns"] - causes.get("cpu contention", 0)
+    commit = COMMIT[fs]
+    if fs == "btrfs":  # as for a syscall fsync: the tree-log sync, or the cache flush inside it
+        assert causes.get(commit, 0) + causes.get("cache flush", 0) > 0.5 * blocked, causes
+    else:
+        waits = {cause: ns for cause, ns in causes.items() if TABLE[cause].kind == WAIT}
+        assert max(waits, key=waits.get) == commit and causes[commit] > 0.6 * blocked, causes
+    assert "io_uring fsync in io-wq workers: " in run_fsprof("report", str(tmp_path / "run")).stdout

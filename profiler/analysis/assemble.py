@@ -72,6 +72,7 @@ def _records(raw, target):
     return {
         "ops": mine(raw["ops"]),
         "uring": mine(raw.get("uring", [])),
+        "uring_offcpu": mine(raw.get("uring_offcpu", [])),
         "unresolved": [r for r in raw["ops"] if r["dev"] == 0],
         "offcpu": attribution.split_unwalked(mine(raw["offcpu"])),
         "samples": mine(raw["samples"]),
@@ -85,7 +86,7 @@ def _records(raw, target):
 def _stacks(raw, recs):
     """The symbolised stacks the records (and the behind modules) name."""
     used = (
-        {r["stack"] for r in recs["offcpu"] + recs["samples"] + recs["workers"]}
+        {r["stack"] for r in recs["offcpu"] + recs["samples"] + recs["workers"] + recs["uring_offcpu"]}
         | {r["waker_stack"] for r in recs["offcpu"]}
         | {
             s
@@ -208,6 +209,14 @@ def assemble(raw: dict[str, Any], target: behind.Target, names: list[str], end_n
         "io_uring": {
             op: hist.merge([r for r in recs["uring"] if r["op"] == op])
             for op in sorted({r["op"] for r in recs["uring"]})
+        },
+        # The part of those requests an io-wq worker ran (an fsync, ext4's buffered writes): the
+        # worker's off-CPU time by cause, classified as a syscall's.
+        "io_uring_io_wq": {
+            op: attribution.attribute_worker(
+                fs, [r for r in recs["uring_offcpu"] if r["op"] == op], stacks, syscall_rules=True
+            )
+            for op in sorted({r["op"] for r in recs["uring_offcpu"]})
         },
         "attribution": {
             op: attribution.merge([p["attribution"][op] for p in phases.values() if op in p["attribution"]])

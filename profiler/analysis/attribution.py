@@ -296,16 +296,19 @@ def attribute(
     return out
 
 
-def attribute_worker(fs: str, offcpu: list[dict[str, Any]], stacks: dict[int, list[str]]) -> dict[str, Any]:
+def attribute_worker(
+    fs: str, offcpu: list[dict[str, Any]], stacks: dict[int, list[str]], syscall_rules: bool = False
+) -> dict[str, Any]:
     """A filesystem worker's off-CPU time inside its windows (offcpu = [{stack, runnable, count,
     total_ns}]), split by the `[[worker]]` rules. Its on-CPU time is the window total minus this,
-    which only the probe that opened the windows knows."""
+    which only the probe that opened the windows knows. syscall_rules: a worker that runs a
+    call's own code (an io-wq worker doing an io_uring request's fsync), split as a syscall's."""
     rules = rules_for(fs)
     causes: dict[str, int]
     other: dict[str, int]
     causes, other, off_ns, count = {}, {}, 0, 0
     for rec in offcpu:
-        cause, detail = classify_off(rules, rec, stacks.get(rec["stack"], []), worker=True)
+        cause, detail = classify_off(rules, rec, stacks.get(rec["stack"], []), worker=not syscall_rules)
         causes[cause] = causes.get(cause, 0) + rec["total_ns"]
         if detail:
             other[detail] = other.get(detail, 0) + rec["total_ns"]

@@ -76,3 +76,15 @@ def delta(
         e["runqueue_ns"] += wait - wait0
         e["timeslices"] += slices - slices0
     return dict(sorted(out.items()))
+
+
+USER_HZ = 100  # /proc/stat's unit (USER_HZ, 100 on every Linux architecture fsprof runs on)
+
+
+def steal_ns() -> int:
+    """CPU time the hypervisor gave to something else while this machine's vCPUs had work, over
+    all CPUs since boot (/proc/stat's steal). A kernel with paravirtual steal accounting leaves it
+    out of the threads' CPU time above, while a thread's wall time on CPU keeps it."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()
+    return int(fields[8]) * (1_000_000_000 // USER_HZ) if len(fields) > 8 else 0

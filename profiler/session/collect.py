@@ -136,6 +136,8 @@ class Collector:
             self.waits_walked = m("waits_walked", maps.OpKey, c.c_uint64)
             self.op_hist = m("op_hist", maps.OpKey, maps.Hist)
             self.uring_hist = m("uring_hist", maps.OpKey, maps.Hist)
+            self.uring_offcpu = m("uring_offcpu", maps.UringOffKey, maps.OffVal)
+            self.uring_workers_out = m("uring_workers_out", c.c_uint32, maps.UringOut)
             self.offcpu = m("offcpu", maps.OffKey, maps.OffVal)
             self.tail_stacks = m("tail_stacks", c.c_uint32, maps.StackIps)
             self.exemplars = m("exemplars", maps.OpKey, maps.ExemplarSet)
@@ -244,9 +246,18 @@ class Collector:
             probe.set_targets(targets)
 
     def reset(self) -> None:
+        # The open-window count to 0, then a new generation, then the windows cleared: a window is
+        # uncounted only in the generation it was counted in, so the count never falls below the
+        # windows open (whose switches would then go untimed); one that ends across the reset
+        # leaves it above, which costs only lookups (bpf/shared_maps.h workers_open).
+        self.workers_open.update(c.c_uint32(0), c.c_int64(0))
+        gen = self.workers_open.lookup(c.c_uint32(1))
+        self.workers_open.update(c.c_uint32(1), c.c_int64((gen or 0) + 1))
         for m in (
             self.op_hist,
             self.uring_hist,
+            self.uring_offcpu,
+            self.uring_workers_out,
             self.offcpu,
             self.samples,
             self.stacks,
@@ -261,7 +272,6 @@ class Collector:
             self.waits_walked,
         ):
             m.clear()
-        self.workers_open.update(c.c_uint32(0), c.c_int64(0))  # worker_windows is empty now
         for probe in self.probes.values():
             probe.reset()
         self.phase.update(c.c_uint32(0), maps.PhaseState())
@@ -314,6 +324,19 @@ class Collector:
             }
             for k, v in read(self.offcpu)
         ]
+        # io-wq workers' off-CPU time inside io_uring requests, shaped as a worker's records.
+        uring_offcpu = [
+            {
+                "dev": k.op.dev,
+                "op": maps.uring_op_name(k.op.nr),
+                "phase": k.op.phase,
+                "stack": k.stackid,
+                "runnable": bool(k.runnable),
+                "count": v.count,
+                "total_ns": v.total_ns,
+            }
+            for k, v in read(self.uring_offcpu)
+        ]
         samples = [
             {"dev": k.op.dev, "op": syscalls.name_of(k.op.nr), "phase": k.op.phase, "stack": k.stackid, "count": v}
             for k, v in read(self.samples)
@@ -360,7 +383,7 @@ class Collector:
         for module in behind.MODULES:  # a summary tells unknown figures from zeros by these
             if module.NAME in behind_raw:
                 behind_raw[module.NAME]["left_out"] = self.left_out(module.OBJECT)
-        wanted = {r["stack"] for r in offcpu + samples + workers} | {r["waker_stack"] for r in offcpu}
+        wanted = {r["stack"] for r in offcpu + samples + workers + uring_offcpu} | {r["waker_stack"] for r in offcpu}
         wanted |= {
             s for x in exemplars for call in x["calls"] for w in call["longest"] for s in (w["stack"], w["waker_stack"])
         }
@@ -380,6 +403,7 @@ class Collector:
         return {
             "ops": ops,
             "uring": uring,
+            "uring_offcpu": uring_offcpu,
             "offcpu": offcpu,
             "exemplars": exemplars,
             "exemplars_kept": self.exemplars_kept,

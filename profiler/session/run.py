@@ -159,6 +159,7 @@ def measure(
     threads = kthreads.find(sfs.config.fs, block_devs.values())
     _, before, quiet_at_start = blockdev.read_settled(block_devs.values(), collector.reset)
     threads_before = kthreads.read(threads)
+    steal_before = kthreads.steal_ns()
     space_at_start = blockdev.space(sfs.mountpoint)
     proc = GatedProcess(
         workload.argv(str(result_file), sfs.mountpoint),
@@ -183,6 +184,7 @@ def measure(
     # flight, so that both count the same requests.
     raw, after, settled = blockdev.read_settled(block_devs.values(), collector.snapshot)
     threads_after = kthreads.read(threads)
+    steal = kthreads.steal_ns() - steal_before
     space_at_end = blockdev.space(sfs.mountpoint)
     raw["phase_start_ns"][0] = start_ns  # phase 0 starts when the workload is let go
     own = workload.own_result(result_file, status, label_dir)
@@ -224,6 +226,8 @@ def measure(
         "kernel_counters_settled": quiet_at_start and settled,
         # The filesystem's own kernel threads over the run (all their work, linked to an op or not).
         "kernel_threads": kthreads.delta(threads_before, threads_after),
+        # Time the hypervisor took from the machine's CPUs over the run (in 10 ms ticks).
+        "steal_ns": steal,
     }
     for name in block_devs.values():  # every device under test, every class, even at zero
         dev = entry["block"].setdefault(name, {})

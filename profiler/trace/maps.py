@@ -184,6 +184,7 @@ class WorkerWindow(c.Structure):
         ("switches", c.c_uint64),
         ("offcpu_ns", c.c_uint64),
         ("switches_seen", c.c_uint32),
+        ("gen", c.c_uint32),
     ]
 
 
@@ -208,6 +209,16 @@ class WorkLast(c.Structure):
 
 class OffVal(c.Structure):
     _fields_ = [("count", c.c_uint64), ("total_ns", c.c_uint64)]
+
+
+class UringOffKey(c.Structure):
+    """An io-wq worker's off-CPU interval inside an io_uring request (bpf/syscalls.bpf.c)."""
+
+    _fields_ = [("op", OpKey), ("stackid", c.c_int32), ("runnable", c.c_uint32)]
+
+
+class UringOut(c.Structure):
+    _fields_ = [("out_ns", c.c_uint64), ("key", UringOffKey)]
 
 
 class SampleKey(c.Structure):

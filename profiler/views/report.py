@@ -76,6 +76,27 @@ def attribution_table(
     return lines
 
 
+def io_wq_lines(requests: dict[str, Any], io_wq: dict[str, Any], indent: str = "   ") -> list[str]:
+    """Of each io_uring opcode, the time io-wq workers spent off CPU running its requests, per
+    request and as a share of their submission-to-completion time, by cause."""
+    lines = []
+    for op, b in io_wq.items():
+        h = requests.get(op)
+        if not h or not h["count"] or not b["offcpu_ns"]:
+            continue
+        whole = b["offcpu_ns"]
+        lines.append(
+            f"{indent}{op} in io-wq workers: {fmt_ns(whole / h['count'])} off CPU per request "
+            f"({100 * whole / (h['total_ns'] or 1):.0f}% of its time) = "
+            + ", ".join(f"{cause} {100 * ns / whole:.0f}%" for cause, ns in b["causes"].items() if ns >= 0.01 * whole)
+        )
+        other = b["causes"].get("other wait", 0)
+        if other:
+            names = ", ".join(list(b["other_wait_frames"])[:3])
+            lines.append(f"{indent}  other wait: {100 * other / whole:.1f}% of it ({names})")
+    return lines
+
+
 def test_bed_line(bed: dict[str, Any] | None) -> str | None:
     """What stands behind the device, in one phrase (docs/test-bed.md), or None for a disk."""
     if not bed or bed["kind"] == "disk":
@@ -132,6 +153,7 @@ def render_fs(fs: dict[str, Any]) -> list[str]:
     lines.extend(syscall_table(ops))
     if fs.get("io_uring"):  # submission to completion posted (docs/io_uring.md)
         lines.extend(syscall_table(fs["io_uring"], title="io_uring request", width=22))
+        lines.extend(io_wq_lines(fs["io_uring"], fs.get("io_uring_io_wq", {})))
     unresolved = fs.get("unresolved_syscalls", {})
     if unresolved:
         lines.append(
