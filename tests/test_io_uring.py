@@ -9,7 +9,6 @@ import shutil
 import pytest
 
 from conftest import bpftrace_output, bpftrace_start, kernel_has, run_fsprof
-from profiler.causes import TABLE, WAIT
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]
 
@@ -101,11 +100,13 @@ def test_an_io_uring_fsync_is_explained_like_a_syscall_fsync(tmp_path, fs):
     assert 0.5 * fsync["total_ns"] <= wq["offcpu_ns"] <= fsync["total_ns"], (wq, fsync)
     causes = wq["causes"]
     assert causes.get("other wait", 0) < 0.05 * wq["offcpu_ns"], wq["other_wait_frames"]
+    # Known by construction: each fsync writes its one dirty block, then commits it. So its waits
+    # are the data writeback and the commit (with the commit's cache flush), as a syscall fsync's
+    # are. How they share the time is the device's: on the host the commit took 75-96% of it; in
+    # Debian's 6.1 under TCG, XFS's data writeback wait equalled its log force wait.
     blocked = wq["offcpu_ns"] - causes.get("cpu contention", 0)
     commit = COMMIT[fs]
-    if fs == "btrfs":  # as for a syscall fsync: the tree-log sync, or the cache flush inside it
-        assert causes.get(commit, 0) + causes.get("cache flush", 0) > 0.5 * blocked, causes
-    else:
-        waits = {cause: ns for cause, ns in causes.items() if TABLE[cause].kind == WAIT}
-        assert max(waits, key=waits.get) == commit and causes[commit] > 0.6 * blocked, causes
+    assert causes.get(commit, 0) > 0.25 * blocked, causes
+    fsync_work = causes.get(commit, 0) + causes.get("data writeback wait", 0) + causes.get("cache flush", 0)
+    assert fsync_work > 0.8 * blocked, causes
     assert "io_uring fsync in io-wq workers: " in run_fsprof("report", str(tmp_path / "run")).stdout
