@@ -9,7 +9,10 @@ guest, which runs the checks one by one, each under its time limit, writing a lo
 line of results per check into DIR (shared read-write with the host). The host row runs the same
 checks here, without a VM. Logs are kept under /var/tmp/fsprof-kernels/<time>/<row>/ (--logs).
 Exit status: 0 all PASS; 1 a FAIL; 2 bad input; 77 nothing failed but a VM row was skipped
-because this machine cannot run a VM. The last run's matrix is written into docs/kernels.md."""
+because this machine cannot run a VM. The last run's matrix is written into docs/kernels.md.
+
+Over 500 lines: the host side (rows, VMs, the table) and the guest side (--inside: the checks)
+share each check's name, limit and result line, so they stay in one file."""
 
 import argparse
 import gzip

@@ -12,7 +12,10 @@ directory is an overlay: the command may write there, but what it writes stays i
 `--rwdir DIR` for results that must come back. Exit status: the command's own; 2 bad input; 77
 this machine cannot run the VM; 124 the command timed out; 125 the VM did not boot or stopped
 before the command ended. Nothing is left behind on the host: the qemu process group is killed and
-the disk images removed on exit, Ctrl-C, SIGTERM and timeouts. Details: docs/kernels.md."""
+the disk images removed on exit, Ctrl-C, SIGTERM and timeouts. Details: docs/kernels.md.
+
+Over 500 lines: the guest's set-up script, the qemu command line and the undo of both are one
+boot, each part written against the others."""
 
 import argparse
 import json

@@ -10,6 +10,9 @@ Phases: "prepare" (sysbench's `prepare` command: write the files, fsync each, th
 its `run` init does; for seqwr: empty files), "run" (the measured requests, then each thread's
 end-of-test fsyncs), "cleanup" (close and remove the files, sysbench's `cleanup`). Like sysbench,
 nothing is dropped or synced between prepare and run: the files' pages stay in the page cache.
+
+Over 500 lines: sysbench's option set, its checks and its text layout are one interface, kept
+beside the engine call they configure.
 """
 
 import argparse

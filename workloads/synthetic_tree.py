@@ -23,6 +23,9 @@ instead of by luck of the draw):
 
 Entry k of the tree does not depend on how many entries are written, so a tarball of the first N
 entries is a prefix (entry for entry) of the full one.
+
+Over 500 lines: MODEL, the seeded drawing from it, and --measure/--compare, which check the drawing
+against the real tarball, change together.
 """
 
 import argparse
