@@ -810,6 +810,7 @@ static __always_inline void decide_stacks(struct inflight *op)
 
 /* io-wq workers' switches (the io_uring section below) */
 #define PF_IO_WORKER_FLAG 0x10 /* include/linux/sched.h, the same from 5.10 to 6.18 */
+/* now: the switch's clock if on_switch read it already, else 0 */
 static __always_inline void uring_worker_out(struct task_struct *prev, void *ctx, bool runnable, __u64 now);
 static __always_inline void uring_worker_in(struct task_struct *next, __u64 now);
 
@@ -856,15 +857,11 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 		now = now ?: bpf_ktime_get_ns();
 		pause_switch(prev, prev_state, next, now);
 	}
-	/* io-wq workers (a flag test for every other task) */
-	if (prev->flags & PF_IO_WORKER_FLAG) {
-		now = now ?: bpf_ktime_get_ns();
+	/* io-wq workers (a flag test for every other task; the clock only for a followed request) */
+	if (prev->flags & PF_IO_WORKER_FLAG)
 		uring_worker_out(prev, ctx, preempt || prev_state == 0, now);
-	}
-	if (next->flags & PF_IO_WORKER_FLAG) {
-		now = now ?: bpf_ktime_get_ns();
+	if (next->flags & PF_IO_WORKER_FLAG)
 		uring_worker_in(next, now);
-	}
 	return 0;
 }
 
@@ -1176,7 +1173,7 @@ static __always_inline void uring_worker_out(struct task_struct *prev, void *ctx
 	o.key.stackid = get_stack(ctx);
 	if (o.key.stackid < 0)
 		count_drop(DROP_OFFCPU_STACK);
-	o.out_ns = now;
+	o.out_ns = now ?: bpf_ktime_get_ns();
 	if (bpf_map_update_elem(&uring_workers_out, &tid, &o, BPF_ANY))
 		count_drop(DROP_OFFCPU_FULL);
 }
@@ -1189,6 +1186,7 @@ static __always_inline void uring_worker_in(struct task_struct *next, __u64 now)
 
 	if (!o)
 		return;
+	now = now ?: bpf_ktime_get_ns();
 	v = lookup_or_init(&uring_offcpu, &o->key, &zero, DROP_OFFCPU_FULL);
 	if (v) {
 		__sync_fetch_and_add(&v->count, 1);
