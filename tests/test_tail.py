@@ -6,6 +6,7 @@ waits are nearly all in the tail, against a full run of the same workload."""
 
 import json
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -159,7 +160,7 @@ tracepoint:jbd2:jbd2_end_commit { @end[args->dev, args->transaction] = nsecs; }"
 def test_an_fsyncs_commit_wait_names_the_commit_it_waited_for(tmp_path, barrier):
     """An fsync's journal commit wait, kept whole in an exemplar, names the work that ended it:
     the jbd2 commit, by its transaction id, its window where a bpftrace oracle on jbd2_start_commit
-    and jbd2_end_commit saw that transaction's commit (to 50 us, x TIME_SCALE squared in a VM),
+    and jbd2_end_commit saw that transaction's commit (their median edge to 50 us, each to 2 ms),
     ended before the fsync was woken; the commit's own requests hold its commit block's cache
     flush (a PREFLUSH write) with barriers, and none without."""
     oracle = bpftrace_start(JBD2_ORACLE)
@@ -175,17 +176,29 @@ def test_an_fsyncs_commit_wait_names_the_commit_it_waited_for(tmp_path, barrier)
     for edge, dev_t, tid, ns in re.findall(r"@(start|end)\[(\d+), (\d+)\]: (\d+)", seen):
         if int(dev_t) == scratch_dev:
             commits.setdefault(int(tid), {})[edge] = int(ns)
-    apart = 50_000 * TIME_SCALE**2
+    # The window's edges and the oracle's are clock reads of two programs on one tracepoint: an
+    # interrupt taken between them, with the softirqs run on its exit, parts them (144 us once, in
+    # a full make test), up to MAX_SOFTIRQ_TIME (2 ms) before the kernel hands softirqs to
+    # ksoftirqd. So each edge is held to that, and their median to 50 us (x TIME_SCALE squared
+    # in a VM, where the host can deschedule the vCPU between the two); which commit it was is
+    # the transaction id's, exact.
+    near = 50_000 * TIME_SCALE**2
+    apart = 2_000_000 + near
     waits = [(c, w) for c in by_fs["ext4"]["exemplars"]["fsync"] for w in c["waits"]]
     commit_waits = [(c, w) for c, w in waits if w["cause"] == "journal commit wait"]
     assert commit_waits, waits[:4]
+    edges = []
     for call, w in commit_waits:
         work = w.get("work")
         assert work and work["worker"] == "jbd2 commit", w
         seen_commit = commits[work["id"]]  # a transaction the oracle saw commit
-        assert abs(call["start_ns"] + work["start_at_ns"] - seen_commit["start"]) <= apart, (work, seen_commit)
-        assert abs(call["start_ns"] + work["end_at_ns"] - seen_commit["end"]) <= apart, (work, seen_commit)
+        edges += [
+            abs(call["start_ns"] + work["start_at_ns"] - seen_commit["start"]),
+            abs(call["start_ns"] + work["end_at_ns"] - seen_commit["end"]),
+        ]
+        assert max(edges[-2:]) <= apart, (work, seen_commit)
         assert work["end_at_ns"] <= w["at_ns"] + w["ns"] + apart  # the commit ended, then woke the fsync
         assert work["blocked_ns"] <= work["end_at_ns"] - work["start_at_ns"]
         flushes = work["requests"].get("preflush_write", 0) + work["requests"].get("fua_write", 0)
         assert (flushes >= 1) if barrier == "1" else (flushes == 0), work["requests"]
+    assert statistics.median(edges) <= near, sorted(edges)
