@@ -86,6 +86,7 @@ struct inflight {
 	__u8 no_stacks;        /* stack sampling passed this call over: its intervals are STACK_NOT_WALKED */
 	__u8 counts_walks;     /* sampling, before the op's first waits_walked: its blocked intervals count there */
 	__u8 decided;          /* no_stacks and counts_walks are set (at the call's first switch-out) */
+	__u64 uring_wait_ns;   /* an io_uring_enter: when it began waiting for completions (0: it has not) */
 	struct waker waker;    /* who woke it while switched out */
 	struct work_seen work; /* the waker's worker window, if it was in one (or just out of one) */
 	struct off_slot slots[OFF_SLOTS];
@@ -123,6 +124,16 @@ struct {
 	__type(key, struct op_key);
 	__type(value, struct hist);
 } op_hist SEC(".maps");
+
+/* io_uring_enter's time waiting for completions, per (filesystem, syscall, phase): from
+ * io_uring_cqring_wait, which io_cqring_wait fires only when it is about to sleep (fewer CQEs than
+ * asked for), to the call's exit. The rest of the call is submitting (and reaping what was there). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, struct op_key);
+	__type(value, struct hist);
+} uring_enter_wait SEC(".maps");
 
 /* Preallocated: allocating as keys appear (BPF_F_NO_PREALLOC) fails under the run-queue lock that
  * sched_switch runs under, where the allocator cannot refill its per-CPU cache (lost intervals,
@@ -338,6 +349,7 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 	rec->no_stacks = 0;
 	rec->counts_walks = 0;
 	rec->decided = 0;
+	rec->uring_wait_ns = 0;
 	rec->ex_runq_ns = 0;
 	rec->ex_blocked_ns = 0;
 	rec->ex_waits = 0;
@@ -550,6 +562,8 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 	f = get_filter();
 	if (!f || !f->dev || key.dev == f->dev) {
 		add_op(&key, delta, ret);
+		if (op->uring_wait_ns && op->uring_wait_ns < op->start_ns + delta)
+			hist_add(&uring_enter_wait, &key, op->start_ns + delta - op->uring_wait_ns, DROP_OPS_FULL);
 		keep_exemplar(&key, op, op->start_ns + delta, ret);
 #pragma unroll
 		for (int i = 0; i < OFF_SLOTS; i++) {
@@ -1133,6 +1147,19 @@ int BPF_PROG(on_uring_complete, void *ring, void *req_ptr)
 			__sync_fetch_and_add(&h->ret_sum, res);
 	}
 	bpf_map_delete_elem(&uring_reqs, &key);
+	return 0;
+}
+
+/* A traced io_uring_enter starts waiting for completions: io_cqring_wait, after running the
+ * completions already due, found fewer CQEs than asked for (5.10 to 6.18: same place, same
+ * arguments, none needed here). Only io_uring_enter calls io_cqring_wait. */
+SEC("tp_btf/io_uring_cqring_wait")
+int BPF_PROG(on_uring_cqring_wait, void *ring, int min_events)
+{
+	struct inflight *op = inflight_of(bpf_get_current_task_btf());
+
+	if (op && !op->uring_wait_ns)
+		op->uring_wait_ns = bpf_ktime_get_ns();
 	return 0;
 }
 

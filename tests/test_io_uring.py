@@ -1,14 +1,15 @@
 """io_uring requests as operations of their own (docs/io_uring.md): fio's io_uring engine, direct
 writes at queue depth 16 with an IORING_OP_FSYNC every 64 writes, on each filesystem. Each
 opcode's count equals fio's own count and a bpftrace count of io_uring_submit_req by opcode; the
-bytes equal fio's; the submission-to-completion time sits inside fio's own latency."""
+bytes equal fio's; the submission-to-completion time sits inside fio's own latency. fio's
+io_uring_enter calls, and those that waited for completions and how long, equal bpftrace's."""
 
 import json
 import shutil
 
 import pytest
 
-from conftest import bpftrace_output, bpftrace_start, kernel_has, run_fsprof
+from conftest import TIME_SCALE, bpftrace_output, bpftrace_start, kernel_has, run_fsprof
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]
 
@@ -16,8 +17,13 @@ WRITES = 4096  # 16 MiB of 4 KiB writes
 FSYNC_EVERY = 64
 # The oracle: submissions by opcode of fio's threads (the CQE of an FSYNC is posted from an io-wq
 # worker, so completions are not counted by comm).
+# io_uring_enter: its calls, and the part of them waiting for completions (io_uring_cqring_wait to
+# the call's exit).
 ORACLE = r"""BEGIN { printf("ready\n"); }
-tracepoint:io_uring:io_uring_submit_req /comm == "fio"/ { @op[args->opcode] = count(); }"""
+tracepoint:io_uring:io_uring_submit_req /comm == "fio"/ { @op[args->opcode] = count(); }
+tracepoint:syscalls:sys_enter_io_uring_enter /comm == "fio"/ { @enter = count(); }
+tracepoint:io_uring:io_uring_cqring_wait /comm == "fio" && !@from[tid]/ { @from[tid] = nsecs; @waited = count(); }
+tracepoint:syscalls:sys_exit_io_uring_enter /@from[tid]/ { @wait_ns = sum(nsecs - @from[tid]); delete(@from[tid]); }"""
 
 
 def fio_argv(out):
@@ -69,6 +75,20 @@ def test_io_uring_requests_match_fio_and_bpftrace(tmp_path, fs):
     clat = job["write"]["clat_ns"]
     assert write["avg_ns"] <= clat["mean"] * 1.05 + 5_000, (write, clat["mean"])
     assert write["avg_ns"] >= clat["mean"] * 0.5, (write, clat["mean"])
+    # io_uring_enter in two: the calls that slept for completions, and for how long, as bpftrace
+    # times them at the same two tracepoints (their clocks read a few hundred ns apart per call; a
+    # vCPU descheduled between the two programs, in a VM, moves one call by up to a millisecond).
+    figure = lambda name: int(next(line.split(": ")[1] for line in seen.splitlines() if line.startswith(name + ":")))  # noqa: E731
+    split = entry["io_uring_enter"]
+    assert split["calls"] == entry["unresolved_syscalls"]["io_uring_enter"]["count"] == figure("@enter"), split
+    waiting = split["waiting"]
+    assert waiting["count"] == figure("@waited") > 0, (waiting["count"], seen)
+    assert (
+        abs(waiting["total_ns"] - figure("@wait_ns"))
+        <= 0.02 * figure("@wait_ns") + waiting["count"] * 2_000 * TIME_SCALE**2
+    )
+    assert split["submitting_ns"] + waiting["total_ns"] == split["total_ns"] and split["submitting_ns"] > 0
+    assert "io_uring_enter: " in run_fsprof("report", str(tmp_path / "run")).stdout
 
 
 FSYNCS = 256

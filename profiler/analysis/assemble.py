@@ -74,6 +74,7 @@ def _records(raw, target):
         "uring": mine(raw.get("uring", [])),
         "uring_offcpu": mine(raw.get("uring_offcpu", [])),
         "unresolved": [r for r in raw["ops"] if r["dev"] == 0],
+        "uring_enter_wait": [r for r in raw.get("uring_enter_wait", []) if r["dev"] == 0],
         "offcpu": attribution.split_unwalked(mine(raw["offcpu"])),
         "samples": mine(raw["samples"]),
         "workers": attribution.split_unwalked(ours(raw.get("workers", []))),
@@ -185,6 +186,21 @@ def _trace(raw, recs, stacks):
     }
 
 
+def _uring_enter_split(calls: dict[str, Any] | None, waits: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """io_uring_enter's wall time in two: waiting for completions (from io_cqring_wait's decision
+    to sleep to the call's exit), and the rest, submitting (and reaping the completions already
+    there). None without calls."""
+    if not calls or not calls["count"]:
+        return None
+    waiting = hist.merge(waits)
+    return {
+        "calls": calls["count"],
+        "total_ns": calls["total_ns"],
+        "submitting_ns": max(0, calls["total_ns"] - waiting["total_ns"]),
+        "waiting": waiting,
+    }
+
+
 def assemble(raw: dict[str, Any], target: behind.Target, names: list[str], end_ns: int) -> dict[str, Any]:
     """The result entry fields for the filesystem of `target` (a behind.Target); names[i] is
     phase i's name (phase 0: everything before the workload's first marker)."""
@@ -239,6 +255,10 @@ def assemble(raw: dict[str, Any], target: behind.Target, names: list[str], end_n
             "tail_waits": sum(t["waits"] for t in tail),
             "tail_ns": sum(t["ns"] for t in tail),
         }
+    if raw.get("uring_enter_split"):  # where the kernel has io_uring_cqring_wait
+        split = _uring_enter_split(entry["unresolved_syscalls"].get("io_uring_enter"), recs["uring_enter_wait"])
+        if split:
+            entry["io_uring_enter"] = split
     ctx = behind.Context(
         fs=fs,
         sb_dev=sb_dev,

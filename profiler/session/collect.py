@@ -60,6 +60,7 @@ FIGURES = {
     "on_uring_submit_req": "io_uring requests: count and submission-to-completion time per opcode",
     "on_uring_submit_sqe": "io_uring requests: count and submission-to-completion time per opcode",
     "on_uring_complete": "io_uring requests: count and submission-to-completion time per opcode",
+    "on_uring_cqring_wait": "io_uring_enter split into submitting and waiting for completions",
 }
 # Programs of which a kernel has one or the other (a tracepoint renamed): the one it lacks is no
 # figure lost while its alternative loaded. io_uring_submit_sqe became io_uring_submit_req in 6.4.
@@ -136,6 +137,7 @@ class Collector:
             self.waits_walked = m("waits_walked", maps.OpKey, c.c_uint64)
             self.op_hist = m("op_hist", maps.OpKey, maps.Hist)
             self.uring_hist = m("uring_hist", maps.OpKey, maps.Hist)
+            self.uring_enter_wait = m("uring_enter_wait", maps.OpKey, maps.Hist)
             self.uring_offcpu = m("uring_offcpu", maps.UringOffKey, maps.OffVal)
             self.uring_workers_out = m("uring_workers_out", c.c_uint32, maps.UringOut)
             self.offcpu = m("offcpu", maps.OffKey, maps.OffVal)
@@ -256,6 +258,7 @@ class Collector:
         for m in (
             self.op_hist,
             self.uring_hist,
+            self.uring_enter_wait,
             self.uring_offcpu,
             self.uring_workers_out,
             self.offcpu,
@@ -309,6 +312,8 @@ class Collector:
         ops = op_records(self.op_hist, syscalls.name_of, syscalls.MOVES_BYTES)
         # io_uring requests, as ops: their opcode for a syscall number.
         uring = op_records(self.uring_hist, maps.uring_op_name, maps.URING_MOVES_BYTES)
+        # The part of io_uring_enter calls spent waiting for completions.
+        uring_enter_wait = op_records(self.uring_enter_wait, syscalls.name_of, ())
         offcpu = [
             {
                 "dev": k.op.dev,
@@ -403,6 +408,7 @@ class Collector:
         return {
             "ops": ops,
             "uring": uring,
+            "uring_enter_wait": uring_enter_wait,
             "uring_offcpu": uring_offcpu,
             "offcpu": offcpu,
             "exemplars": exemplars,
@@ -413,6 +419,7 @@ class Collector:
             "op_requests": op_requests,
             "worker_runs": worker_runs,
             "requests_per_op": "on_getrq" in self.sys.programs,
+            "uring_enter_split": "on_uring_cqring_wait" in self.sys.programs,
             "block": behind_raw.get("block", {}).get("counts", {}),
             "behind": behind_raw,
             "phase_start_ns": list(ps.start_ns),

@@ -97,6 +97,18 @@ def io_wq_lines(requests: dict[str, Any], io_wq: dict[str, Any], indent: str = "
     return lines
 
 
+def uring_enter_line(split: dict[str, Any], indent: str = "   ") -> str:
+    """io_uring_enter's time in two: submitting, and waiting for completions."""
+    wait = split["waiting"]
+    text = (
+        f"{indent}io_uring_enter: {split['calls']} calls, {fmt_ns(split['total_ns'])}: "
+        f"submitting {fmt_ns(split['submitting_ns'])}, waiting for completions {fmt_ns(wait['total_ns'])}"
+    )
+    if wait["count"]:
+        text += f" ({wait['count']} calls waited, {fmt_ns(wait['avg_ns'])} each, p99 {fmt_ns(wait['p99_ns'])})"
+    return text
+
+
 def test_bed_line(bed: dict[str, Any] | None) -> str | None:
     """What stands behind the device, in one phrase (docs/test-bed.md), or None for a disk."""
     if not bed or bed["kind"] == "disk":
@@ -160,6 +172,8 @@ def render_fs(fs: dict[str, Any]) -> list[str]:
             "   not placed on a filesystem (absolute path, sync, async I/O): "
             + ", ".join(f"{n} {h['count']}" for n, h in sorted(unresolved.items()))
         )
+    if fs.get("io_uring_enter"):
+        lines.append(uring_enter_line(fs["io_uring_enter"]))
     fsyncs = ops.get("fsync", {}).get("count", 0) + ops.get("fdatasync", {}).get("count", 0)
     for name, counts in fs["block"].items():
         kernel = fs["kernel_counters"].get(name, {})
