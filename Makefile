@@ -148,14 +148,15 @@ bench: setup
 clean:
 	rm -rf build
 
-# `make test-kernels` (issue 16): fsprof's checks on Debian's 6.1 and 6.12 kernels, each booted in a
-# qemu VM by virtme-ng with this tree shared, and on the host; prints the matrix kernel x check and
-# writes it into docs/kernels.md (kernels/matrix.py). KERNELS picks rows (versions in /boot, `host`),
-# KERNEL_CHECKS a subset of checks. virtme-ng comes from PyPI into its own venv, .venv-vm.
-VM_PKGS := linux-image-amd64 linux-image-6.12-amd64 qemu-system-x86 busybox-static
+# `make test-kernels` (issues 16, 33): fsprof's checks on Debian's 6.1, 6.12 and 6.1 PREEMPT_RT
+# kernels, each booted in a qemu VM by virtme-ng with this tree shared, and on the host; prints the
+# matrix kernel x check and writes it into docs/kernels.md (kernels/matrix.py). KERNELS picks rows
+# (versions in /boot, `rt`, `host`), KERNEL_CHECKS a subset of checks. virtme-ng comes from PyPI
+# into its own venv, .venv-vm.
+VM_PKGS := linux-image-amd64 linux-image-6.12-amd64 linux-image-rt-amd64 qemu-system-x86 busybox-static
 VM_VENV := .venv-vm
 VNG_VERSION := 1.42
-KERNELS ?= 6.1,6.12,host
+KERNELS ?= 6.1,6.12,rt,host
 KERNEL_CHECKS ?=
 KERNEL_MATRIX_ARGS ?=
 .PHONY: vm-deps test-kernels

@@ -102,7 +102,7 @@ def release_key(release):
 
 
 def resolve_kernel(spec):
-    """A kernel image path, or a version prefix of an installed Debian image ("6.1", "6.12")."""
+    """A kernel image path, a version prefix of an installed Debian image ("6.1", "6.12"), or "rt"."""
     if "/" in spec or Path(spec).exists():
         path = Path(spec)
         if not path.is_file():
@@ -116,9 +116,21 @@ def resolve_kernel(spec):
         if magic != b"HdrS":  # every bootable x86 bzImage carries its setup header here
             raise VMError(f"{spec} is not a bootable x86 kernel image (no bzImage header)", USAGE)
         return path.resolve()
-    found = {r: p for r, p in installed_kernels().items() if re.match(re.escape(spec) + r"([.-]|$)", r)}
+    # "rt" is Debian's PREEMPT_RT build (6.1.0-N-rt-amd64); a version prefix never picks one.
+    rt = spec == "rt"
+    found = {
+        r: p
+        for r, p in installed_kernels().items()
+        if ("-rt-" in r) == rt and (rt or re.match(re.escape(spec) + r"([.-]|$)", r))
+    }
     if not found:
         have = ", ".join(sorted(installed_kernels(), key=release_key)) or "none"
+        if rt:
+            raise VMError(
+                f"no PREEMPT_RT kernel is installed in /boot (installed: {have}): "
+                "`make vm-deps` installs linux-image-rt-amd64",
+                USAGE,
+            )
         raise VMError(
             f"no kernel {spec} is installed in /boot (installed: {have}); give an image path or install its package",
             USAGE,

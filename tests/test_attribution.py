@@ -172,6 +172,11 @@ def test_two_writers_on_one_file_contend_for_its_lock(tmp_path):
     assert b_same["count"] == b_apart["count"] == 2 * 32 * 16
     assert share(b_same, "lock contention") > 0.1, b_same["causes"]
     assert b_apart["causes"].get("lock contention", 0) < 0.05 * b_same["causes"]["lock contention"], b_apart["causes"]
+    # The lock's site: where the waits took it. ext4's buffered write takes the inode lock
+    # (inode_lock, inlined there); its sleeping waits are all there (on-CPU spinning has no site).
+    sites = b_same["sites"]["lock contention"]
+    assert 0 < sum(sites.values()) <= b_same["causes"]["lock contention"], sites
+    assert sites.get("ext4_buffered_write_iter", 0) >= 0.9 * sum(sites.values()), sites
 
 
 READER = """

@@ -83,6 +83,20 @@ def test_unknown_kernel(tmp, kernel, words):
     assert_nothing_left(tmp)
 
 
+def test_rt_is_its_own_row_and_a_version_never_picks_it(monkeypatch):
+    """Debian's 6.1 and its PREEMPT_RT build share a version: "6.1" is the stock image, "rt" the
+    other, and "rt" without one installed is one sentence that says how to get it."""
+    from kernels import vm
+
+    boot = {r: Path(f"/boot/vmlinuz-{r}") for r in ("6.1.0-56-amd64", "6.1.0-56-rt-amd64", "6.12.117+deb12-amd64")}
+    monkeypatch.setattr(vm, "installed_kernels", lambda: boot)
+    assert vm.resolve_kernel("6.1") == boot["6.1.0-56-amd64"]
+    assert vm.resolve_kernel("rt") == boot["6.1.0-56-rt-amd64"]
+    del boot["6.1.0-56-rt-amd64"]
+    with pytest.raises(vm.VMError, match="no PREEMPT_RT kernel is installed .* installs linux-image-rt-amd64"):
+        vm.resolve_kernel("rt")
+
+
 def test_matrix_unknown_kernel_and_check(tmp):
     assert_one_sentence(
         runner("kernels.matrix", "--kernels", "host,4.19", "--no-doc", tmp=tmp), 2, "no kernel 4.19 is installed"

@@ -41,8 +41,12 @@ class Rule:
         self.cause = known_cause(spec["cause"], f"analysis/rules/{table}.toml")
         self.order = spec.get("order", 50)
         self.table = table
-        self.frames = _patterns(spec["frames"])
+        self.globs = list(spec["frames"])
+        self.frames = _patterns(self.globs)
         self.within = _patterns(spec.get("within", []))
+        # A lock's wait names its site: the frame that took the lock (the innermost frame outside
+        # the site rules' frames and the generic ones).
+        self.site = bool(spec.get("site", False))
 
     def matches(self, frames: Sequence[str]) -> bool:
         """frames: innermost first. True when a frame matches and (if `within`) an outer one does too."""
@@ -73,17 +77,21 @@ class Rules:
             key=lambda r: r.order,
         )
         self.generic = _patterns(common.get("generic_frames", []))
+        # Every site-naming rule's frames (a PREEMPT_RT rwsem wait goes through rwbase_* of one
+        # rule and rt_mutex_* and down_write of another): none of them is where the lock was taken.
+        site_rules = [r for r in self.offcpu + self.worker if r.site]
+        self.lock_frames = _patterns([g for r in site_rules for g in r.globs])
         self.fs_frames = _patterns(own.get("fs_frames", []))
 
     def classify_off(self, frames: Sequence[str], runnable: int) -> tuple[str, str | None]:
-        """(cause, detail): detail names the frame for "other wait"."""
+        """(cause, detail): detail names the frame for "other wait", the site for a lock."""
         if runnable:
             return CPU_CONTENTION, None
         if not frames:
             return OTHER_WAIT, NO_STACK
         for rule in self.offcpu:
             if rule.matches(frames):
-                return rule.cause, None
+                return rule.cause, self.site_of(rule, frames)
         return OTHER_WAIT, self.meaningful_frame(frames)
 
     def classify_worker(self, frames: Sequence[str], runnable: int) -> tuple[str, str | None]:
@@ -93,11 +101,16 @@ class Rules:
             return OTHER_WAIT, NO_STACK
         for rule in self.worker:
             if rule.matches(frames):
-                return rule.cause, None
+                return rule.cause, self.site_of(rule, frames)
         return OTHER_WAIT, self.meaningful_frame(frames)
 
     def meaningful_frame(self, frames: Sequence[str]) -> str:
         return next((f for f in frames if not self.generic.match(f)), frames[0])
+
+    def site_of(self, rule: Rule, frames: Sequence[str]) -> str | None:
+        if not rule.site:
+            return None
+        return next((f for f in frames if not self.generic.match(f) and not self.lock_frames.match(f)), None)
 
     def classify_on(self, frames: Sequence[str]) -> str:
         for rule in self.oncpu:
@@ -151,6 +164,23 @@ def classify_off(
     if rec["stack"] == STACK_NOT_WALKED and not rec["runnable"]:
         return OTHER_WAIT, NOT_WALKED
     return (rules.classify_worker if worker else rules.classify_off)(frames, rec["runnable"])
+
+
+def _add_detail(
+    other: dict[str, int], sites: dict[str, dict[str, int]], cause: str, detail: str | None, ns: int
+) -> None:
+    """An interval's detail: the frame naming an "other wait", or the site of a lock's wait."""
+    if not detail:
+        return
+    into = other if cause == OTHER_WAIT else sites.setdefault(cause, {})
+    into[detail] = into.get(detail, 0) + ns
+
+
+def _sites_field(sites: dict[str, dict[str, int]]) -> dict[str, Any]:
+    """{"sites": {cause: {frame: ns}}}, largest first, or nothing when no wait had a site."""
+    if not sites:
+        return {}
+    return {"sites": {c: dict(sorted(by.items(), key=lambda kv: -kv[1])) for c, by in sites.items()}}
 
 
 def apportion(total: int, weights: dict[K, int]) -> dict[K, int]:
@@ -220,7 +250,8 @@ def attribute(
     other: dict[str, int]
     wakers: dict[str, dict[str, int]]
     waits: dict[str, int]
-    causes, other, wakers, waits, off_ns, off_count = {}, {}, {}, {}, 0, 0
+    sites: dict[str, dict[str, int]]
+    causes, other, sites, wakers, waits, off_ns, off_count = {}, {}, {}, {}, {}, 0, 0
     estimated = sum(rec.get("estimated_ns", 0) for rec in offcpu)
     tail = [rec for rec in offcpu if rec.get("tail")]
     tail_causes: dict[str, int] = {}
@@ -234,8 +265,7 @@ def attribute(
             by = wakers.setdefault(cause, {})
             who = waker_name(rec.get("waker_comm", ""), stacks.get(rec.get("waker_stack", -1)))
             by[who] = by.get(who, 0) + rec["total_ns"]
-        if detail:
-            other[detail] = other.get(detail, 0) + rec["total_ns"]
+        _add_detail(other, sites, cause, detail, rec["total_ns"])
         off_ns += rec["total_ns"]
         off_count += rec["count"]
 
@@ -273,6 +303,7 @@ def attribute(
         "oncpu_samples": sum(r["count"] for r in samples),
         "causes": dict(sorted(causes.items(), key=lambda kv: -kv[1])),
         "other_wait_frames": dict(sorted(other.items(), key=lambda kv: -kv[1])),
+        **_sites_field(sites),
         # Who ended the blocked time of each cause: {cause: {waker: ns}}.
         "wakers": {c: dict(sorted(w.items(), key=lambda kv: -kv[1])) for c, w in wakers.items()},
         # How many times it blocked, by cause (each a wait the op itself had).
@@ -306,12 +337,12 @@ def attribute_worker(
     rules = rules_for(fs)
     causes: dict[str, int]
     other: dict[str, int]
-    causes, other, off_ns, count = {}, {}, 0, 0
+    sites: dict[str, dict[str, int]]
+    causes, other, sites, off_ns, count = {}, {}, {}, 0, 0
     for rec in offcpu:
         cause, detail = classify_off(rules, rec, stacks.get(rec["stack"], []), worker=not syscall_rules)
         causes[cause] = causes.get(cause, 0) + rec["total_ns"]
-        if detail:
-            other[detail] = other.get(detail, 0) + rec["total_ns"]
+        _add_detail(other, sites, cause, detail, rec["total_ns"])
         off_ns += rec["total_ns"]
         count += rec["count"]
     out = {
@@ -319,6 +350,7 @@ def attribute_worker(
         "offcpu_intervals": count,
         "causes": dict(sorted(causes.items(), key=lambda kv: -kv[1])),
         "other_wait_frames": dict(sorted(other.items(), key=lambda kv: -kv[1])),
+        **_sites_field(sites),
     }
     estimated = sum(rec.get("estimated_ns", 0) for rec in offcpu)
     if estimated:
@@ -368,16 +400,19 @@ def merge(breakdowns: Iterable[dict[str, Any]]) -> dict[str, Any]:
             t["ns"] += b["tail"]["ns"]
             for cause, ns in b["tail"].get("causes", {}).items():
                 t["causes"][cause] = t["causes"].get(cause, 0) + ns
-        for cause, by in b.get("wakers", {}).items():
-            mine = out["wakers"].setdefault(cause, {})
-            for who, ns in by.items():
-                mine[who] = mine.get(who, 0) + ns
+        for field in ("wakers", "sites"):
+            for cause, by in b.get(field, {}).items():
+                mine = out.setdefault(field, {}).setdefault(cause, {})
+                for who, ns in by.items():
+                    mine[who] = mine.get(who, 0) + ns
         for field in ("causes", "other_wait_frames", "waits"):
             for k, v in b.get(field, {}).items():
                 out[field][k] = out[field].get(k, 0) + v
     for field in ("causes", "other_wait_frames", "waits"):
         out[field] = dict(sorted(out[field].items(), key=lambda kv: -kv[1]))
     out["wakers"] = {c: dict(sorted(w.items(), key=lambda kv: -kv[1])) for c, w in out["wakers"].items()}
+    if "sites" in out:
+        out.update(_sites_field(out["sites"]))
     total = sum(out["causes"].values())
     out["sum_error"] = (total - out["wall_ns"]) / out["wall_ns"] if out["wall_ns"] else 0.0
     return out

@@ -65,15 +65,19 @@ def attribution_table(
         if other:
             names = ", ".join(list(b["other_wait_frames"])[:3])
             lines.append(f"{indent}  other wait: {100 * other / off:.1f}% of off-CPU time ({names})")
+        for cause, by in b.get("sites", {}).items():
+            if b["causes"].get(cause, 0) >= min_share * b["wall_ns"]:
+                lines.append(f"{indent}  {cause} at: {shares_line(by)}")
         first_wait = next((c for c in b["causes"] if c in b.get("wakers", {})), None)
         if first_wait:
-            by = b["wakers"][first_wait]
-            total = sum(by.values()) or 1
-            lines.append(
-                f"{indent}  {first_wait} ended by: "
-                + ", ".join(f"{who} {100 * ns / total:.0f}%" for who, ns in list(by.items())[:3])
-            )
+            lines.append(f"{indent}  {first_wait} ended by: {shares_line(b['wakers'][first_wait])}")
     return lines
+
+
+def shares_line(by: dict[str, int], top: int = 3) -> str:
+    """The largest of {name: ns} with their shares: "a 80%, b 15%, c 5%"."""
+    total = sum(by.values()) or 1
+    return ", ".join(f"{name} {100 * ns / total:.0f}%" for name, ns in list(by.items())[:top])
 
 
 def io_wq_lines(requests: dict[str, Any], io_wq: dict[str, Any], indent: str = "   ") -> list[str]:
@@ -235,7 +239,7 @@ def slowest_calls(exemplars: dict[str, list[dict[str, Any]]], ops: int = 3, call
         lines.append(f"   slowest {op} calls and why:")
         for call in slowest[:calls]:
             shown = [w for w in call["waits"] if w["ns"] >= 0.01 * call["ns"]]
-            parts = [f"{w['cause']} {fmt_ns(w['ns'])} (ended by {w['ended_by']}{work_words(w)})" for w in shown]
+            parts = [f"{wait_name(w)} {fmt_ns(w['ns'])} (ended by {w['ended_by']}{work_words(w)})" for w in shown]
             rest = call["ns"] - sum(w["ns"] for w in shown) - call["cpu_ns"] - call["runnable_ns"]
             if rest > 0:
                 parts.append(f"{call['blocked_intervals'] - len(shown)} shorter waits {fmt_ns(rest)}")
@@ -246,6 +250,14 @@ def slowest_calls(exemplars: dict[str, list[dict[str, Any]]], ops: int = 3, call
                 f"     {fmt_ns(call['ns'])} (thread {call['tid']}, phase {call['phase']}) = " + " + ".join(parts)
             )
     return lines
+
+
+def wait_name(wait: dict[str, Any]) -> str:
+    """An exemplar wait's cause, with its detail: where a lock was taken, what an other wait was in."""
+    detail = wait.get("detail")
+    if not detail:
+        return wait["cause"]
+    return f"{wait['cause']} ({detail})" if wait["cause"] == "other wait" else f"{wait['cause']} at {detail}"
 
 
 def work_name(work: dict[str, Any]) -> str:

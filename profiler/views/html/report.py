@@ -23,7 +23,7 @@ from . import charts, flame as html_flame
 from ...causes import colour as cause_colour
 from ...errors import FsprofError
 from ..flamegraph import heaviest_op
-from ..report import stack_sampling
+from ..report import shares_line, stack_sampling
 from .input import groups_of
 from ...trace import maps
 from ...trace.maps import BLK_WRITE_CLASSES
@@ -363,15 +363,19 @@ def wakers_table(c):
         b = c.fs["attribution"][op]
         for cause, by in b.get("wakers", {}).items():
             total = sum(by.values()) or 1
-            who = ", ".join(f"{w} {100 * ns / total:.0f}%" for w, ns in sorted(by.items(), key=lambda kv: -kv[1])[:4])
             rows.append(
                 f"<tr><th>{escape(op)}</th>{_cell(cause)}{_cell(charts.fmt_us(total / b['count'] / 1e3))}"
-                f"{_cell(who)}</tr>"
+                f"{_cell(shares_line(dict(sorted(by.items(), key=lambda kv: -kv[1])), top=4))}</tr>"
             )
         if b.get("other_wait_frames"):
             rows.append(
                 f"<tr><th>{escape(op)}</th>{_cell('other wait: innermost frames')}{_cell('')}"
                 f"{_cell(', '.join(list(b['other_wait_frames'])[:4]))}</tr>"
+            )
+        for cause, by in b.get("sites", {}).items():
+            rows.append(
+                f"<tr><th>{escape(op)}</th>{_cell(cause + ': where the lock was taken')}{_cell('')}"
+                f"{_cell(shares_line(by, top=4))}</tr>"
             )
     if not rows:
         return ""
