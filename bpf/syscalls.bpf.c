@@ -87,6 +87,7 @@ struct inflight {
 	__u8 counts_walks;     /* sampling, before the op's first waits_walked: its blocked intervals count there */
 	__u8 decided;          /* no_stacks and counts_walks are set (at the call's first switch-out) */
 	__u64 uring_wait_ns;   /* an io_uring_enter: when it began waiting for completions (0: it has not) */
+	__u64 uring_req;       /* an io_uring_enter: the request it is issuing (0: none), for its bios */
 	struct waker waker;    /* who woke it while switched out */
 	struct work_seen work; /* the waker's worker window, if it was in one (or just out of one) */
 	struct off_slot slots[OFF_SLOTS];
@@ -343,6 +344,7 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 	rec->op = key;
 	rec->out_ns = 0;
 	rec->woken_ns = 0;
+	rec->uring_req = 0;
 	rec->out_stack = -1;
 	rec->out_runnable = 0;
 	rec->deferred = deferred;
@@ -879,12 +881,16 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	return 0;
 }
 
+static __always_inline struct rq_classes *uring_rqs_of(struct task_struct *task, __u64 req);
+
 /* A bio of the current thread becomes a new request (made = 1) or joins one (made = 0): the
- * request counts once, its bytes are its bios'. Under the traced syscall the thread is in, or
- * else under the filesystem worker window it is in. An open counts under the filesystem known at
- * its entry. */
+ * request counts once, its bytes are its bios'. Under the io_uring request the thread is issuing
+ * inside io_uring_enter or running as an io-wq worker, else under the traced syscall the thread is
+ * in, else under the filesystem worker window it is in. An open counts under the filesystem known
+ * at its entry. */
 static __always_inline void add_request(struct bio *bio, __u64 made)
 {
+	struct task_struct *task = bpf_get_current_task_btf();
 	struct inflight *op;
 	struct rq_classes *rqs = NULL;
 	struct worker_window *w = NULL;
@@ -895,10 +901,14 @@ static __always_inline void add_request(struct bio *bio, __u64 made)
 	if (!bio)
 		return;
 	/* Most requests on the machine are neither: find where it counts before reading the bio. */
-	op = inflight_of(bpf_get_current_task_btf());
-	if (op) {
+	op = inflight_of(task);
+	if (op && op->uring_req)
+		rqs = uring_rqs_of(task, op->uring_req);
+	else if (!op && (task->flags & PF_IO_WORKER_FLAG))
+		rqs = uring_rqs_of(task, 0);
+	if (!rqs && op) {
 		rqs = lookup_or_init(&op_rqs, &op->op, &zero_rqs, DROP_OPS_FULL);
-	} else if (open_count(&workers_open) > 0) {
+	} else if (!rqs && open_count(&workers_open) > 0) {
 		tid = (__u32)bpf_get_current_pid_tgid();
 		w = bpf_map_lookup_elem(&worker_windows, &tid);
 		if (w && (run = worker_run_of(w)))
@@ -1055,6 +1065,16 @@ struct {
 	__type(value, struct off_val);
 } uring_offcpu SEC(".maps");
 
+/* The block requests of io_uring requests, per (filesystem, opcode, phase): those the submitting
+ * thread made while issuing one inside io_uring_enter, and those an io-wq worker made while
+ * running one. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct op_key);
+	__type(value, struct rq_classes);
+} uring_rqs SEC(".maps");
+
 /* REQ_F_FIXED_FILE (bit 0 of req->flags, IOSQE_FIXED_FILE_BIT): cqe.fd indexes the registered
  * files, not the fd table. */
 #define URING_FIXED_FILE 1
@@ -1082,6 +1102,7 @@ static __always_inline bool uring_on_file(__u8 opcode)
  * after io_init_req(): the opcode and the SQE's fd are set, req->file not yet (6.1 to 6.18). */
 static __always_inline void uring_submit(struct io_kiocb *req)
 {
+	struct inflight *op;
 	struct filter *f;
 	struct uring_req r = {};
 	__u64 key = (__u64)req;
@@ -1099,7 +1120,13 @@ static __always_inline void uring_submit(struct io_kiocb *req)
 		return;
 	r.phase = current_phase();
 	r.start_ns = bpf_ktime_get_ns();
-	bpf_map_update_elem(&uring_reqs, &key, &r, BPF_ANY);
+	if (bpf_map_update_elem(&uring_reqs, &key, &r, BPF_ANY))
+		return;
+	/* io_submit_sqe issues it next, in this thread: its bios are its own until the next request
+	 * (or until the call waits for completions). */
+	op = inflight_of(bpf_get_current_task_btf());
+	if (op)
+		op->uring_req = key;
 }
 
 SEC("tp_btf/io_uring_submit_req")
@@ -1160,6 +1187,8 @@ int BPF_PROG(on_uring_cqring_wait, void *ring, int min_events)
 
 	if (op && !op->uring_wait_ns)
 		op->uring_wait_ns = bpf_ktime_get_ns();
+	if (op)
+		op->uring_req = 0;
 	return 0;
 }
 
@@ -1178,6 +1207,26 @@ static __always_inline struct uring_req *uring_work_of(struct task_struct *task,
 		return NULL;
 	*req = (__u64)work - bpf_core_field_offset(struct io_kiocb, work);
 	return bpf_map_lookup_elem(&uring_reqs, req);
+}
+
+/* The block requests' counters of the io_uring request req (0: the one the io-wq worker task is
+ * running), or NULL if it is not one fsprof follows or lies outside the filesystem filter. */
+static __always_inline struct rq_classes *uring_rqs_of(struct task_struct *task, __u64 req)
+{
+	struct uring_req *r = req ? bpf_map_lookup_elem(&uring_reqs, &req) : uring_work_of(task, &req);
+	struct op_key k = {};
+	struct filter *f;
+
+	if (!r)
+		return NULL;
+	/* A registered file's device: the request has its file once it is being issued. */
+	k.dev = r->dev ? r->dev : file_dev(BPF_CORE_READ((struct io_kiocb *)req, file));
+	f = get_filter();
+	if (!k.dev || (f && f->dev && k.dev != f->dev))
+		return NULL;
+	k.nr = r->opcode;
+	k.phase = r->phase;
+	return lookup_or_init(&uring_rqs, &k, &zero_rqs, DROP_OPS_FULL);
 }
 
 static __always_inline void uring_worker_out(struct task_struct *prev, void *ctx, bool runnable, __u64 now)

@@ -2,7 +2,8 @@
 writes at queue depth 16 with an IORING_OP_FSYNC every 64 writes, on each filesystem. Each
 opcode's count equals fio's own count and a bpftrace count of io_uring_submit_req by opcode; the
 bytes equal fio's; the submission-to-completion time sits inside fio's own latency. fio's
-io_uring_enter calls, and those that waited for completions and how long, equal bpftrace's."""
+io_uring_enter calls, and those that waited for completions and how long, equal bpftrace's, and
+so do the block requests they made."""
 
 import json
 import shutil
@@ -10,6 +11,7 @@ import shutil
 import pytest
 
 from conftest import TIME_SCALE, bpftrace_output, bpftrace_start, kernel_has, run_fsprof
+from profiler.trace.maps import BLK_WRITE_CLASSES
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]
 
@@ -18,12 +20,15 @@ FSYNC_EVERY = 64
 # The oracle: submissions by opcode of fio's threads (the CQE of an FSYNC is posted from an io-wq
 # worker, so completions are not counted by comm).
 # io_uring_enter: its calls, and the part of them waiting for completions (io_uring_cqring_wait to
-# the call's exit).
+# the call's exit). The block requests the requests made: new requests (block_getrq) in fio's
+# threads inside io_uring_enter and in its io-wq workers.
 ORACLE = r"""BEGIN { printf("ready\n"); }
 tracepoint:io_uring:io_uring_submit_req /comm == "fio"/ { @op[args->opcode] = count(); }
-tracepoint:syscalls:sys_enter_io_uring_enter /comm == "fio"/ { @enter = count(); }
+tracepoint:syscalls:sys_enter_io_uring_enter /comm == "fio"/ { @enter = count(); @in[tid] = 1; }
 tracepoint:io_uring:io_uring_cqring_wait /comm == "fio" && !@from[tid]/ { @from[tid] = nsecs; @waited = count(); }
-tracepoint:syscalls:sys_exit_io_uring_enter /@from[tid]/ { @wait_ns = sum(nsecs - @from[tid]); delete(@from[tid]); }"""
+tracepoint:syscalls:sys_exit_io_uring_enter /@from[tid]/ { @wait_ns = sum(nsecs - @from[tid]); delete(@from[tid]); }
+tracepoint:syscalls:sys_exit_io_uring_enter /@in[tid]/ { delete(@in[tid]); }
+tracepoint:block:block_getrq /@in[tid] || strncmp(comm, "iou-wrk-", 8) == 0/ { @rq = count(); }"""
 
 
 def fio_argv(out):
@@ -88,7 +93,19 @@ def test_io_uring_requests_match_fio_and_bpftrace(tmp_path, fs):
         <= 0.02 * figure("@wait_ns") + waiting["count"] * 2_000 * TIME_SCALE**2
     )
     assert split["submitting_ns"] + waiting["total_ns"] == split["total_ns"] and split["submitting_ns"] > 0
-    assert "io_uring_enter: " in run_fsprof("report", str(tmp_path / "run")).stdout
+    # The block requests they made: bpftrace's count of new requests in those threads; on ext4 and
+    # XFS each direct write's own 4 KiB (btrfs, checksumming its data, writes it through the page
+    # cache: its fsyncs' io-wq workers write it back).
+    made = entry["io_uring_block_requests"]
+    assert sum(v["count"] for by in made.values() for v in by.values()) == figure("@rq") > 0, (made, seen)
+    if fs != "btrfs":
+        written = sum(v["bytes"] for cls, v in made["io_uring write"].items() if cls in BLK_WRITE_CLASSES)
+        assert written == WRITES * 4096, made
+    report = run_fsprof("report", str(tmp_path / "run")).stdout
+    assert "io_uring_enter: " in report and "io_uring write block requests: " in report
+    assert run_fsprof("report", "--html", str(tmp_path / "r.html"), str(tmp_path / "run")).returncode == 0
+    page = (tmp_path / "r.html").read_text()
+    assert "io_uring request" in page and "io_uring write block requests: " in page and "io_uring_enter: " in page
 
 
 FSYNCS = 256

@@ -80,6 +80,7 @@ def _records(raw, target):
         "workers": attribution.split_unwalked(ours(raw.get("workers", []))),
         "worker_runs": ours(raw.get("worker_runs", [])),
         "op_requests": mine(raw.get("op_requests", [])),
+        "uring_requests": mine(raw.get("uring_requests", [])),
         "exemplars": mine(raw.get("exemplars", [])),
     }
 
@@ -254,6 +255,11 @@ def assemble(raw: dict[str, Any], target: behind.Target, names: list[str], end_n
             # The tail's waits, each with its own stacks: none of this time is estimated.
             "tail_waits": sum(t["waits"] for t in tail),
             "tail_ns": sum(t["ns"] for t in tail),
+        }
+    if raw.get("requests_per_op", False) and recs["uring_requests"]:  # where the kernel has block_getrq
+        entry["io_uring_block_requests"] = {
+            op: attribution.merge_requests(r["requests"] for r in recs["uring_requests"] if r["op"] == op)
+            for op in sorted({r["op"] for r in recs["uring_requests"]})
         }
     if raw.get("uring_enter_split"):  # where the kernel has io_uring_cqring_wait
         split = _uring_enter_split(entry["unresolved_syscalls"].get("io_uring_enter"), recs["uring_enter_wait"])

@@ -134,6 +134,7 @@ class Collector:
             self.worker_offcpu = shared["worker_offcpu"]
             self.worker_runs = shared["worker_runs"]
             self.op_rqs = m("op_rqs", maps.OpKey, maps.RqClasses)
+            self.uring_rqs = m("uring_rqs", maps.OpKey, maps.RqClasses)
             self.waits_walked = m("waits_walked", maps.OpKey, c.c_uint64)
             self.op_hist = m("op_hist", maps.OpKey, maps.Hist)
             self.uring_hist = m("uring_hist", maps.OpKey, maps.Hist)
@@ -272,6 +273,7 @@ class Collector:
             self.worker_windows,
             self.worker_runs,
             self.op_rqs,
+            self.uring_rqs,
             self.waits_walked,
         ):
             m.clear()
@@ -367,6 +369,16 @@ class Collector:
             }
             for k, v in self.op_rqs.items()
         ]
+        # The block requests io_uring requests made (issued inline, or run by an io-wq worker).
+        uring_requests = [
+            {
+                "dev": k.dev,
+                "op": maps.uring_op_name(k.nr),
+                "phase": k.phase,
+                "requests": maps.requests_of(v.count, v.bytes),
+            }
+            for k, v in self.uring_rqs.items()
+        ]
         worker_runs = [
             {
                 "dev": k.dev,
@@ -417,6 +429,7 @@ class Collector:
             "workers": workers,
             "stacks": stacks,
             "op_requests": op_requests,
+            "uring_requests": uring_requests,
             "worker_runs": worker_runs,
             "requests_per_op": "on_getrq" in self.sys.programs,
             "uring_enter_split": "on_uring_cqring_wait" in self.sys.programs,

@@ -101,6 +101,24 @@ def io_wq_lines(requests: dict[str, Any], io_wq: dict[str, Any], indent: str = "
     return lines
 
 
+def uring_requests_lines(requests: dict[str, Any], made: dict[str, Any], indent: str = "   ") -> list[str]:
+    """Of each io_uring opcode, the block requests its requests made (issued inline or in an io-wq
+    worker), per request and by class."""
+    lines = []
+    for op, by_class in made.items():
+        n = requests.get(op, {}).get("count", 0)
+        shown = {cls: v for cls, v in by_class.items() if v["count"]}
+        if not n or not shown:
+            continue
+        words = [
+            f"{v['count']} {cls.replace('_', ' ')}" + (f" ({v['bytes'] / 2**20:.1f} MiB)" if v["bytes"] else "")
+            for cls, v in shown.items()
+        ]
+        per = sum(v["count"] for v in shown.values()) / n
+        lines.append(f"{indent}{op} block requests: {', '.join(words)}; {per:.2f} per request")
+    return lines
+
+
 def uring_enter_line(split: dict[str, Any], indent: str = "   ") -> str:
     """io_uring_enter's time in two: submitting, and waiting for completions."""
     wait = split["waiting"]
@@ -169,6 +187,7 @@ def render_fs(fs: dict[str, Any]) -> list[str]:
     lines.extend(syscall_table(ops))
     if fs.get("io_uring"):  # submission to completion posted (docs/io_uring.md)
         lines.extend(syscall_table(fs["io_uring"], title="io_uring request", width=22))
+        lines.extend(uring_requests_lines(fs["io_uring"], fs.get("io_uring_block_requests", {})))
         lines.extend(io_wq_lines(fs["io_uring"], fs.get("io_uring_io_wq", {})))
     unresolved = fs.get("unresolved_syscalls", {})
     if unresolved:

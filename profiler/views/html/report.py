@@ -23,7 +23,7 @@ from . import charts, flame as html_flame
 from ...causes import colour as cause_colour
 from ...errors import FsprofError
 from ..flamegraph import heaviest_op
-from ..report import shares_line, stack_sampling
+from ..report import io_wq_lines, shares_line, stack_sampling, uring_enter_line, uring_requests_lines
 from .input import groups_of
 from ...trace import maps
 from ...trace.maps import BLK_WRITE_CLASSES
@@ -143,10 +143,10 @@ def _hist_row(name, op, h):
     return f"<tr><th>{escape(op)}</th>{cells}</tr>"
 
 
-def syscall_table(name, ops):
+def syscall_table(name, ops, what="syscall"):
     head = "".join(f"<th>{label}</th>" for label, _ in HIST_FIGURES)
     rows = "".join(_hist_row(name, op, ops[op]) for op in sorted(ops, key=lambda o: -ops[o]["total_ns"]))
-    return f'<table class="figures"><tr><th>syscall</th>{head}</tr>{rows}</table>'
+    return f'<table class="figures"><tr><th>{what}</th>{head}</tr>{rows}</table>'
 
 
 def block_table(name, fs):
@@ -178,6 +178,19 @@ def block_table(name, fs):
     )
 
 
+def io_uring_figures(name, fs):
+    """io_uring requests (submission to completion posted), what they made and where their io-wq
+    workers waited, and io_uring_enter's split: the text report's lines (docs/io_uring.md)."""
+    if not fs.get("io_uring"):
+        return ""
+    lines = uring_requests_lines(fs["io_uring"], fs.get("io_uring_block_requests", {}), indent="")
+    lines += io_wq_lines(fs["io_uring"], fs.get("io_uring_io_wq", {}), indent="")
+    if fs.get("io_uring_enter"):
+        lines.append(uring_enter_line(fs["io_uring_enter"], indent=""))
+    notes = f'<pre class="behind">{escape(chr(10).join(lines))}</pre>' if lines else ""
+    return syscall_table(name, fs["io_uring"], what="io_uring request") + notes
+
+
 def results(group):
     out = [at_a_glance(group)]
     for c in group.columns:
@@ -187,6 +200,7 @@ def results(group):
         if text:
             out.append(f'<pre class="workload">{escape(text)}</pre>')
         out.append(syscall_table(c.name, fs["syscalls"]))
+        out.append(io_uring_figures(c.name, fs))
         unresolved = fs.get("unresolved_syscalls", {})
         if unresolved:
             out.append(
