@@ -38,6 +38,7 @@ char LICENSE[] SEC("license") = "GPL";
 /* traced_devs value bits (profiler/behind/block.py fills them from /sys/block/<dev>/queue). */
 #define DEV_TRACED 1
 #define DEV_FUA 2 /* the device does FUA itself: no post-flush for a FUA write */
+#define DEV_BIO 4 /* bio-based (device-mapper, md): no requests of its own; its bios are timed */
 
 #define SUBMITTER_LEN 32
 
@@ -424,5 +425,84 @@ int BPF_PROG(on_io_done, struct request *rq)
 			__sync_fetch_and_add(&v->unissued_life_ns, now - info->born_ns);
 	}
 	bpf_map_delete_elem(&rqs, &ptr);
+	return 0;
+}
+
+/* A bio-based device under test (a dm-delay model over a loop device, an LVM volume) makes no
+ * requests: the disks below it do, and are traced as such. Its own bios are followed from
+ * block_bio_queue (submit_bio_noacct, once per bio: it marks the bio BIO_TRACE_COMPLETION) to
+ * block_bio_complete (bio_endio of that bio, after everything below it is done): their "device"
+ * time is the whole stack below the device, the dm target's own delay included. */
+struct bio_info {
+	__u64 start_ns;
+	__u32 dev;
+	__u16 cls;
+	__u16 phase;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct bio_info);
+} stacked_bios SEC(".maps");
+
+SEC("tp_btf/block_bio_queue")
+int BPF_PROG(on_stacked_bio_queue, struct bio *bio)
+{
+	struct bio_info info = {};
+	char who[SUBMITTER_LEN] = {};
+	__u64 ptr = (__u64)bio;
+	struct blk_val *v;
+	__u32 flags, bytes;
+
+	if (!bio)
+		return 0;
+	info.dev = BPF_CORE_READ(bio, bi_bdev, bd_dev);
+	if (!(dev_flags(info.dev) & DEV_BIO))
+		return 0;
+	flags = bio->bi_opf;
+	bytes = bio->bi_iter.bi_size;
+	info.cls = blk_classify(flags, bytes);
+	info.phase = current_phase();
+	info.start_ns = bpf_ktime_get_ns();
+	if (bpf_map_update_elem(&stacked_bios, &ptr, &info, BPF_ANY)) {
+		count_drop(DROP_RQ_FULL);
+		return 0;
+	}
+	v = stats_of(info.dev, info.cls, info.phase);
+	if (v) {
+		__sync_fetch_and_add(&v->submitted, 1);
+		__sync_fetch_and_add(&v->count, 1);
+		__sync_fetch_and_add(&v->bytes, bytes);
+		__sync_fetch_and_add(&v->size_log2[size_slot(bytes)], 1);
+		if (flags & REQ_BIT(__REQ_FUA))
+			__sync_fetch_and_add(&v->fua, 1);
+		if (flags & REQ_BIT(__REQ_PREFLUSH))
+			__sync_fetch_and_add(&v->preflush, 1);
+		if (flags & REQ_BIT(__REQ_META))
+			__sync_fetch_and_add(&v->meta, 1);
+	}
+	submitter(who);
+	add_submitter(info.dev, info.cls, info.phase, who, 1, bytes);
+	return 0;
+}
+
+SEC("tp_btf/block_bio_complete")
+int BPF_PROG(on_stacked_bio_complete, struct request_queue *q, struct bio *bio)
+{
+	__u64 ptr = (__u64)bio, now;
+	struct bio_info *info = bpf_map_lookup_elem(&stacked_bios, &ptr);
+	struct blk_val *v;
+
+	if (!info)
+		return 0;
+	now = bpf_ktime_get_ns();
+	v = stats_of(info->dev, info->cls, info->phase);
+	if (v && info->start_ns <= now) {
+		__sync_fetch_and_add(&v->completed, 1);
+		hist_record(&v->device, now - info->start_ns);
+	}
+	bpf_map_delete_elem(&stacked_bios, &ptr);
 	return 0;
 }

@@ -102,6 +102,18 @@ def test_matrix_runs_every_combination_with_its_own_settings(tmp_path):
             "[[config]]\nfs = 'ext4'\n[[workload]]\nworkload = 'fsync-loop'\nunit = 'record=0'\n",
             "unit 'record=0': the count after '=' must be a positive number",
         ),
+        (
+            "[[config]]\nfs = 'ext4'\ndevice_model = 'floppy'\n[[workload]]\nworkload = 'fsync-loop'\n",
+            "unknown device model 'floppy'",
+        ),
+        (
+            "[[config]]\nfs = 'ext4'\ndevice_model = 'flush=-2'\n[[workload]]\nworkload = 'fsync-loop'\n",
+            "flush delay -2 must be whole milliseconds",
+        ),
+        (
+            "[[config]]\nfs = 'ext4'\ndevice = 'zram'\ndevice_model = 'hdd'\n[[workload]]\nworkload = 'fsync-loop'\n",
+            'for device = "loop" only',
+        ),
     ],
 )
 def test_bad_specs_get_one_sentence_and_exit_2(tmp_path, text, words):

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import FsprofError
+from ..machine import device_model
 from ..rundir import INDEX_FILE, RESULT_FILE, load, load_index
 from . import repeats, workload as workload_time
 from ..work_unit import parse_unit
@@ -156,10 +157,14 @@ def _gib(n):
 
 
 def _test_bed(bed):
-    """'loop (buffered)', 'loop (direct I/O)', 'zram', 'disk'; None where a run did not record it."""
+    """'loop (buffered)', 'loop (direct I/O)', 'zram', 'disk', with an emulated device's model
+    ('loop (direct I/O) + dm-delay hdd (read 8 ms, write 0 ms, flush 15 ms)'); None where a run did
+    not record it."""
     if bed.get("kind") != "loop":
         return bed.get("kind")
-    return "loop (direct I/O)" if bed.get("direct_io") else "loop (buffered)"
+    loop = "loop (direct I/O)" if bed.get("direct_io") else "loop (buffered)"
+    model = bed.get("device_model")
+    return f"{loop} + dm-delay {device_model.describe(model)}" if model else loop
 
 
 # What a run was set to and ran on, one row a setting: its name, and how to read it off a

@@ -7,6 +7,7 @@ run whose calls waited for space."""
 from typing import Any
 
 from .evidence import Group
+from ..machine import device_model
 
 
 # Causes whose time a loop device over a buffered file does not measure as a disk would.
@@ -29,11 +30,14 @@ def test_bed_notes(base: Group, other: Group, cmp: dict[str, Any]) -> list[str]:
     buffered: dict[str, str]
     ram: set[str]
     no_seek: dict[str, bool]
-    buffered, ram, no_seek = {}, set(), {}
+    models: dict[str, str]
+    buffered, ram, no_seek, models = {}, set(), {}, {}
     for g in (base, other):
         for _, fs in g.entries:
             dev = fs["device"]
             bed = dev.get("test_bed") or {}
+            if bed.get("device_model"):
+                models[dev["name"]] = f"dm-delay model {device_model.describe(bed['device_model'])}"
             if bed.get("kind") == "loop" and not bed.get("direct_io"):
                 buffered[dev["name"]] = bed.get("backing_disk") or "the backing filesystem"
             if bed.get("kind") == "zram":
@@ -63,6 +67,13 @@ def test_bed_notes(base: Group, other: Group, cmp: dict[str, Any]) -> list[str]:
             "keeps the image's dirty pages): read waits can be shorter than a disk's, and cold reads "
             "warm (`--loop-io direct` makes them reach the disk)."
         )
+    if models and (has(SEEK_CAUSE_WORDS) or has(FLUSH_CAUSE_WORDS)):
+        for name, words in sorted(models.items()):
+            notes.append(
+                f"{name}: an emulated device, {words}: each bio of a class is held that long before it "
+                "reaches the loop device below (rounded up to the kernel's timer tick); the times are "
+                "the model's plus the loop's, not a disk's."
+            )
     if ram and (has(FLUSH_CAUSE_WORDS) or has(READ_CAUSE_WORDS)):
         notes.append(f"{', '.join(sorted(ram))}: a RAM device (zram): no write cache to flush, no seeks.")
     if no_seek and has(SEEK_CAUSE_WORDS):

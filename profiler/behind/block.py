@@ -7,6 +7,7 @@ mixed with the device under test. See docs/behind-block.md."""
 from __future__ import annotations
 
 import ctypes as c
+import os
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -30,10 +31,12 @@ FIGURES = {
     "on_rq_merge": "block requests merged",
     "on_rq_complete": "block request completions and device times",
     "on_io_done": "block request life times (the /sys/block stat ticks) and completed writes in /sys/block's terms",
+    "on_stacked_bio_queue": "the bios of a bio-based device under test (device-mapper: --device-model)",
+    "on_stacked_bio_complete": "the times of a bio-based device's bios (device-mapper: --device-model)",
 }
 
 SUBMITTER_LEN = 32
-DEV_TRACED, DEV_FUA = 1, 2  # traced_devs value bits (bpf/block.bpf.c)
+DEV_TRACED, DEV_FUA, DEV_BIO = 1, 2, 4  # traced_devs value bits (bpf/block.bpf.c)
 COUNTERS = maps.BLK_COUNTERS
 FSYNC_OPS = ("fsync", "fdatasync")
 WRITE_OPS = ("write", "pwrite64", "writev", "pwritev", "pwritev2")
@@ -62,6 +65,12 @@ class RqInfo(c.Structure):
         ("pad", c.c_uint16 * 3),
         ("who", c.c_char * SUBMITTER_LEN),
     ]
+
+
+def _bio_based(name):
+    """A device-mapper or md device: stacked over others, it makes no requests of its own."""
+    slaves = blockdev.SYS_BLOCK / name / "slaves"
+    return slaves.is_dir() and bool(os.listdir(slaves))
 
 
 def _fua(name):
@@ -108,7 +117,8 @@ class Probe:
                 b["files"].append(below["file"])
                 b["direct_io"].append(below["direct_io"])
         for kdev, name in [*self.names.items(), *((k, b["name"]) for k, b in self.backing.items())]:
-            self.devs.update(c.c_uint32(kdev), c.c_uint8(DEV_TRACED | (DEV_FUA if _fua(name) else 0)))
+            flags = DEV_TRACED | (DEV_FUA if _fua(name) else 0) | (DEV_BIO if _bio_based(name) else 0)
+            self.devs.update(c.c_uint32(kdev), c.c_uint8(flags))
 
     def reset(self) -> None:
         for m in (self.stats, self.submitters, self.rqs):
@@ -128,7 +138,10 @@ class Probe:
             who = k.who.decode(errors="replace")
             by_cls = dev["submitters"].setdefault(k.phase, {}).setdefault(maps.BLK_CLASSES[k.cls], {})
             by_cls[who] = {"count": v.count, "bytes": v.bytes}
-        devices = {name: per_dev.get(kdev, {"phases": {}, "submitters": {}}) for kdev, name in self.names.items()}
+        devices = {
+            name: {**per_dev.get(kdev, {"phases": {}, "submitters": {}}), "bio_based": _bio_based(name)}
+            for kdev, name in self.names.items()
+        }
         backing = {
             b["name"]: {
                 "for": b["for"],
@@ -186,11 +199,15 @@ def _syscall_bytes_written(syscalls):
     return sum(found) if found else None
 
 
-def explain(classes: dict[str, dict[str, Any]], syscalls: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def explain(
+    classes: dict[str, dict[str, Any]], syscalls: dict[str, dict[str, Any]], bio_based: bool = False
+) -> dict[str, Any]:
     """The counts that explain the times: flushes and FUA writes per fsync, the many-to-one view
-    of a flush (fsyncs it served, requests that asked for it), write amplification, average times."""
+    of a flush (fsyncs it served, requests that asked for it), write amplification, average times.
+    A bio-based device's flushes are its bios that carry one: empty, or a PREFLUSH write's."""
     fsyncs = sum(syscalls.get(op, {}).get("count", 0) for op in FSYNC_OPS)
-    flush = classes.get("flush") or _merge_stats([])
+    flushing = ("flush", "preflush_write") if bio_based else ("flush",)
+    flush = _merge_stats([classes[c] for c in flushing if c in classes])
     fua = sum(s["fua"] for s in classes.values())
     flush_ns = flush["queue"]["total_ns"] + flush["device"]["total_ns"]
     by_syscalls = _syscall_bytes_written(syscalls)
@@ -271,17 +288,20 @@ def _device(dev, ctx, with_syscalls):
         classes = _classes(dev["phases"], {index})
         entry = {"index": index, "classes": classes, "submitters": _submitters(dev.get("submitters", {}), {index})}
         if with_syscalls:
-            entry["explain"] = explain(classes, ctx.phases.get(name, {}).get("syscalls", {}))
+            entry["explain"] = explain(
+                classes, ctx.phases.get(name, {}).get("syscalls", {}), bio_based=dev.get("bio_based", False)
+            )
         phases[name] = entry
     classes = _classes(dev.get("phases", {}))
     out = {
+        **({"bio_based": True} if dev.get("bio_based") else {}),
         "classes": classes,
         "as_sys_block_stat": as_sys_block_stat(classes),
         "submitters": _submitters(dev.get("submitters", {})),
         "phases": phases,
     }
     if with_syscalls:
-        out["explain"] = explain(classes, ctx.syscalls)
+        out["explain"] = explain(classes, ctx.syscalls, bio_based=dev.get("bio_based", False))
     return out
 
 
@@ -383,7 +403,10 @@ def report_lines(section: dict[str, Any], fs: dict[str, Any]) -> list[str]:
     lines = []
     for name, d in section.get("devices", {}).items():
         e = d["explain"]
-        lines.append(_header(f"block requests to {name} (under test)"))
+        if d.get("bio_based"):  # its bios, timed through everything below it
+            lines.append(_header(f"bios to {name} (under test, bio-based: time to completion below)"))
+        else:
+            lines.append(_header(f"block requests to {name} (under test)"))
         lines.extend(_class_rows(d, e["fsyncs"]) or ["     none"])
         amp = e["write_amplification"]
         lines.append(

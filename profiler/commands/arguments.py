@@ -3,6 +3,9 @@
 import argparse
 
 from .. import units
+from ..errors import FsprofError
+from ..machine import device_model
+from ..machine.device_model import DeviceModel
 from ..trace.maps import EXEMPLARS
 
 
@@ -70,6 +73,14 @@ def pid(text: str) -> int:
     if value > 1 << 22:  # PID_MAX_LIMIT
         raise argparse.ArgumentTypeError(f"'{text}' is not a process id")
     return value
+
+
+def device_model_arg(text: str) -> DeviceModel:
+    """--device-model: a model's name or its delays (profiler/machine/device_model.py)."""
+    try:
+        return device_model.parse(text)
+    except FsprofError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def positive(text: str) -> int:

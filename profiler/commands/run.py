@@ -10,12 +10,14 @@ from .. import rundir
 from ..machine import spec
 from ..session.run import RunOptions, run, run_spec
 from ..machine.scratch import LOOP_IO, FsConfig
+from ..machine.device_model import MODELS
 from ..session.collect import DEFAULT_TAIL_NS
 from ..trace.maps import EXEMPLARS
 from .arguments import (
     EXEMPLARS_HELP,
     STACK_SAMPLE_HELP,
     TAIL_THRESHOLD_HELP,
+    device_model_arg,
     duration_ns,
     exemplar_count,
     positive,
@@ -55,6 +57,7 @@ SPEC_SETS = (
     "force_erase",
     "json",
     "loop_io",
+    "device_model",
 )
 
 
@@ -104,6 +107,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         f"flushes reach the disk, as on a real one) or buffered (the host's page cache); "
         f"default {DEFAULT_LOOP_IO} (docs/test-bed.md)",
     )
+    p.add_argument(
+        "--device-model",
+        type=device_model_arg,
+        default=None,
+        metavar="MODEL",
+        help=f"emulate a slow device: dm-delay over the scratch loop device; {', '.join(MODELS)}, or "
+        "delays in ms like read=8,write=0,flush=15 (needs device-mapper: docs/test-bed.md)",
+    )
     p.add_argument("--devices", type=positive, default=1, help="btrfs only: loop images in one filesystem")
     p.add_argument("--scratch-dir", default="/var/tmp/fsprof/scratch", help="where scratch images live")
     p.add_argument("--device", help="use this block device instead of a scratch image (erases it)")
@@ -142,6 +153,8 @@ def check_arguments(
     args.workload = args.workload or "fsync-loop"
     if args.loop_io and args.device:
         ap.error("--loop-io is for scratch loop devices; --device names a real one")
+    if args.device_model and args.device:
+        ap.error("--device-model puts dm-delay over a scratch loop device; --device names a real one")
     args.loop_io = args.loop_io or DEFAULT_LOOP_IO
 
 
@@ -159,6 +172,7 @@ def run_options(args: argparse.Namespace) -> RunOptions:
         drop_caches=args.drop_caches,
         image_size=args.image_size,
         loop_io=args.loop_io,
+        device_model=args.device_model,
         devices=args.devices,
         scratch_dir=args.scratch_dir,
         device=args.device,

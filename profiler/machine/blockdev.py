@@ -185,7 +185,12 @@ def test_bed(name: str) -> dict[str, Any]:
     """What stands behind a block device, as far as it changes what a measurement means:
     {"kind": "loop" | "zram" | "disk", ...}. For a loop device: its backing file, whether it
     passes I/O through (direct I/O: reads and flushes reach the backing disk) or goes through
-    the host's page cache (buffered), and that disk's write cache and rotation."""
+    the host's page cache (buffered), and that disk's write cache and rotation. A device-mapper
+    device over one disk is that disk's test bed, with "mapper": its own name."""
+    slaves = SYS_BLOCK / name / "slaves"
+    under = sorted(os.listdir(slaves)) if slaves.is_dir() else []
+    if len(under) == 1:
+        return {**test_bed(under[0]), "mapper": name}
     below = backing_of(name)
     if below:
         disk = below["disks"][0] if below["disks"] else None

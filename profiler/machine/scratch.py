@@ -9,7 +9,8 @@ import shlex
 import stat
 from collections.abc import Sequence
 
-from profiler.machine.blockdev import kdev, kdev_of_block, majmin_of, whole_disk
+from profiler.machine.blockdev import disks_below, kdev, kdev_of_block, majmin_of, scheduler, whole_disk
+from profiler.machine.device_model import DeviceModel
 from profiler import filesystems
 from profiler.errors import FsprofError
 from profiler.machine.mounts import mounts
@@ -44,6 +45,8 @@ class FsConfig:
     # backing disk, as on a real one) or "buffered" (through the host's page cache: a flush writes
     # the host's cache, reads may never reach a disk). docs/test-bed.md.
     loop_io: str = "direct"
+    # An emulated slow device: dm-delay between the filesystem and its loop device(s).
+    device_model: DeviceModel | None = None
 
     def __post_init__(self):
         filesystems.row(self.fs)
@@ -73,6 +76,11 @@ class ScratchFs:
     dev: int  # kernel dev_t (major<<20|minor) of the mounted superblock; anonymous for btrfs
     block_devs: list  # (name, kernel dev_t) of the underlying block devices
 
+    def request_devices(self) -> list[str]:
+        """The block devices that queue requests, so have an I/O scheduler to set: not a
+        device-mapper one (bio-based: its scheduler is only "none")."""
+        return [name for name, _ in self.block_devs if scheduler(name)[1] != ["none"]]
+
 
 def kernel_devt(devnum: int) -> int:
     """Python's st_dev/st_rdev to the kernel's internal dev_t encoding, as tracepoints report it."""
@@ -85,6 +93,11 @@ def provision(changes: Changes, config: FsConfig, scratch_dir: str | os.PathLike
     base = _make_label_dir(changes, scratch_dir, config.label)
     images = [_create_image(changes, scratch_dir, base, i, config.size_bytes) for i in range(config.devices)]
     devices = [_attach_loop(changes, image, config.loop_io == "direct") for image in images]
+    if config.device_model:
+        devices = [
+            _delay_over(changes, config.device_model, loop, f"fsprof-{os.getpid()}-{config.label}-{i}")
+            for i, loop in enumerate(devices)
+        ]
     _mkfs(config, devices, image_size=config.size_bytes)
     return _mount(changes, config, devices, images, base)
 
@@ -193,6 +206,24 @@ def _attach_loop(changes, image, direct_io=False):
     return proc.stdout.strip()
 
 
+def _delay_over(changes, model, loop, name):
+    """A dm-delay device over a loop device, as /dev/dm-N. Recorded before it is made: the undo
+    finds it by its name, which carries this process's id."""
+    with open(f"/sys/block/{os.path.basename(loop)}/size") as f:
+        sectors = int(f.read())  # 512-byte units, as dm tables count
+    changes.record("dm", name=name, boot_id=boot_id())
+    # No udev to wait for in a VM guest (or a container): the node comes from devtmpfs.
+    run_tool(
+        ["dmsetup", "create", "--noudevsync", name, "--table", model.table(loop, sectors)],
+        "making a dm-delay device",
+        check=True,
+    )
+    proc = run_tool(
+        ["dmsetup", "info", "-c", "--noheadings", "-o", "blkdevname", name], "naming a dm device", check=True
+    )
+    return f"/dev/{proc.stdout.strip()}"
+
+
 def _mkfs(config, devices, image_size=None):
     """mkfs on the devices; its failure is one sentence, which names the scratch image's size when
     fsprof chose the device (a filesystem has a minimum size: XFS 300 MiB, btrfs 109 MiB)."""
@@ -230,8 +261,13 @@ def _mount(changes, config, devices, images, base):
         devices=list(devices),
         images=list(images),
         dev=_superblock_dev(target),
+        # The whole disks, and the disks below a device-mapper one (bio-based: its requests are
+        # the disks' below; its own dev_t is the one a journal names).
         block_devs=[
-            (disk, kdev_of_block(disk)) for disk in dict.fromkeys(whole_disk(os.path.basename(d)) for d in devices)
+            (disk, kdev_of_block(disk))
+            for disk in dict.fromkeys(
+                name for d in devices for name in (whole_disk(os.path.basename(d)), *disks_below(os.path.basename(d)))
+            )
         ],
     )
 

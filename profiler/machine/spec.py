@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import filesystems
-from . import scratch
+from . import device_model, scratch
+from .device_model import DeviceModel
 from ..errors import FsprofError
 from ..units import parse_size
 from ..work_unit import parse_unit
@@ -34,6 +35,7 @@ _CONFIG_KEYS = {
     "image_size",
     "erase_device",
     "loop_io",
+    "device_model",
 }
 _WORKLOAD_KEYS = {"name", "workload", "args", "command", "unit"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=,-]*$")
@@ -52,6 +54,7 @@ class Config:
     image_size: int
     erase_device: bool
     loop_io: str = scratch.FsConfig.loop_io  # a loop device's: "direct" or "buffered"
+    device_model: DeviceModel | None = None  # dm-delay over the loop device(s)
 
     def fs_config(self) -> scratch.FsConfig:
         return scratch.FsConfig(
@@ -62,6 +65,7 @@ class Config:
             devices=self.devices,
             label=self.name,
             loop_io=self.loop_io,
+            device_model=self.device_model,
         )
 
     def provision(self, changes: "Changes", scratch_dir: str, erased: set[str]) -> scratch.ScratchFs:
@@ -182,6 +186,18 @@ def _config(path, i, t, default_size):
     loop_io = t.get("loop_io", scratch.FsConfig.loop_io)
     if loop_io not in scratch.LOOP_IO or ("loop_io" in t and device != "loop"):
         _fail(path, where, f'loop_io must be one of {", ".join(scratch.LOOP_IO)}, for device = "loop" only')
+    model = None
+    if "device_model" in t:
+        if device != "loop" or not isinstance(t["device_model"], str):
+            _fail(
+                path,
+                where,
+                'device_model must be a model name or delays like "read=8,write=0,flush=15", for device = "loop" only',
+            )
+        try:
+            model = device_model.parse(t["device_model"])
+        except FsprofError as e:
+            _fail(path, where, str(e))
     devices = t.get("devices", 1)
     if (
         not isinstance(devices, int)
@@ -201,6 +217,7 @@ def _config(path, i, t, default_size):
         image_size=_size(path, where, t["image_size"]) if "image_size" in t else default_size,
         erase_device=erase,
         loop_io=loop_io,
+        device_model=model,
     )
 
 

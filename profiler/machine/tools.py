@@ -11,6 +11,8 @@ from profiler.errors import FsprofError
 _PACKAGES = {
     "mount": "mount",
     "umount": "mount",
+    "dmsetup": "dmsetup",
+    "modprobe": "kmod",
     **{f"mkfs.{fs.name}": fs.package for fs in filesystems.TABLE.values()},
 }
 

@@ -332,6 +332,20 @@ def boot_id() -> str:
         return f.read().strip()
 
 
+def _undo_dm(rec):
+    """Remove a dm-delay device fsprof made, by its name (fsprof-<pid>-<label>-<i>)."""
+    name = rec["name"]
+    proc = run_tool(["dmsetup", "table", name], "reading a dm device's table")
+    if proc.returncode != 0:
+        return None  # never made, or gone
+    if not name.startswith("fsprof-") or rec.get("boot_id") != boot_id():
+        raise _NotOurs(f"not removing device-mapper device {name}: fsprof made its namesake before the last reboot")
+    if " delay " not in f" {proc.stdout} ":
+        raise _NotOurs(f"not removing device-mapper device {name}: it is no longer a delay target")
+    run_tool(["dmsetup", "remove", "--noudevsync", name], "removing a dm device", check=True)
+    return f"removed device-mapper device {name}"
+
+
 def _undo_zram(rec):
     """Reset and remove a zram device fsprof added, if it is still the one we sized."""
     name = rec["name"]
@@ -480,6 +494,7 @@ _UNDO_STEPS = {
     "directory": _undo_directory,
     "mountpoint": _undo_directory,
     "loop": _undo_loop,
+    "dm": _undo_dm,
     "mount": _undo_mount,
     "sysctl": _undo_sysctl,
     "scheduler": _undo_scheduler,

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__, behind, filesystems
-from ..machine import blockdev, kthreads, scratch, settings, undo
+from ..machine import blockdev, device_model, kthreads, scratch, settings, undo
+from ..machine.device_model import DeviceModel
 from ..trace import maps
 from ..analysis.assemble import assemble
 from ..trace.maps import EXEMPLARS
@@ -53,6 +54,7 @@ class RunOptions:
     drop_caches: bool = False
     image_size: int | None = None  # bytes; None: the workload's own
     loop_io: str = scratch.FsConfig.loop_io
+    device_model: DeviceModel | None = None  # dm-delay over the scratch loop devices
     devices: int = 1
     scratch_dir: str
     device: str | None = None
@@ -121,6 +123,7 @@ def build_configs(options: RunOptions) -> list[scratch.FsConfig]:
                 devices=options.devices if name in multi else 1,
                 label=label,
                 loop_io=options.loop_io,
+                device_model=options.device_model,
             )
         )
     return configs
@@ -202,7 +205,11 @@ def measure(
             "dev": blockdev.kdev_str(sfs.block_devs[0][1]),
             "all": [name for name, _ in sfs.block_devs],
             **blockdev.queue_info(first),
-            "test_bed": blockdev.test_bed(first),
+            "test_bed": {
+                **blockdev.test_bed(first),
+                # An emulated device's delays (dm-delay between the filesystem and the loop device).
+                **({"device_model": sfs.config.device_model.as_dict()} if sfs.config.device_model else {}),
+            },
         },
         # What the kernel took, not what was asked: options it ignored or defaulted show here.
         "mount_options_in_force": (mount_of(sfs.mountpoint) or {}).get("options", ""),
@@ -307,6 +314,8 @@ def run(options: RunOptions) -> tuple[dict[str, Any], Path]:
     sysctls = parse_sysctls(options.sysctl)
     # A bad workload parameter fails before anything is touched.
     workload = WorkloadSpec.checked(options.workload, options.workload_args, options.command_argv)
+    if options.device_model:
+        device_model.check_available()
     out_dir = rundir.make_out_dir(options.output)
     result: dict[str, Any] = {
         "schema": SCHEMA,
@@ -337,7 +346,7 @@ def run(options: RunOptions) -> tuple[dict[str, Any], Path]:
                 with undo.Changes() as changes:
                     sfs = provision_one(changes, config, options, scratch_dir, first=i == 0)
                     if options.scheduler:
-                        for name, _ in sfs.block_devs:
+                        for name in sfs.request_devices():
                             settings.set_scheduler(changes, name, options.scheduler)
                     verified, warnings = check_settings(sfs, sysctls, options.scheduler, options.go_on, _say)
                     entry = measure(collector, sfs, workload, out_dir, options.drop_caches, changes)
@@ -385,7 +394,7 @@ def run_spec_one(
         result["sysctls_in_force"] = sysctls_in_force()
         sfs = cfg.provision(changes, scratch_dir, erased)
         if cfg.scheduler:
-            for name, _ in sfs.block_devs:
+            for name in sfs.request_devices():
                 settings.set_scheduler(changes, name, cfg.scheduler)
         verified, result["warnings"] = check_settings(sfs, cfg.sysctls, cfg.scheduler, go_on)
         entry = measure(collector, sfs, workload.spec, run_dir, spec.drop_caches, changes)
@@ -399,6 +408,8 @@ def run_spec(spec: "Spec", options: RunOptions, progress: Callable[[str], None] 
     """Every (repeat, workload, configuration) of a spec, repeats interleaved; one result
     directory per run (OUT/<workload>/<config>[/rep<N>]) and OUT/index.json listing them. A run
     that fails is recorded with its reason and the matrix goes on."""
+    if any(cfg.device_model for cfg in spec.configs):
+        device_model.check_available()
     out_dir = rundir.make_out_dir(options.output)
     index: dict[str, Any] = {
         "schema": rundir.INDEX_SCHEMA,

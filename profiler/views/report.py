@@ -6,6 +6,7 @@ from ..trace import maps
 from ..trace.maps import BLK_WRITE_CLASSES
 from ..units import fmt_ns
 from .. import behind
+from ..machine import device_model
 from ..machine.workload import render as render_workload
 from ..analysis.testbed import space_note, waits_for_space
 
@@ -133,6 +134,9 @@ def uring_enter_line(split: dict[str, Any], indent: str = "   ") -> str:
 
 def test_bed_line(bed: dict[str, Any] | None) -> str | None:
     """What stands behind the device, in one phrase (docs/test-bed.md), or None for a disk."""
+    if bed and bed.get("device_model"):
+        below = test_bed_line({**bed, "device_model": None})
+        return f"an emulated device, dm-delay model {device_model.describe(bed['device_model'])}, over a {below}"
     if not bed or bed["kind"] == "disk":
         return None
     if bed["kind"] == "zram":
@@ -199,8 +203,12 @@ def render_fs(fs: dict[str, Any]) -> list[str]:
         lines.append(uring_enter_line(fs["io_uring_enter"]))
     fsyncs = ops.get("fsync", {}).get("count", 0) + ops.get("fdatasync", {}).get("count", 0)
     for name, counts in fs["block"].items():
+        traced = fs.get("behind", {}).get("block", {}).get("devices", {}).get(name, {})
+        if traced.get("bio_based"):
+            lines.append(f"   requests to {name}: none of its own (bio-based: its bios and their times are below)")
+            continue
         kernel = fs["kernel_counters"].get(name, {})
-        ours = fs.get("behind", {}).get("block", {}).get("devices", {}).get(name, {}).get("as_sys_block_stat", {})
+        ours = traced.get("as_sys_block_stat", {})
         flush = counts["flush"]["count"]
         writes = sum(counts.get(c, {}).get("count", 0) for c in BLK_WRITE_CLASSES)
         lines.append(

@@ -153,6 +153,8 @@ def block_table(name, fs):
     fsyncs = sum(fs["syscalls"].get(op, {}).get("count", 0) for op in ("fsync", "fdatasync"))
     rows = []
     for dev, counts in fs.get("block", {}).items():
+        if fs.get("behind", {}).get("block", {}).get("devices", {}).get(dev, {}).get("bio_based"):
+            continue  # no requests of its own: its bios are in "Behind the wait"
         kernel = fs.get("kernel_counters", {}).get(dev, {})
         ours = fs.get("behind", {}).get("block", {}).get("devices", {}).get(dev, {}).get("as_sys_block_stat", {})
         flush = counts.get("flush", {}).get("count", 0)
