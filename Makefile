@@ -20,7 +20,7 @@ WL_BIN := $(patsubst workloads/%.c,build/workloads/%,$(WL_SRC))
 # readers of `record --continuous`'s metrics and pprof profiles in tests/test_continuous.py).
 DEB_PKGS := clang llvm bpftool libbpf1 libbpf-dev libelf-dev zlib1g-dev e2fsprogs xfsprogs \
             btrfs-progs util-linux bpftrace fio python3-venv liburing-dev libaio-dev libarchive-dev \
-            sysbench bonnie++ chromium prometheus golang-go clang-format
+            sysbench bonnie++ chromium prometheus golang-go clang-format dmsetup
 # The untar workload's real kernel tree; without it the workload generates a synthetic one.
 OPT_PKGS := linux-source-6.1
 

@@ -248,6 +248,17 @@ static __always_inline __u32 path_dev(struct task_struct *task, int dirfd, const
 	return dirfd == AT_FDCWD ? cwd_dev(task) : fd_dev(task, dirfd);
 }
 
+/* The same for a path the kernel has copied in already (an io_uring request's struct filename). */
+static __always_inline __u32 kernel_path_dev(struct task_struct *task, int dirfd, struct filename *name)
+{
+	const char *path = name ? BPF_CORE_READ(name, name) : NULL;
+	char c = 0;
+
+	if (!path || bpf_probe_read_kernel(&c, 1, path) || c == '/')
+		return 0;
+	return dirfd == AT_FDCWD ? cwd_dev(task) : fd_dev(task, dirfd);
+}
+
 static __always_inline struct filter *get_filter(void)
 {
 	__u32 zero = 0;
@@ -1006,14 +1017,21 @@ int BPF_PROG(on_exit, struct task_struct *p)
  * one in io_uring_enter, or the ring's SQ thread (same process). The request pointer keys it until
  * its CQE: the kernel recycles it only after. ---- */
 
-/* A submitted request until its completion. dev 0 with fixed: a registered file, whose device is
- * read at completion (req->file is set by then). */
+/* How a request's filesystem is found: by the fd of its SQE (dev set at submission), by its
+ * registered file (read at completion, when req->file is set), or by the fd an open returns. */
+enum uring_place {
+	URING_BY_FD = 0,
+	URING_BY_FIXED = 1,
+	URING_BY_RESULT = 2,
+};
+
+/* A submitted request until its completion. */
 struct uring_req {
 	__u64 start_ns;
 	__u32 dev;
 	__u16 phase;
 	__u8 opcode;
-	__u8 fixed;
+	__u8 place; /* enum uring_place */
 };
 
 struct {
@@ -1098,25 +1116,78 @@ static __always_inline bool uring_on_file(__u8 opcode)
 	return false;
 }
 
+/* The opcodes that name a path (dirfd + path), by number: OPENAT 18, STATX 21, OPENAT2 28,
+ * UNLINKAT 36, MKDIRAT 37. The request's prep (io_init_req, before the submission tracepoint) has
+ * copied the path in (struct filename) and kept the dirfd, at the start of the request (its
+ * io_cmd_data, in a union with req->file): struct io_open, io_statx, io_unlink, io_mkdir. */
+#define URING_OPENAT 18
+#define URING_STATX 21
+#define URING_OPENAT2 28
+#define URING_UNLINKAT 36
+#define URING_MKDIRAT 37
+
+static __always_inline bool uring_by_path(__u8 opcode)
+{
+	return opcode == URING_OPENAT || opcode == URING_STATX || opcode == URING_OPENAT2 || opcode == URING_UNLINKAT ||
+	       opcode == URING_MKDIRAT;
+}
+
+/* The filesystem of a by-path request's relative path (0: an absolute path, or none). */
+static __always_inline __u32 uring_path_dev(struct task_struct *task, struct io_kiocb *req, __u8 opcode)
+{
+	void *cmd = req; /* struct io_cmd_data, first in struct io_kiocb */
+
+	switch (opcode) {
+	case URING_OPENAT:
+	case URING_OPENAT2:
+		return kernel_path_dev(task, BPF_CORE_READ((struct io_open *)cmd, dfd),
+		                       BPF_CORE_READ((struct io_open *)cmd, filename));
+	case URING_STATX:
+		return kernel_path_dev(task, BPF_CORE_READ((struct io_statx *)cmd, dfd),
+		                       BPF_CORE_READ((struct io_statx *)cmd, filename));
+	case URING_UNLINKAT:
+		return kernel_path_dev(task, BPF_CORE_READ((struct io_unlink *)cmd, dfd),
+		                       BPF_CORE_READ((struct io_unlink *)cmd, filename));
+	case URING_MKDIRAT:
+		return kernel_path_dev(task, BPF_CORE_READ((struct io_mkdir *)cmd, dfd),
+		                       BPF_CORE_READ((struct io_mkdir *)cmd, filename));
+	}
+	return 0;
+}
+
 /* io_uring_submit_req (6.4 on) and io_uring_submit_sqe (before) fire in io_submit_sqe() right
  * after io_init_req(): the opcode and the SQE's fd are set, req->file not yet (6.1 to 6.18). */
 static __always_inline void uring_submit(struct io_kiocb *req)
 {
+	struct task_struct *task = bpf_get_current_task_btf();
 	struct inflight *op;
 	struct filter *f;
 	struct uring_req r = {};
 	__u64 key = (__u64)req;
+	__u8 opcode;
 
 	/* The opcode first: a plain load, where the tracing filter costs a hash lookup. */
-	if (!req || !uring_on_file(req->opcode) || !(f = get_filter()) || !is_traced(f))
+	if (!req)
 		return;
-	r.opcode = req->opcode;
-	r.fixed = (req->flags & URING_FIXED_FILE) != 0;
-	if (!r.fixed)
-		r.dev = fd_dev(bpf_get_current_task_btf(), req->cqe.fd);
-	if (f->dev && r.dev && r.dev != f->dev)
+	opcode = req->opcode;
+	if ((!uring_on_file(opcode) && !uring_by_path(opcode)) || !(f = get_filter()) || !is_traced(f))
 		return;
-	if (!r.dev && !r.fixed) /* not a file on a filesystem (a socket, a pipe) or no file at all */
+	r.opcode = opcode;
+	if (uring_by_path(opcode)) {
+		r.dev = uring_path_dev(task, req, opcode);
+		/* An open is placed by the fd it returns (an absolute path too), else by its path. */
+		if (opcode == URING_OPENAT || opcode == URING_OPENAT2)
+			r.place = URING_BY_RESULT;
+		else if (!r.dev) /* an absolute path: no path walk here, so not placed */
+			return;
+	} else if (req->flags & URING_FIXED_FILE) {
+		r.place = URING_BY_FIXED;
+	} else {
+		r.dev = fd_dev(task, req->cqe.fd);
+		if (!r.dev) /* not a file on a filesystem (a socket, a pipe) or no file at all */
+			return;
+	}
+	if (f->dev && r.dev && r.dev != f->dev && r.place != URING_BY_RESULT)
 		return;
 	r.phase = current_phase();
 	r.start_ns = bpf_ktime_get_ns();
@@ -1124,7 +1195,7 @@ static __always_inline void uring_submit(struct io_kiocb *req)
 		return;
 	/* io_submit_sqe issues it next, in this thread: its bios are its own until the next request
 	 * (or until the call waits for completions). */
-	op = inflight_of(bpf_get_current_task_btf());
+	op = inflight_of(task);
 	if (op)
 		op->uring_req = key;
 }
@@ -1141,6 +1212,20 @@ int BPF_PROG(on_uring_submit_sqe, struct io_kiocb *req)
 {
 	uring_submit(req);
 	return 0;
+}
+
+/* A request's filesystem once it is being run or done: an open's is its new fd's (in the fd table
+ * the process shares with its io-wq workers; none when it installed a registered file slot, res
+ * 0), else its path's; a registered file's is req->file's. */
+static __always_inline __u32 uring_req_dev(struct io_kiocb *req, struct uring_req *r, int res)
+{
+	__u32 dev = 0;
+
+	if (r->place == URING_BY_RESULT && res > 0)
+		dev = fd_dev(bpf_get_current_task_btf(), res);
+	else if (r->place == URING_BY_FIXED)
+		dev = file_dev(BPF_CORE_READ(req, file));
+	return dev ?: r->dev;
 }
 
 /* Fired when the request's CQE is filled, in the context that posts it (the submitter's task work,
@@ -1163,13 +1248,13 @@ int BPF_PROG(on_uring_complete, void *ring, void *req_ptr)
 	if (!r)
 		return 0;
 	now = bpf_ktime_get_ns();
-	k.dev = r->dev ? r->dev : file_dev(BPF_CORE_READ(req, file));
+	res = BPF_CORE_READ(req, cqe.res);
+	k.dev = uring_req_dev(req, r, res);
 	k.nr = r->opcode;
 	k.phase = r->phase;
 	f = get_filter();
 	if (k.dev && (!f || !f->dev || k.dev == f->dev)) {
 		h = hist_add(&uring_hist, &k, now > r->start_ns ? now - r->start_ns : 0, DROP_OPS_FULL);
-		res = BPF_CORE_READ(req, cqe.res);
 		if (h && res > 0)
 			__sync_fetch_and_add(&h->ret_sum, res);
 	}

@@ -6,7 +6,10 @@ io_uring_enter calls, and those that waited for completions and how long, equal 
 so do the block requests they made."""
 
 import json
+import re
 import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -29,6 +32,23 @@ tracepoint:io_uring:io_uring_cqring_wait /comm == "fio" && !@from[tid]/ { @from[
 tracepoint:syscalls:sys_exit_io_uring_enter /@from[tid]/ { @wait_ns = sum(nsecs - @from[tid]); delete(@from[tid]); }
 tracepoint:syscalls:sys_exit_io_uring_enter /@in[tid]/ { delete(@in[tid]); }
 tracepoint:block:block_getrq /@in[tid] || strncmp(comm, "iou-wrk-", 8) == 0/ { @rq = count(); }"""
+
+
+def run_beside(script, tmp_path, fs, *command):
+    """`fsprof run --fs FS -- COMMAND` with a bpftrace script running around it: (fsprof's
+    process, bpftrace's output, its @op[opcode] counts)."""
+    oracle = bpftrace_start(script)
+    try:
+        proc = run_fsprof(
+            "run", "--scratch-dir", str(tmp_path / "scratch"), "-o", str(tmp_path / "run"), "--fs", fs, "--", *command
+        )  # fmt: skip
+    finally:
+        seen = bpftrace_output(oracle)
+    assert proc.returncode == 0, proc.stderr
+    by_op = {
+        int(op): int(n) for op, n in (line[4:].split("]: ") for line in seen.splitlines() if line.startswith("@op["))
+    }
+    return proc, seen, by_op
 
 
 def fio_argv(out):
@@ -54,18 +74,7 @@ def test_io_uring_requests_match_fio_and_bpftrace(tmp_path, fs):
     if not kernel_has("io_uring_submit_req", "io_uring"):
         pytest.skip("this kernel's io_uring submission tracepoint is io_uring_submit_sqe (before 6.4)")
     fio_json = tmp_path / "fio.json"
-    oracle = bpftrace_start(ORACLE)
-    try:
-        proc = run_fsprof(
-            "run", "--scratch-dir", str(tmp_path / "scratch"), "-o", str(tmp_path / "run"), "--fs", fs, "--",
-            *fio_argv(fio_json),
-        )  # fmt: skip
-    finally:
-        seen = bpftrace_output(oracle)
-    assert proc.returncode == 0, proc.stderr
-    theirs = {
-        int(op): int(n) for op, n in (line[4:].split("]: ") for line in seen.splitlines() if line.startswith("@op["))
-    }
+    proc, seen, theirs = run_beside(ORACLE, tmp_path, fs, *fio_argv(fio_json))
     job = json.loads(fio_json.read_text())["jobs"][0]
     (entry,) = json.loads((tmp_path / "run" / "result.json").read_text())["filesystems"]
     ours = entry["io_uring"]
@@ -132,9 +141,11 @@ def test_an_io_uring_fsync_is_explained_like_a_syscall_fsync(tmp_path, fs):
     fsync = entry["io_uring"]["io_uring fsync"]
     assert fsync["count"] == job["sync"]["total_ios"] >= FSYNCS, (fsync, job["sync"]["total_ios"])
     # The workers' off-CPU time lies inside the requests' own time (submission to completion), and
-    # is most of it: an fsync waits.
+    # is most of it: an fsync waits. Under TCG (a VM row) CPU work takes 10-30x its time: a btrfs
+    # fsync's worker was off CPU for 45% of it in Debian's 6.12.
     wq = entry["io_uring_io_wq"]["io_uring fsync"]
-    assert 0.5 * fsync["total_ns"] <= wq["offcpu_ns"] <= fsync["total_ns"], (wq, fsync)
+    least = 0.5 if TIME_SCALE == 1 else 0.25
+    assert least * fsync["total_ns"] <= wq["offcpu_ns"] <= fsync["total_ns"], (wq, fsync)
     causes = wq["causes"]
     assert causes.get("other wait", 0) < 0.05 * wq["offcpu_ns"], wq["other_wait_frames"]
     # Known by construction: each fsync writes its one dirty block, then commits it. So its waits
@@ -147,3 +158,42 @@ def test_an_io_uring_fsync_is_explained_like_a_syscall_fsync(tmp_path, fs):
     fsync_work = causes.get(commit, 0) + causes.get("data writeback wait", 0) + causes.get("cache flush", 0)
     assert fsync_work > 0.8 * blocked, causes
     assert "io_uring fsync in io-wq workers: " in run_fsprof("report", str(tmp_path / "run")).stdout
+
+
+PATH_OPS = 200
+HELPER = Path(__file__).parent / "data" / "uring_paths.c"
+
+
+@pytest.fixture(scope="module")
+def uring_paths(tmp_path_factory):
+    """tests/data/uring_paths.c, built against liburing (make setup installs liburing-dev)."""
+    exe = tmp_path_factory.mktemp("helper") / "uring_paths"
+    proc = subprocess.run(["clang", "-O2", "-o", str(exe), str(HELPER), "-luring"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return exe
+
+
+@pytest.mark.parametrize("fs", ["ext4", "xfs", "btrfs"])
+def test_io_uring_path_requests_are_placed_by_their_dirfd_or_new_fd(tmp_path, fs, uring_paths):
+    """MKDIRAT, OPENAT, STATX and UNLINKAT through io_uring, relative to a dirfd of the scratch
+    filesystem, and OPENAT and STATX by absolute path. An open is placed by the fd it returns (an
+    absolute path too); the others by their dirfd, so an absolute STATX is not placed. The
+    counts equal the helper's own and a bpftrace count of submissions by opcode."""
+    event = "io_uring_submit_req" if kernel_has("io_uring_submit_req", "io_uring") else "io_uring_submit_sqe"
+    script = (
+        'BEGIN { printf("ready\\n"); }\n'
+        f'tracepoint:io_uring:{event} /comm == "uring_paths"/ {{ @op[args->opcode] = count(); }}'
+    )
+    proc, _, theirs = run_beside(script, tmp_path, fs, str(uring_paths), ".", str(PATH_OPS))
+    (entry,) = json.loads((tmp_path / "run" / "result.json").read_text())["filesystems"]
+    helper = dict(re.findall(r"^(mkdirat|openat|statx|unlinkat) (\d+)$", proc.stdout, re.M))
+    ours = {op: h["count"] for op, h in entry["io_uring"].items()}
+    n = PATH_OPS
+    assert theirs == {37: n, 18: 2 * n, 21: 2 * n, 36: n}, theirs
+    assert {k: int(v) for k, v in helper.items()} == {"mkdirat": n, "openat": 2 * n, "statx": 2 * n, "unlinkat": n}
+    assert ours == {
+        "io_uring mkdirat": n,
+        "io_uring openat": 2 * n,  # relative and absolute: both placed by the fd they return
+        "io_uring statx": n,  # the relative ones: an absolute path is not placed
+        "io_uring unlinkat": n,
+    }, ours

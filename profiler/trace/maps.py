@@ -53,7 +53,7 @@ KEPT_APPROXIMATELY = {
 }
 
 
-# io_uring opcodes that act on an open file (bpf/syscalls.bpf.c uring_on_file), by number
+# io_uring opcodes that fsprof follows (bpf/syscalls.bpf.c uring_on_file, uring_by_path), by number
 # (include/uapi/linux/io_uring.h enum io_uring_op: append-only user ABI, the same on every kernel).
 URING_OPS = {
     1: "readv",
@@ -63,9 +63,14 @@ URING_OPS = {
     5: "write_fixed",
     8: "sync_file_range",
     17: "fallocate",
+    18: "openat",
+    21: "statx",
     22: "read",
     23: "write",
     24: "fadvise",
+    28: "openat2",
+    36: "unlinkat",
+    37: "mkdirat",
     49: "read_multishot",
     55: "ftruncate",
     60: "readv_fixed",
