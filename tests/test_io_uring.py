@@ -139,7 +139,8 @@ def test_an_io_uring_fsync_is_explained_like_a_syscall_fsync(tmp_path, fs):
     job = json.loads(fio_json.read_text())["jobs"][0]
     (entry,) = json.loads((tmp_path / "run" / "result.json").read_text())["filesystems"]
     fsync = entry["io_uring"]["io_uring fsync"]
-    assert fsync["count"] == job["sync"]["total_ios"] >= FSYNCS, (fsync, job["sync"]["total_ios"])
+    # fio's own count is the oracle; it issued one fewer than its writes once, on a loaded machine.
+    assert fsync["count"] == job["sync"]["total_ios"] >= 0.9 * FSYNCS, (fsync, job["sync"]["total_ios"])
     # The workers' off-CPU time lies inside the requests' own time (submission to completion), and
     # is most of it: an fsync waits. Under TCG (a VM row) CPU work takes 10-30x its time: a btrfs
     # fsync's worker was off CPU for 45% of it in Debian's 6.12.
