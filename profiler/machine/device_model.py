@@ -20,7 +20,6 @@ class DeviceModel:
     read_ms: int
     write_ms: int
     flush_ms: int
-    what: str = ""
 
     def table(self, device: str, sectors: int) -> str:
         """The dm table line: reads, writes and flushes each with their own delay (9 arguments;
@@ -42,12 +41,10 @@ def describe(model: dict[str, object]) -> str:
 MODELS = {
     m.name: m
     for m in (
-        DeviceModel(
-            "hdd", 8, 0, 15, "a disk with its write cache on: 8 ms reads (a seek), writes into the cache, 15 ms flushes"
-        ),
-        DeviceModel(
-            "ssd-no-plp", 0, 0, 2, "a consumer SSD without power-loss protection: 2 ms flushes, the rest at once"
-        ),
+        # A disk with its write cache on: 8 ms reads (a seek), writes into the cache, 15 ms flushes.
+        DeviceModel("hdd", 8, 0, 15),
+        # A consumer SSD without power-loss protection: 2 ms flushes, the rest at once.
+        DeviceModel("ssd-no-plp", 0, 0, 2),
     )
 }
 

@@ -99,7 +99,7 @@ def provision(changes: Changes, config: FsConfig, scratch_dir: str | os.PathLike
             for i, loop in enumerate(devices)
         ]
     _mkfs(config, devices, image_size=config.size_bytes)
-    return _mount(changes, config, devices, images, base)
+    return _mount(changes, config, devices, images, base, stacked=bool(config.device_model))
 
 
 def provision_zram(changes: Changes, config: FsConfig, scratch_dir: str | os.PathLike[str] = SCRATCH_DIR) -> ScratchFs:
@@ -241,7 +241,9 @@ def _mib(n):
     return f"{n / (1 << 20):,.0f} MiB" if n >= 1 << 20 else f"{n:,} bytes"
 
 
-def _mount(changes, config, devices, images, base):
+def _mount(changes, config, devices, images, base, stacked=False):
+    """Mount the filesystem made on `devices`. stacked: they are fsprof's own dm devices over its
+    loop devices, whose requests are then traced too (the dm device makes none)."""
     target = _make_dir(changes, "mountpoint", os.path.join(base, "mnt"))
     devnums = [majmin_of(d) for d in devices]
     changes.record("mount", target=target, source=devices[0], devnums=devnums)
@@ -261,12 +263,14 @@ def _mount(changes, config, devices, images, base):
         devices=list(devices),
         images=list(images),
         dev=_superblock_dev(target),
-        # The whole disks, and the disks below a device-mapper one (bio-based: its requests are
-        # the disks' below; its own dev_t is the one a journal names).
+        # The whole disks; for fsprof's own dm devices also the loop devices below (bio-based, a
+        # dm device's requests are the disks' below; its own dev_t is the one a journal names).
         block_devs=[
             (disk, kdev_of_block(disk))
             for disk in dict.fromkeys(
-                name for d in devices for name in (whole_disk(os.path.basename(d)), *disks_below(os.path.basename(d)))
+                name
+                for d in devices
+                for name in (whole_disk(os.path.basename(d)), *(disks_below(os.path.basename(d)) if stacked else ()))
             )
         ],
     )
