@@ -203,6 +203,18 @@ static __always_inline __u32 flushes_asked(__u32 flags, __u16 cls, __u8 devf)
 	return n;
 }
 
+/* A submitted request (or a bio-based device's bio), with the flags it was submitted with. */
+static __always_inline void count_submitted(struct blk_val *v, __u32 flags)
+{
+	__sync_fetch_and_add(&v->submitted, 1);
+	if (flags & REQ_BIT(__REQ_FUA))
+		__sync_fetch_and_add(&v->fua, 1);
+	if (flags & REQ_BIT(__REQ_PREFLUSH))
+		__sync_fetch_and_add(&v->preflush, 1);
+	if (flags & REQ_BIT(__REQ_META))
+		__sync_fetch_and_add(&v->meta, 1);
+}
+
 /* A bio became a new request, in the submitter's context. */
 SEC("tp_btf/block_io_start")
 int BPF_PROG(on_io_start, struct request *rq)
@@ -229,15 +241,8 @@ int BPF_PROG(on_io_start, struct request *rq)
 	if (bpf_map_update_elem(&rqs, &ptr, &info, BPF_ANY))
 		count_drop(DROP_RQ_FULL);
 	v = stats_of(dev, info.cls, info.phase);
-	if (v) {
-		__sync_fetch_and_add(&v->submitted, 1);
-		if (flags & REQ_BIT(__REQ_FUA))
-			__sync_fetch_and_add(&v->fua, 1);
-		if (flags & REQ_BIT(__REQ_PREFLUSH))
-			__sync_fetch_and_add(&v->preflush, 1);
-		if (flags & REQ_BIT(__REQ_META))
-			__sync_fetch_and_add(&v->meta, 1);
-	}
+	if (v)
+		count_submitted(v, flags);
 	asked = flushes_asked(flags, info.cls, devf);
 	if (asked) {
 		/* The flush class's "submitters" are the threads whose requests asked for flushes. */
@@ -472,16 +477,10 @@ int BPF_PROG(on_stacked_bio_queue, struct bio *bio)
 	}
 	v = stats_of(info.dev, info.cls, info.phase);
 	if (v) {
-		__sync_fetch_and_add(&v->submitted, 1);
+		count_submitted(v, flags);
 		__sync_fetch_and_add(&v->count, 1);
 		__sync_fetch_and_add(&v->bytes, bytes);
 		__sync_fetch_and_add(&v->size_log2[size_slot(bytes)], 1);
-		if (flags & REQ_BIT(__REQ_FUA))
-			__sync_fetch_and_add(&v->fua, 1);
-		if (flags & REQ_BIT(__REQ_PREFLUSH))
-			__sync_fetch_and_add(&v->preflush, 1);
-		if (flags & REQ_BIT(__REQ_META))
-			__sync_fetch_and_add(&v->meta, 1);
 	}
 	submitter(who);
 	add_submitter(info.dev, info.cls, info.phase, who, 1, bytes);

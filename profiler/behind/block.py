@@ -98,12 +98,14 @@ class Probe:
         self.submitters = obj.map("blk_submitters", SubKey, SubVal)
         self.rqs = obj.map("rqs", c.c_uint64, RqInfo)
         self.names: dict[int, str] = {}  # kdev -> name of the devices under test
+        self.bio_based: set[str] = set()  # those of them that are device-mapper/md (DEV_BIO)
         # kdev -> {"name", "for": [loop names], "files": [...], "direct_io": [...]}
         self.backing: dict[int, dict[str, Any]] = {}
 
     def set_targets(self, targets: list[Target]) -> None:
         self.devs.clear()
         self.names = {kdev: name for t in targets for kdev, name in t.block_devs.items()}
+        self.bio_based = {name for name in self.names.values() if _bio_based(name)}
         self.backing = {}
         for name in self.names.values():
             below = blockdev.backing_of(name)
@@ -117,7 +119,7 @@ class Probe:
                 b["files"].append(below["file"])
                 b["direct_io"].append(below["direct_io"])
         for kdev, name in [*self.names.items(), *((k, b["name"]) for k, b in self.backing.items())]:
-            flags = DEV_TRACED | (DEV_FUA if _fua(name) else 0) | (DEV_BIO if _bio_based(name) else 0)
+            flags = DEV_TRACED | (DEV_FUA if _fua(name) else 0) | (DEV_BIO if name in self.bio_based else 0)
             self.devs.update(c.c_uint32(kdev), c.c_uint8(flags))
 
     def reset(self) -> None:
@@ -139,7 +141,7 @@ class Probe:
             by_cls = dev["submitters"].setdefault(k.phase, {}).setdefault(maps.BLK_CLASSES[k.cls], {})
             by_cls[who] = {"count": v.count, "bytes": v.bytes}
         devices = {
-            name: {**per_dev.get(kdev, {"phases": {}, "submitters": {}}), "bio_based": _bio_based(name)}
+            name: {**per_dev.get(kdev, {"phases": {}, "submitters": {}}), "bio_based": name in self.bio_based}
             for kdev, name in self.names.items()
         }
         backing = {

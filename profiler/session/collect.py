@@ -70,6 +70,14 @@ ALTERNATIVES = {
 }
 
 
+def _requests(rqs: "Map", name_of: Any) -> list[dict[str, Any]]:
+    """[{dev, op, phase, requests}] of a per-op block requests map (op_rqs, uring_rqs)."""
+    return [
+        {"dev": k.dev, "op": name_of(k.nr), "phase": k.phase, "requests": maps.requests_of(v.count, v.bytes)}
+        for k, v in rqs.items()
+    ]
+
+
 def create_shared_maps() -> dict[str, "SharedMap"]:
     """{name: SharedMap} of bpf/shared_maps.h, made before any object loads; the caller closes them
     once every object holds its own fd."""
@@ -360,25 +368,9 @@ class Collector:
             }
             for k, v in read(self.worker_offcpu)
         ]
-        op_requests = [
-            {
-                "dev": k.dev,
-                "op": syscalls.name_of(k.nr),
-                "phase": k.phase,
-                "requests": maps.requests_of(v.count, v.bytes),
-            }
-            for k, v in self.op_rqs.items()
-        ]
+        op_requests = _requests(self.op_rqs, syscalls.name_of)
         # The block requests io_uring requests made (issued inline, or run by an io-wq worker).
-        uring_requests = [
-            {
-                "dev": k.dev,
-                "op": maps.uring_op_name(k.nr),
-                "phase": k.phase,
-                "requests": maps.requests_of(v.count, v.bytes),
-            }
-            for k, v in self.uring_rqs.items()
-        ]
+        uring_requests = _requests(self.uring_rqs, maps.uring_op_name)
         worker_runs = [
             {
                 "dev": k.dev,
