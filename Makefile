@@ -11,6 +11,9 @@ ARCH := $(shell uname -m | sed 's/x86_64/x86/;s/aarch64/arm64/')
 
 BPF_SRC := $(wildcard bpf/*.bpf.c)
 BPF_OBJ := $(patsubst bpf/%.bpf.c,build/%.bpf.o,$(BPF_SRC))
+# The same objects for kernels before task storage (5.10): FSPROF_LEGACY picks the older forms
+# (bpf/fsprof.h); kernels/legacy_objects.py checks that no instruction 5.10 refuses crept in.
+BPF_LEGACY_OBJ := $(patsubst bpf/%.bpf.c,build/legacy/%.bpf.o,$(BPF_SRC))
 BPF_HDR := $(wildcard bpf/*.h)
 # Workload engines written in C (where Python's per-call cost would make the workload the bottleneck).
 WL_SRC := $(wildcard workloads/*.c)
@@ -64,7 +67,7 @@ bytecode: $(VENV)/.installed
 tracefs:
 	@mountpoint -q /sys/kernel/tracing || mount -t tracefs tracefs /sys/kernel/tracing
 
-build: $(BPF_OBJ) $(WL_BIN)
+build: $(BPF_OBJ) $(BPF_LEGACY_OBJ) $(WL_BIN)
 
 build/vmlinux.h:
 	@mkdir -p build
@@ -72,6 +75,11 @@ build/vmlinux.h:
 
 build/%.bpf.o: bpf/%.bpf.c $(BPF_HDR) build/vmlinux.h
 	$(CLANG) -target bpf -mcpu=v3 -D__TARGET_ARCH_$(ARCH) -g -O2 -Wall -Werror -Ibuild -Ibpf -c $< -o $@
+
+build/legacy/%.bpf.o: bpf/%.bpf.c $(BPF_HDR) build/vmlinux.h kernels/legacy_objects.py
+	@mkdir -p build/legacy
+	$(CLANG) -target bpf -mcpu=v3 -DFSPROF_LEGACY -D__TARGET_ARCH_$(ARCH) -g -O2 -Wall -Werror -Ibuild -Ibpf -c $< -o $@.tmp
+	$(PY_SYS) kernels/legacy_objects.py $@.tmp && mv $@.tmp $@
 
 build/workloads/%: workloads/%.c workloads/phase.h
 	@mkdir -p build/workloads

@@ -21,7 +21,9 @@ class BuildPyWithObjects(build_py):
             return  # an editable install reads the tree's build/, which `make build` fills
         subprocess.run(["make", "--no-print-directory", "-C", str(HERE), "build"], check=True)
         build = HERE / "build"
-        _copy([*sorted(build.glob("*.bpf.o")), build / "vmlinux.h"], Path(self.build_lib, "profiler", "trace", "bpf_objects"))
+        objects = Path(self.build_lib, "profiler", "trace", "bpf_objects")
+        _copy([*sorted(build.glob("*.bpf.o")), build / "vmlinux.h"], objects)
+        _copy(sorted((build / "legacy").glob("*.bpf.o")), objects / "legacy")  # kernels before 5.11
         _copy(sorted(p for p in (build / "workloads").iterdir() if p.is_file()),
               Path(self.build_lib, "workloads", "engines"))
 

@@ -104,10 +104,23 @@ struct {
 
 const struct blk_val zero_val = {};
 
+#ifdef FSPROF_LEGACY
+struct request___disk {
+	struct gendisk *rq_disk;
+} __attribute__((preserve_access_index));
+#endif
+
 static __always_inline __u32 rq_dev(struct request *rq)
 {
 	/* What the block tracepoints print as dev: the whole disk's dev_t. */
+#ifndef FSPROF_LEGACY
 	return rq->q->disk->part0->bd_dev;
+#else
+	/* 5.10: the request names its disk (rq_disk, gone in 6.0) */
+	struct gendisk *disk = BPF_CORE_READ((struct request___disk *)rq, rq_disk);
+
+	return disk ? (__u32)BPF_CORE_READ(disk, major) << 20 | BPF_CORE_READ(disk, first_minor) : 0;
+#endif
 }
 
 static __always_inline __u8 dev_flags(__u32 dev)
@@ -142,7 +155,7 @@ static __always_inline bool is_kworker(const char *comm)
  * "kworker:writeback" (the flusher), "kworker:kblockd". */
 static __always_inline void submitter(char *who)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
+	struct task_struct *task = current_task();
 	struct kthread *kt;
 	struct worker *w;
 	struct workqueue_struct *wq;
@@ -151,7 +164,10 @@ static __always_inline void submitter(char *who)
 	if (!is_kworker(who))
 		return;
 	/* A kworker's kthread data is its struct worker; current_pwq is set while it runs a work item. */
-	kt = (struct kthread *)BPF_CORE_READ(task, worker_private);
+	if (bpf_core_field_exists(task->worker_private))
+		kt = (struct kthread *)BPF_CORE_READ(task, worker_private);
+	else /* before 5.17 a kthread's struct kthread hung from set_child_tid */
+		kt = (struct kthread *)BPF_CORE_READ(task, set_child_tid);
 	w = kt ? (struct worker *)BPF_CORE_READ(kt, data) : NULL;
 	wq = w ? BPF_CORE_READ(w, current_pwq, wq) : NULL;
 	if (!wq)
@@ -169,8 +185,8 @@ static __always_inline void add_submitter(__u32 dev, __u16 cls, __u16 phase, con
 	v = lookup_or_init(&blk_submitters, &key, &zero, DROP_BLOCK_FULL);
 	if (!v)
 		return;
-	__sync_fetch_and_add(&v->count, count);
-	__sync_fetch_and_add(&v->bytes, bytes);
+	ADD_MAYBE_ZERO(&v->count, count);
+	ADD_MAYBE_ZERO(&v->bytes, bytes);
 }
 
 /* The request of `info` (its rqs entry, or NULL) starts or is issued again. If its last issue saw neither a completion nor a
@@ -397,7 +413,7 @@ int BPF_PROG(on_rq_complete, struct request *rq, blk_status_t error, unsigned in
 			hist_record(&v->device, now - info->issue_ns);
 		}
 	}
-	if ((rq->rq_flags & flush_seq) && op_of(rq->cmd_flags) != bpf_core_enum_value(enum req_op, REQ_OP_FLUSH))
+	if ((rq->rq_flags & flush_seq) && op_of(rq->cmd_flags) != REQ_OP_VALUE(REQ_OP_FLUSH))
 		return 0; /* more to come */
 	info->ended = 1;
 	if (!info->issue_ns) {
@@ -453,7 +469,7 @@ struct {
 } stacked_bios SEC(".maps");
 
 SEC("tp_btf/block_bio_queue")
-int BPF_PROG(on_stacked_bio_queue, struct bio *bio)
+int BPF_PROG(on_stacked_bio_queue, BIO_QUEUE_ARGS)
 {
 	struct bio_info info = {};
 	char who[SUBMITTER_LEN] = {};
@@ -463,7 +479,7 @@ int BPF_PROG(on_stacked_bio_queue, struct bio *bio)
 
 	if (!bio)
 		return 0;
-	info.dev = BPF_CORE_READ(bio, bi_bdev, bd_dev);
+	info.dev = bio_bdev_dev(bio);
 	if (!(dev_flags(info.dev) & DEV_BIO))
 		return 0;
 	flags = bio->bi_opf;

@@ -209,8 +209,8 @@ static __always_inline void count_event(__u32 dev, __u16 event, __u32 arg, __s32
 	if (!v)
 		return;
 	__sync_fetch_and_add(&v->count, 1);
-	__sync_fetch_and_add(&v->bytes, bytes);
-	__sync_fetch_and_add(&v->total_ns, ns);
+	ADD_MAYBE_ZERO(&v->bytes, bytes);
+	ADD_MAYBE_ZERO(&v->total_ns, ns);
 	if (ns > v->max_ns)
 		v->max_ns = ns;
 }
@@ -305,7 +305,7 @@ static __always_inline int super_mirror(__u64 sector)
  * first for REQ_PREFLUSH, then 'W' only for REQ_OP_WRITE; write-zeroes is 'N' up to 6.18): the op,
  * the bits below the first flag bit (REQ_OP_MASK), is REQ_OP_WRITE. */
 SEC("tp_btf/block_bio_queue")
-int BPF_PROG(on_bio_queue, struct bio *bio)
+int BPF_PROG(on_bio_queue, BIO_QUEUE_ARGS)
 {
 	struct gendisk *disk;
 	__u32 dev, nr_sector;
@@ -315,7 +315,7 @@ int BPF_PROG(on_bio_queue, struct bio *bio)
 	if (!bio)
 		return 0;
 	/* bio is a BTF pointer: plain loads (this runs for every bio on the machine). */
-	disk = bio->bi_bdev ? bio->bi_bdev->bd_disk : NULL;
+	disk = bio_disk(bio);
 	if (!disk)
 		return 0;
 	dev = (__u32)disk->major << 20 | (__u32)disk->first_minor;
@@ -325,7 +325,7 @@ int BPF_PROG(on_bio_queue, struct bio *bio)
 	mirror = super_mirror(bio->bi_iter.bi_sector - *start);
 	if (mirror < 0)
 		return 0;
-	if (op_of(bio->bi_opf) != bpf_core_enum_value(enum req_op, REQ_OP_WRITE))
+	if (op_of(bio->bi_opf) != REQ_OP_VALUE(REQ_OP_WRITE))
 		return 0;
 	nr_sector = bio->bi_iter.bi_size >> 9;
 	count_event(dev, BT_SUPER_WRITE, mirror, get_stack(ctx), (__u64)nr_sector << 9, 0);
@@ -509,6 +509,6 @@ int BPF_PROG(on_space_reservation, const struct btrfs_fs_info *fs_info, const ch
 	if (!v)
 		return 0;
 	__sync_fetch_and_add(&v->count, 1);
-	__sync_fetch_and_add(&v->bytes, bytes);
+	ADD_MAYBE_ZERO(&v->bytes, bytes);
 	return 0;
 }

@@ -152,6 +152,47 @@ static __always_inline void read_bdp_event(unsigned long long *ctx, struct bdp_e
 	e->wb_setpoint = e->setpoint * wb_thresh / (thresh + 1);
 }
 
+/* A bio's disk and device. Before 5.12 a bio named its disk and partition (bi_disk, bi_partno), not
+ * a block device; and until 5.11 block_bio_queue (like block_getrq and the bio merges) took the
+ * request queue before the bio: BIO_QUEUE_ARGS are its arguments for BPF_PROG. */
+#ifndef FSPROF_LEGACY
+#define BIO_QUEUE_ARGS struct bio *bio
+
+/* bio is a BTF pointer: plain loads. */
+static __always_inline struct gendisk *bio_disk(struct bio *bio)
+{
+	return bio->bi_bdev ? bio->bi_bdev->bd_disk : NULL;
+}
+
+/* The device the bio was submitted to (a partition's own dev_t). */
+static __always_inline __u32 bio_bdev_dev(struct bio *bio)
+{
+	return BPF_CORE_READ(bio, bi_bdev, bd_dev);
+}
+#else
+#define BIO_QUEUE_ARGS struct request_queue *queue_, struct bio *bio
+
+struct bio___disk {
+	struct gendisk *bi_disk;
+	__u8 bi_partno;
+} __attribute__((preserve_access_index));
+
+static __always_inline struct gendisk *bio_disk(struct bio *bio)
+{
+	return BPF_CORE_READ((struct bio___disk *)bio, bi_disk);
+}
+
+static __always_inline __u32 bio_bdev_dev(struct bio *bio)
+{
+	struct gendisk *disk = bio_disk(bio);
+
+	if (!disk)
+		return 0;
+	return (__u32)BPF_CORE_READ(disk, major) << 20 |
+	       ((__u32)BPF_CORE_READ(disk, first_minor) + BPF_CORE_READ((struct bio___disk *)bio, bi_partno));
+}
+#endif
+
 /* Request and bio flags: REQ_* bit numbers from this kernel's enum req_flag_bits (CO-RE), never
  * copied; the op is the bits below the first flag bit (REQ_OP_MASK). */
 #define REQ_BIT(name) (1U << bpf_core_enum_value(enum req_flag_bits, name))
@@ -163,18 +204,30 @@ static __always_inline __u32 op_of(__u32 flags)
 
 /* enum blk_class (fsprof.h) of a request or bio from the flags its submitter gave, as
  * bpf/block.bpf.c and syscalls.bpf.c's per-op requests count them. */
+#ifdef FSPROF_LEGACY
+/* 5.10 calls the enum req_opf; its values are the same as 6.x's enum req_op (blk_types.h). */
+#define REQ_OP_VALUE(name) (name##_VALUE)
+#define REQ_OP_READ_VALUE 0
+#define REQ_OP_WRITE_VALUE 1
+#define REQ_OP_FLUSH_VALUE 2
+#define REQ_OP_DISCARD_VALUE 3
+#define REQ_OP_SECURE_ERASE_VALUE 5
+#else
+#define REQ_OP_VALUE(name) bpf_core_enum_value(enum req_op, name)
+#endif
+
 static __always_inline __u16 blk_classify(__u32 flags, __u32 bytes)
 {
 	__u32 op = op_of(flags);
 
-	if (op == bpf_core_enum_value(enum req_op, REQ_OP_FLUSH))
+	if (op == REQ_OP_VALUE(REQ_OP_FLUSH))
 		return BLK_FLUSH;
-	if (op == bpf_core_enum_value(enum req_op, REQ_OP_READ))
+	if (op == REQ_OP_VALUE(REQ_OP_READ))
 		return BLK_READ;
-	if (op == bpf_core_enum_value(enum req_op, REQ_OP_DISCARD) ||
-	    op == bpf_core_enum_value(enum req_op, REQ_OP_SECURE_ERASE))
+	if (op == REQ_OP_VALUE(REQ_OP_DISCARD) ||
+	    op == REQ_OP_VALUE(REQ_OP_SECURE_ERASE))
 		return BLK_DISCARD;
-	if (op != bpf_core_enum_value(enum req_op, REQ_OP_WRITE))
+	if (op != REQ_OP_VALUE(REQ_OP_WRITE))
 		return BLK_OTHER;
 	if (flags & REQ_BIT(__REQ_PREFLUSH))
 		/* No data: blkdev_issue_flush(), a request that only waits for a cache flush. */

@@ -402,7 +402,7 @@ int BPF_PROG(on_jbd2_commit_logging, journal_t *journal, transaction_t *commit_t
  * bi_iter.bi_size >> 9; blk_fill_rwbs(bi_opf) writes 'F' first exactly when REQ_PREFLUSH is set
  * or the op (the bits below __REQ_FAILFAST_DEV, REQ_OP_MASK) is REQ_OP_FLUSH. */
 SEC("tp_btf/block_bio_queue")
-int BPF_PROG(on_bio_queue, struct bio *bio)
+int BPF_PROG(on_bio_queue, BIO_QUEUE_ARGS)
 {
 	__u32 thread = (__u32)bpf_get_current_pid_tgid();
 	struct commit_key *commit;
@@ -416,7 +416,7 @@ int BPF_PROG(on_bio_queue, struct bio *bio)
 	if (!commit || !bio || !(bio->bi_iter.bi_size >> 9))
 		return 0;
 	opf = bio->bi_opf;
-	if (!(opf & REQ_BIT(__REQ_PREFLUSH)) && op_of(opf) != bpf_core_enum_value(enum req_op, REQ_OP_FLUSH))
+	if (!(opf & REQ_BIT(__REQ_PREFLUSH)) && op_of(opf) != REQ_OP_VALUE(REQ_OP_FLUSH))
 		return 0;
 	cb.start_ns = bpf_ktime_get_ns();
 	cb.blocked_at_start = window_blocked_ns(thread);
@@ -681,10 +681,10 @@ int BPF_PROG(on_fc_commit_stop, struct super_block *sb, int nblks, int reason, t
  * registers), a user thread outside one, or a kernel thread. */
 static __always_inline void fill_who(struct da_key *key)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
+	struct task_struct *task = current_task();
 
 	bpf_get_current_comm(key->comm, COMM_LEN);
-	if (task->flags & PF_KTHREAD) {
+	if (CUR(task, flags) & PF_KTHREAD) {
 		key->who = WHO_KTHREAD;
 		return;
 	}
@@ -852,7 +852,7 @@ static __always_inline void span_begin(void *map, struct inode *inode)
 	struct span_start st = {};
 
 	st.start_ns = bpf_ktime_get_ns();
-	st.switches = switches_of(bpf_get_current_task_btf());
+	st.switches = switches_of(current_task());
 	st.ino = BPF_CORE_READ(inode, i_ino);
 	bpf_map_update_elem(map, &tid, &st, BPF_ANY);
 }
@@ -872,7 +872,7 @@ static __always_inline void span_end(void *map, struct inode *inode, __u16 event
 	now = bpf_ktime_get_ns();
 	key.dev = inode_dev(inode);
 	key.phase = current_phase();
-	key.event = event_on_cpu + (switches_of(bpf_get_current_task_btf()) != st->switches);
+	key.event = event_on_cpu + (switches_of(current_task()) != st->switches);
 	fill_who(&key);
 	if (st->start_ns && st->start_ns <= now && (v = lookup_or_init(&freeing_spans, &key, &zero, DROP_FS_FULL))) {
 		__sync_fetch_and_add(&v->count, 1);

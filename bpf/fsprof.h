@@ -5,6 +5,34 @@
 #ifndef FSPROF_H
 #define FSPROF_H
 
+/* Kernels older than 5.11 (Debian 11's 5.10) lack task storage, bpf_get_current_task_btf,
+ * bpf_task_pt_regs, fetching atomics and pointer arguments to global functions: the objects are
+ * built a second time with FSPROF_LEGACY into build/legacy/, which the loader takes where task
+ * storage is missing (docs/kernels.md, "5.10"). */
+#include <bpf/bpf_core_read.h>
+#ifdef FSPROF_LEGACY
+/* The current task as a plain pointer: its fields are read with probe reads. */
+#define current_task() ((struct task_struct *)bpf_get_current_task())
+#define CUR(p, ...) BPF_CORE_READ(p, __VA_ARGS__)
+#else
+/* The current task as a BTF pointer: its fields are plain loads. */
+#define current_task() bpf_get_current_task_btf()
+#define CUR(p, ...) (___arrow(p, __VA_ARGS__))
+#endif
+
+/* An atomic add whose addend is a literal 0 at some inlined call: clang turns that add into an
+ * atomic OR, which kernels before 5.12 refuse, so the legacy build skips a zero addend. */
+#ifdef FSPROF_LEGACY
+#define ADD_MAYBE_ZERO(p, v)                          \
+	do {                                          \
+		__u64 v_ = (v);                       \
+		if (v_)                               \
+			__sync_fetch_and_add(p, v_);  \
+	} while (0)
+#else
+#define ADD_MAYBE_ZERO(p, v) __sync_fetch_and_add(p, v)
+#endif
+
 #define HIST_SLOTS 40 /* log2(ns) slots: 2^40 ns is about 18 minutes */
 #define MAX_SYSCALL_NR 512
 /* Latency histograms are linear-in-log: each power of two is cut into 2^FINE_SUB_BITS slots, so a
@@ -340,17 +368,29 @@ struct pause_val {
 /* Whether the current task is a kernel thread (task flags are a plain load through the BTF pointer). */
 static __always_inline bool in_kthread(void)
 {
-	return bpf_get_current_task_btf()->flags & PF_KTHREAD;
+	return CUR(current_task(), flags) & PF_KTHREAD;
 }
 
 /* The syscall a user task is in: orig_ax of its saved user registers (x86-64), negative outside
- * one. bpf_task_pt_regs gives a BTF pointer, so this is a plain load, not a probe read. */
+ * one. bpf_task_pt_regs gives a BTF pointer, so this is a plain load, not a probe read. Before it
+ * (5.10): task_pt_regs() by hand, the registers at the top of the 16 KiB kernel stack (THREAD_SIZE
+ * on x86-64 without KASAN, Debian's config). */
+#ifdef FSPROF_LEGACY
+#define THREAD_SIZE_X86_64 16384
+static __always_inline long task_syscall_nr(struct task_struct *task)
+{
+	struct pt_regs *regs = (struct pt_regs *)((char *)BPF_CORE_READ(task, stack) + THREAD_SIZE_X86_64) - 1;
+
+	return BPF_CORE_READ(regs, orig_ax);
+}
+#else
 static __always_inline long task_syscall_nr(struct task_struct *task)
 {
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
 
 	return regs->orig_ax;
 }
+#endif
 
 static __always_inline __u32 log2_slot(__u64 v)
 {

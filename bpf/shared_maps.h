@@ -220,14 +220,14 @@ static __always_inline void open_count_add(void *counter, __s64 delta)
 	__s64 *n = bpf_map_lookup_elem(counter, &zero);
 
 	if (n)
-		__sync_fetch_and_add(n, delta);
+		ADD_MAYBE_ZERO(n, delta);
 }
 
 /* A task's context switches so far: __schedule counts each one (in nvcsw when it slept, else in
  * nivcsw) before trace_sched_switch. */
 static __always_inline __u64 switches_of(struct task_struct *task)
 {
-	return task->nvcsw + task->nivcsw;
+	return CUR(task, nvcsw) + CUR(task, nivcsw);
 }
 
 /* workers_open's generation (slot WORKERS_GEN). */
@@ -352,7 +352,7 @@ static __always_inline void worker_begin(__u16 kind, __u32 dev, __u32 id)
 		                   .phase = current_phase(),
 		                   .out_stack = -1,
 		                   .id = id,
-		                   .switches = switches_of(bpf_get_current_task_btf()) };
+		                   .switches = switches_of(current_task()) };
 	struct worker_window *left;
 	struct worker_run *run;
 	bool counted = false;
@@ -404,7 +404,7 @@ static __always_inline __u64 worker_end(void)
 		__sync_fetch_and_add(&run->wall_ns, now - start);
 		/* Every switch-out must have been timed, or part of the window's off-CPU time is missing
 		 * and the rest would pass for CPU: kept apart as unseen instead. */
-		if (switches_of(bpf_get_current_task_btf()) - w->switches != w->switches_seen) {
+		if (switches_of(current_task()) - w->switches != w->switches_seen) {
 			count_drop(DROP_WORKER_SWITCHES);
 			__sync_fetch_and_add(&run->unseen_windows, 1);
 			if (now - start > w->offcpu_ns)
@@ -418,7 +418,7 @@ static __always_inline __u64 worker_end(void)
 	done.seen.id = w->id;
 	done.seen.kind = w->kind;
 	__builtin_memcpy(done.seen.requests, w->requests, sizeof(done.seen.requests));
-	done.nvcsw = bpf_get_current_task_btf()->nvcsw;
+	done.nvcsw = CUR(current_task(), nvcsw);
 	bpf_map_update_elem(&worker_last, &tid, &done, BPF_ANY);
 	worker_forget(tid);
 	return start;

@@ -98,6 +98,7 @@ struct inflight {
 	struct exemplar_wait ex_wait[EXEMPLAR_WAITS];
 };
 
+#ifndef FSPROF_LEGACY
 /* The syscall each traced thread is in (start_ns 0: none). Task-local storage: sched_switch and
  * sched_waking, which run for every switch and wakeup on the machine, find it (or that a task
  * has none) through the task itself instead of hashing its tid; it goes with the task. */
@@ -108,10 +109,68 @@ struct {
 	__type(value, struct inflight);
 } inflight SEC(".maps");
 
+static __always_inline struct inflight *inflight_any(struct task_struct *task)
+{
+	return bpf_task_storage_get(&inflight, task, 0, 0);
+}
+
+/* The current thread's record, made at its first traced syscall. */
+static __always_inline struct inflight *inflight_made(void)
+{
+	return bpf_task_storage_get(&inflight, current_task(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+}
+
+static __always_inline void inflight_forget(__u32 tid)
+{
+}
+#else
+/* Before task storage (5.10): a hash by tid, preallocated (sched_switch, under the run-queue lock,
+ * must never allocate). Only sys_enter inserts, from a never-written template; the thread's exit
+ * deletes. A record stays between syscalls (start_ns 0), so a syscall costs no insert. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, struct inflight);
+} inflight SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct inflight);
+} inflight_template SEC(".maps");
+
+static __always_inline struct inflight *inflight_any(struct task_struct *task)
+{
+	__u32 tid = BPF_CORE_READ(task, pid);
+
+	return bpf_map_lookup_elem(&inflight, &tid);
+}
+
+static __always_inline struct inflight *inflight_made(void)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid(), zero = 0;
+	struct inflight *rec = bpf_map_lookup_elem(&inflight, &tid), *blank;
+
+	if (rec)
+		return rec;
+	blank = bpf_map_lookup_elem(&inflight_template, &zero);
+	if (!blank || bpf_map_update_elem(&inflight, &tid, blank, BPF_NOEXIST))
+		return NULL;
+	return bpf_map_lookup_elem(&inflight, &tid);
+}
+
+static __always_inline void inflight_forget(__u32 tid)
+{
+	bpf_map_delete_elem(&inflight, &tid);
+}
+#endif
+
 /* The record of a task inside a traced syscall, or NULL. */
 static __always_inline struct inflight *inflight_of(struct task_struct *task)
 {
-	struct inflight *op = bpf_task_storage_get(&inflight, task, 0, 0);
+	struct inflight *op = inflight_any(task);
 
 	return op && op->start_ns ? op : NULL;
 }
@@ -217,24 +276,24 @@ static __always_inline __u32 file_dev(struct file *file)
  * pointer, and 6.1 has no kfunc to make it one. */
 static __always_inline __u32 fd_dev(struct task_struct *task, long fd)
 {
-	struct files_struct *files = task->files;
-	struct fdtable *fdt = files ? files->fdt : NULL;
+	struct files_struct *files = CUR(task, files);
+	struct fdtable *fdt = files ? CUR(files, fdt) : NULL;
 	struct file **fds, *file = NULL;
 
-	if (!fdt || fd < 0 || fd >= fdt->max_fds)
+	if (!fdt || fd < 0 || fd >= CUR(fdt, max_fds))
 		return 0;
-	fds = fdt->fd;
+	fds = CUR(fdt, fd);
 	bpf_probe_read_kernel(&file, sizeof(file), &fds[fd]);
 	return file_dev(file);
 }
 
 static __always_inline __u32 cwd_dev(struct task_struct *task)
 {
-	struct fs_struct *fs = task->fs;
-	struct dentry *d = fs ? fs->pwd.dentry : NULL;
-	struct super_block *sb = d ? d->d_sb : NULL;
+	struct fs_struct *fs = CUR(task, fs);
+	struct dentry *d = fs ? CUR(fs, pwd.dentry) : NULL;
+	struct super_block *sb = d ? CUR(d, d_sb) : NULL;
 
-	return sb ? sb->s_dev : 0;
+	return sb ? CUR(sb, s_dev) : 0;
 }
 
 /* A relative path resolves against dirfd (or the cwd); an absolute one we cannot place without a
@@ -316,7 +375,7 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 		return 0;
 	}
 
-	task = bpf_get_current_task_btf();
+	task = current_task();
 	switch (*src) {
 	case DEV_SRC_FD:
 		key.dev = fd_dev(task, arg0);
@@ -345,7 +404,7 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 		return 0;
 	key.nr = nr;
 	key.phase = current_phase();
-	rec = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	rec = inflight_made();
 	if (!rec) {
 		count_drop(DROP_INFLIGHT_FULL);
 		return 0;
@@ -402,12 +461,10 @@ static __always_inline bool in_tail(__u64 blocked)
  * a global function's pointer argument as plain memory, which no map helper accepts. */
 
 /* FNV-1a of a stack's frames (zero past its last). */
-__noinline __u32 stack_hash(struct stack_ips *ips)
+static __always_inline __u32 hash_frames(struct stack_ips *ips)
 {
 	__u32 hash = 2166136261U;
 
-	if (!ips)
-		return 0;
 	for (int i = 0; i < MAX_STACK_DEPTH; i++) {
 		hash = (hash ^ (__u32)ips->ips[i]) * 16777619U;
 		hash = (hash ^ (__u32)(ips->ips[i] >> 32)) * 16777619U;
@@ -415,16 +472,51 @@ __noinline __u32 stack_hash(struct stack_ips *ips)
 	return hash & TAIL_STACK_MASK;
 }
 
-__noinline int same_stack(struct stack_ips *a, struct stack_ips *b)
+static __always_inline int frames_equal(struct stack_ips *a, struct stack_ips *b)
 {
-	if (!a || !b)
-		return 0;
 	for (int i = 0; i < MAX_STACK_DEPTH; i++) {
 		if (a->ips[i] != b->ips[i])
 			return 0;
 	}
 	return 1;
 }
+
+#ifndef FSPROF_LEGACY
+__noinline __u32 stack_hash(struct stack_ips *ips)
+{
+	return ips ? hash_frames(ips) : 0;
+}
+
+__noinline int same_stack(struct stack_ips *a, struct stack_ips *b)
+{
+	return a && b ? frames_equal(a, b) : 0;
+}
+
+#define STACK_HASH(ips) stack_hash(ips)
+#define SAME_STACK(kept, ips, hash) same_stack(kept, ips)
+#else
+/* 5.10's global functions take scalars only: these find the scratch stack (and the one kept under
+ * its hash) again. */
+__noinline __u32 stack_hash(void)
+{
+	__u32 zero = 0;
+	struct stack_ips *ips = bpf_map_lookup_elem(&stack_scratch, &zero);
+
+	return ips ? hash_frames(ips) : 0;
+}
+
+__noinline int same_stack(__u32 hash)
+{
+	__u32 zero = 0;
+	struct stack_ips *ips = bpf_map_lookup_elem(&stack_scratch, &zero);
+	struct stack_ips *kept = bpf_map_lookup_elem(&tail_stacks, &hash);
+
+	return ips && kept ? frames_equal(kept, ips) : 0;
+}
+
+#define STACK_HASH(ips) stack_hash()
+#define SAME_STACK(kept, ips, hash) same_stack(hash)
+#endif
 
 /* The kernel stack of task, which is not the current one, as an id in tail_stacks: TAIL_STACK_BIT
  * with the hash of its frames. A different stack already under that hash (about 1 in 40,000 for
@@ -441,11 +533,11 @@ static __always_inline __s32 task_stack_id(struct task_struct *task)
 		count_drop(DROP_OFFCPU_STACK);
 		return -1;
 	}
-	hash = stack_hash(ips);
+	hash = STACK_HASH(ips);
 	if (bpf_map_update_elem(&tail_stacks, &hash, ips, BPF_NOEXIST) == 0)
 		return hash | TAIL_STACK_BIT;
 	kept = bpf_map_lookup_elem(&tail_stacks, &hash);
-	if (!kept || !same_stack(kept, ips)) {
+	if (!kept || !SAME_STACK(kept, ips, hash)) {
 		count_drop(DROP_OFFCPU_STACK);
 		return -1;
 	}
@@ -483,7 +575,42 @@ static __always_inline void add_op(struct op_key *key, __u64 delta, long ret)
  * CPUs: once it is full, a call no slower than its floor is turned away by one plain read; a
  * candidate takes the set's try-lock (no spin lock in tracing programs) or, while another CPU
  * holds it, is not weighed (counted). A global function: the verifier checks its loop once. */
-__noinline int keep_exemplar(struct op_key *key, struct inflight *op, __u64 now, long ret)
+#ifndef FSPROF_LEGACY
+static __always_inline bool exemplar_trylock(struct exemplar_set *set, struct op_key *k)
+{
+	if (__sync_fetch_and_add(&set->busy, 1)) {
+		__sync_fetch_and_add(&set->busy, -1);
+		return false;
+	}
+	return true;
+}
+
+static __always_inline void exemplar_unlock(struct exemplar_set *set, struct op_key *k)
+{
+	__sync_fetch_and_add(&set->busy, -1);
+}
+#else
+/* No fetching atomics before 5.12: the try-lock is an insert that fails if the key is there (the
+ * hash's bucket lock makes it exclusive). Only sys_exit takes it, never an NMI program. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 512);
+	__type(key, struct op_key);
+	__type(value, __u8);
+} exemplar_locks SEC(".maps");
+
+static __always_inline bool exemplar_trylock(struct exemplar_set *set, struct op_key *k)
+{
+	return bpf_map_update_elem(&exemplar_locks, k, &one, BPF_NOEXIST) == 0;
+}
+
+static __always_inline void exemplar_unlock(struct exemplar_set *set, struct op_key *k)
+{
+	bpf_map_delete_elem(&exemplar_locks, k);
+}
+#endif
+
+static __always_inline int keep_exemplar_in(struct op_key *key, struct inflight *op, __u64 now, long ret)
 {
 	struct exemplar_set *set;
 	struct exemplar *e;
@@ -491,15 +618,12 @@ __noinline int keep_exemplar(struct op_key *key, struct inflight *op, __u64 now,
 	__u64 ns, fastest = ~0ULL;
 	__u32 slot = 0, kept;
 
-	if (!key || !op)
-		return 0;
 	ns = now - op->start_ns;
 	k = *key; /* a copy on the stack: older verifiers take a map key from there */
 	set = lookup_or_init(&exemplars, &k, &no_exemplars, DROP_OPS_FULL);
 	if (!set || ns <= set->floor_ns)
 		return 0;
-	if (__sync_fetch_and_add(&set->busy, 1)) {
-		__sync_fetch_and_add(&set->busy, -1);
+	if (!exemplar_trylock(set, &k)) {
 		count_drop(DROP_EXEMPLAR_BUSY);
 		return 0;
 	}
@@ -531,9 +655,28 @@ __noinline int keep_exemplar(struct op_key *key, struct inflight *op, __u64 now,
 		}
 		set->floor_ns = fastest; /* 0 until every slot holds a call */
 	}
-	__sync_fetch_and_add(&set->busy, -1);
+	exemplar_unlock(set, &k);
 	return 0;
 }
+
+#ifndef FSPROF_LEGACY
+__noinline int keep_exemplar(struct op_key *key, struct inflight *op, __u64 now, long ret)
+{
+	return key && op ? keep_exemplar_in(key, op, now, ret) : 0;
+}
+
+#define KEEP_EXEMPLAR(op, now, ret) keep_exemplar(&(op)->op, op, now, ret)
+#else
+/* Scalar arguments only (5.10): the call's record is found again by its thread. */
+__noinline int keep_exemplar(__u32 tid, __u64 now, long ret)
+{
+	struct inflight *op = bpf_map_lookup_elem(&inflight, &tid);
+
+	return op ? keep_exemplar_in(&op->op, op, now, ret) : 0;
+}
+
+#define KEEP_EXEMPLAR(op, now, ret) keep_exemplar((__u32)bpf_get_current_pid_tgid(), now, ret)
+#endif
 
 SEC("tp_btf/sys_exit")
 int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
@@ -553,7 +696,7 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 	src = bpf_map_lookup_elem(&syscall_dev_source, &nr);
 	if (!src || *src == DEV_SRC_NONE || *src == DEV_SRC_MARKER)
 		return 0;
-	op = inflight_of(bpf_get_current_task_btf());
+	op = inflight_of(current_task());
 	if (!op)
 		return 0;
 	delta = bpf_ktime_get_ns() - op->start_ns;
@@ -570,14 +713,15 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 		}
 	}
 	if ((*src == DEV_SRC_RET_FD || *src == DEV_SRC_RET_FD_AT) && ret >= 0)
-		key.dev = fd_dev(bpf_get_current_task_btf(), ret);
+		key.dev = fd_dev(current_task(), ret);
 
 	f = get_filter();
 	if (!f || !f->dev || key.dev == f->dev) {
 		add_op(&key, delta, ret);
 		if (op->uring_wait_ns && op->uring_wait_ns < op->start_ns + delta)
 			hist_add(&uring_enter_wait, &key, op->start_ns + delta - op->uring_wait_ns, DROP_OPS_FULL);
-		keep_exemplar(&key, op, op->start_ns + delta, ret);
+		op->op = key; /* as placed at exit: the exemplar is kept under it */
+		KEEP_EXEMPLAR(op, op->start_ns + delta, ret);
 #pragma unroll
 		for (int i = 0; i < OFF_SLOTS; i++) {
 			if (op->deferred && op->slots[i].count)
@@ -625,7 +769,7 @@ static __always_inline void keep_exemplar_wait(struct inflight *op, __u32 woken,
  * open, whose filesystem is certain only at exit, it waits in the in-flight record until then.
  * A global function: the verifier checks it once, on its own, instead of at each of its three
  * calls in sched_switch, where the paths of its slot loop multiplied (29 ms of every start). */
-__noinline int add_interval(struct inflight *op, __u32 runnable, __u32 woken, __u64 ns)
+static __always_inline int add_interval_in(struct inflight *op, __u32 runnable, __u32 woken, __u64 ns)
 {
 	/* The waker is the op's own record or no_waker, chosen here: a global function's pointer
 	 * arguments must be writable memory, which no_waker (.rodata) is not. */
@@ -635,8 +779,6 @@ __noinline int add_interval(struct inflight *op, __u32 runnable, __u32 woken, __
 	__s32 stack;
 	int free = -1;
 
-	if (!op)
-		return 0;
 	tail = !runnable && tail_from && ns >= tail_from;
 	if (runnable)
 		op->ex_runq_ns += ns;
@@ -685,6 +827,25 @@ __noinline int add_interval(struct inflight *op, __u32 runnable, __u32 woken, __
 	return 0;
 }
 
+#ifndef FSPROF_LEGACY
+__noinline int add_interval(struct inflight *op, __u32 runnable, __u32 woken, __u64 ns)
+{
+	return op ? add_interval_in(op, runnable, woken, ns) : 0;
+}
+
+#define ADD_INTERVAL(op, tid, runnable, woken, ns) ((void)(tid), add_interval(op, runnable, woken, ns))
+#else
+/* Scalar arguments only (5.10): the record is found again by its thread. */
+__noinline int add_interval(__u32 tid, __u32 runnable, __u32 woken, __u64 ns)
+{
+	struct inflight *op = bpf_map_lookup_elem(&inflight, &tid);
+
+	return op ? add_interval_in(op, runnable, woken, ns) : 0;
+}
+
+#define ADD_INTERVAL(op, tid, runnable, woken, ns) add_interval(tid, runnable, woken, ns)
+#endif
+
 /* Back on CPU. A blocked interval splits at its wakeup: until then the thread waited for what its
  * stack says, and the waker ended that wait; from then on it waited for a CPU (runnable: CPU
  * contention). This is also where the kernel's delay accounting ends an I/O wait
@@ -693,18 +854,19 @@ static __always_inline void off_interval_end(struct inflight *op, struct task_st
 {
 	bool woken = op->woken_ns && op->woken_ns >= op->out_ns && op->woken_ns <= now;
 	__u64 blocked = (woken ? op->woken_ns : now) - op->out_ns, tail_from;
+	__u32 tid = task->pid; /* ADD_INTERVAL's, where it finds the record by thread (5.10) */
 
 	/* A passed-over call's blocked interval in the tail gets the stack it blocked at now that its
 	 * length is known: the task's own, saved at its switch-out and about to be resumed. */
 	if (op->no_stacks && !op->out_runnable && (tail_from = tail_ns()) && blocked >= tail_from)
 		op->out_stack = task_stack_id(task);
 	if (woken) {
-		add_interval(op, op->out_runnable, !op->out_runnable, blocked);
+		ADD_INTERVAL(op, tid, op->out_runnable, !op->out_runnable, blocked);
 		op->out_stack = op->no_stacks ? STACK_NOT_WALKED : op->out_stack;
 		if (now > op->woken_ns)
-			add_interval(op, 1, 0, now - op->woken_ns);
+			ADD_INTERVAL(op, tid, 1, 0, now - op->woken_ns);
 	} else {
-		add_interval(op, op->out_runnable, 0, blocked);
+		ADD_INTERVAL(op, tid, op->out_runnable, 0, blocked);
 	}
 	op->out_ns = 0;
 	op->woken_ns = 0;
@@ -734,7 +896,7 @@ static __always_inline void waker_work(struct work_seen *out, __u64 now)
 	}
 	last = bpf_map_lookup_elem(&worker_last, &tid);
 	if (last && last->seen.end_ns <= now &&
-	    (now - last->seen.end_ns <= WORK_WAKE_NS || last->nvcsw == bpf_get_current_task_btf()->nvcsw))
+	    (now - last->seen.end_ns <= WORK_WAKE_NS || last->nvcsw == CUR(current_task(), nvcsw)))
 		__builtin_memcpy(out, &last->seen, sizeof(*out));
 	else
 		out->kind = 0;
@@ -841,9 +1003,22 @@ static __always_inline void decide_stacks(struct inflight *op)
 static __always_inline void uring_worker_out(struct task_struct *prev, void *ctx, bool runnable, __u64 now);
 static __always_inline void uring_worker_in(struct task_struct *next, __u64 now);
 
+#ifndef FSPROF_LEGACY
 SEC("tp_btf/sched_switch")
 int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next, unsigned int prev_state)
 {
+#else
+/* task_struct's state before 5.14 renamed it __state */
+struct task_struct___state {
+	long state;
+} __attribute__((preserve_access_index));
+
+/* 5.10's sched_switch has no prev_state argument (5.18 added it): the field it is read from. */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	unsigned int prev_state = prev ? BPF_CORE_READ((struct task_struct___state *)prev, state) : 0;
+#endif
 	struct inflight *op;
 	__u64 now = 0;
 
@@ -901,7 +1076,7 @@ static __always_inline struct rq_classes *uring_rqs_of(struct task_struct *task,
  * at its entry. */
 static __always_inline void add_request(struct bio *bio, __u64 made)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
+	struct task_struct *task = current_task();
 	struct inflight *op;
 	struct rq_classes *rqs = NULL;
 	struct worker_window *w = NULL;
@@ -915,7 +1090,7 @@ static __always_inline void add_request(struct bio *bio, __u64 made)
 	op = inflight_of(task);
 	if (op && op->uring_req)
 		rqs = uring_rqs_of(task, op->uring_req);
-	else if (!op && (task->flags & PF_IO_WORKER_FLAG))
+	else if (!op && (CUR(task, flags) & PF_IO_WORKER_FLAG))
 		rqs = uring_rqs_of(task, 0);
 	if (!rqs && op) {
 		rqs = lookup_or_init(&op_rqs, &op->op, &zero_rqs, DROP_OPS_FULL);
@@ -938,7 +1113,9 @@ static __always_inline void add_request(struct bio *bio, __u64 made)
 		w->requests[cls]++;
 }
 
-/* The same requests as block_io_start (which 6.1 lacks), in the submitter's context. */
+/* The same requests as block_io_start (which 6.1 lacks), in the submitter's context. Before 5.11
+ * these tracepoints took the request queue (and the merge ones the request) before the bio. */
+#ifndef FSPROF_LEGACY
 SEC("tp_btf/block_getrq")
 int BPF_PROG(on_getrq, struct bio *bio)
 {
@@ -959,12 +1136,34 @@ int BPF_PROG(on_bio_frontmerge, struct bio *bio)
 	add_request(bio, 0);
 	return 0;
 }
+#else
+SEC("tp_btf/block_getrq")
+int BPF_PROG(on_getrq, struct request_queue *q, struct bio *bio)
+{
+	add_request(bio, 1);
+	return 0;
+}
+
+SEC("tp_btf/block_bio_backmerge")
+int BPF_PROG(on_bio_backmerge, struct request_queue *q, struct request *rq, struct bio *bio)
+{
+	add_request(bio, 0);
+	return 0;
+}
+
+SEC("tp_btf/block_bio_frontmerge")
+int BPF_PROG(on_bio_frontmerge, struct request_queue *q, struct request *rq, struct bio *bio)
+{
+	add_request(bio, 0);
+	return 0;
+}
+#endif
 
 /* On-CPU samples (perf_event cpu-clock on every CPU) of traced threads inside a traced syscall. */
 SEC("perf_event")
 int on_sample(struct bpf_perf_event_data *ctx)
 {
-	struct inflight *op = inflight_of(bpf_get_current_task_btf());
+	struct inflight *op = inflight_of(current_task());
 	struct sample_key key = {};
 	__u64 *n, zero = 0;
 
@@ -998,10 +1197,11 @@ int BPF_PROG(on_exit, struct task_struct *p)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)id, tgid = id >> 32;
-	struct inflight *op = inflight_of(bpf_get_current_task_btf());
+	struct inflight *op = inflight_of(current_task());
 
 	if (op) /* exit inside a syscall (exit_group): no sys_exit, and its last switch is no wait */
 		op->start_ns = 0;
+	inflight_forget(tid);
 	worker_forget(tid);
 	/* Threads were added by tid when they were created; the process leaves with its last thread
 	 * (whichever that is). */
@@ -1159,7 +1359,7 @@ static __always_inline __u32 uring_path_dev(struct task_struct *task, struct io_
  * after io_init_req(): the opcode and the SQE's fd are set, req->file not yet (6.1 to 6.18). */
 static __always_inline void uring_submit(struct io_kiocb *req)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
+	struct task_struct *task = current_task();
 	struct inflight *op;
 	struct filter *f;
 	struct uring_req r = {};
@@ -1222,7 +1422,7 @@ static __always_inline __u32 uring_req_dev(struct io_kiocb *req, struct uring_re
 	__u32 dev = 0;
 
 	if (r->place == URING_BY_RESULT && res > 0)
-		dev = fd_dev(bpf_get_current_task_btf(), res);
+		dev = fd_dev(current_task(), res);
 	else if (r->place == URING_BY_FIXED)
 		dev = file_dev(BPF_CORE_READ(req, file));
 	return dev ?: r->dev;
@@ -1268,7 +1468,7 @@ int BPF_PROG(on_uring_complete, void *ring, void *req_ptr)
 SEC("tp_btf/io_uring_cqring_wait")
 int BPF_PROG(on_uring_cqring_wait, void *ring, int min_events)
 {
-	struct inflight *op = inflight_of(bpf_get_current_task_btf());
+	struct inflight *op = inflight_of(current_task());
 
 	if (op && !op->uring_wait_ns)
 		op->uring_wait_ns = bpf_ktime_get_ns();

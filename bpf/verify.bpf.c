@@ -296,9 +296,9 @@ static __always_inline bool same_fsid(const struct btrfs_fs_info *fs_info)
  * volatile write cache (and completed an empty flush bio without queueing it): on such a device
  * this counts what survived, not what the filesystem asked for (docs/verify.md). */
 SEC("tp_btf/block_bio_queue")
-int BPF_PROG(on_bio_queue, struct bio *bio)
+int BPF_PROG(on_bio_queue, BIO_QUEUE_ARGS)
 {
-	__u32 dev = BPF_CORE_READ(bio, bi_bdev, bd_dev);
+	__u32 dev = bio_bdev_dev(bio);
 	__u32 flags, op, size;
 
 	if (!(dev_bits(dev) & VDEV_FS))
@@ -306,12 +306,12 @@ int BPF_PROG(on_bio_queue, struct bio *bio)
 	flags = BPF_CORE_READ(bio, bi_opf);
 	op = op_of(flags);
 	size = BPF_CORE_READ(bio, bi_iter.bi_size);
-	if (op == bpf_core_enum_value(enum req_op, REQ_OP_FLUSH)) {
+	if (op == REQ_OP_VALUE(REQ_OP_FLUSH)) {
 		count(VC_BIO_FLUSH, 1);
 		count(VC_BIO_EMPTY_FLUSH, 1);
 		return 0;
 	}
-	if (op != bpf_core_enum_value(enum req_op, REQ_OP_WRITE))
+	if (op != REQ_OP_VALUE(REQ_OP_WRITE))
 		return 0;
 	if (size)
 		count(VC_BIO_WRITE, 1);
@@ -332,8 +332,8 @@ static __always_inline __u32 rq_disk(struct request *rq)
 
 static __always_inline bool has_data(struct request *rq, __u32 op)
 {
-	return (op == bpf_core_enum_value(enum req_op, REQ_OP_READ) ||
-	        op == bpf_core_enum_value(enum req_op, REQ_OP_WRITE)) &&
+	return (op == REQ_OP_VALUE(REQ_OP_READ) ||
+	        op == REQ_OP_VALUE(REQ_OP_WRITE)) &&
 	       BPF_CORE_READ(rq, __data_len);
 }
 
@@ -360,7 +360,7 @@ int BPF_PROG(on_rq_issue, struct request *rq)
 		return 0;
 	flags = BPF_CORE_READ(rq, cmd_flags);
 	op = op_of(flags);
-	if (op == bpf_core_enum_value(enum req_op, REQ_OP_FLUSH)) {
+	if (op == REQ_OP_VALUE(REQ_OP_FLUSH)) {
 		count(VC_RQ_FLUSH, 1);
 		return 0;
 	}

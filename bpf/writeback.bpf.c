@@ -262,6 +262,12 @@ static __always_inline __u16 bdi_id(struct backing_dev_info *bdi)
  * through its superblock's. blockdev_superblock is a variable BPF cannot name; it is the one
  * superblock with BDEVFS_MAGIC. I_BDEV(): the inode is the vfs_inode of a struct bdev_inode. No
  * inode: noop_backing_dev_info, "(unknown)", returned as NULL. */
+#ifdef FSPROF_LEGACY
+struct request_queue___bdi {
+	struct backing_dev_info *backing_dev_info;
+} __attribute__((preserve_access_index));
+#endif
+
 static __always_inline struct backing_dev_info *inode_bdi(struct inode *inode)
 {
 	struct super_block *sb;
@@ -275,7 +281,14 @@ static __always_inline struct backing_dev_info *inode_bdi(struct inode *inode)
 		return NULL;
 	if (sb->s_magic == BDEVFS_MAGIC) {
 		bdev = (struct block_device *)((__u64)inode - bpf_core_field_offset(struct bdev_inode, vfs_inode));
+#ifndef FSPROF_LEGACY
 		return BPF_CORE_READ(bdev, bd_disk, bdi);
+#else
+		/* 5.10: the disk's bdi is its queue's (gendisk.bdi came in 5.15) */
+		struct request_queue___bdi *q = (void *)BPF_CORE_READ(bdev, bd_disk, queue);
+
+		return q ? BPF_CORE_READ(q, backing_dev_info) : NULL;
+#endif
 	}
 	return sb->s_bdi;
 }
@@ -290,11 +303,11 @@ static __always_inline bool in_flusher_pass(__u32 tid)
 /* Who runs the current event, and its syscall number if a user thread is inside one. */
 static __always_inline __u8 current_who(__u16 *nr)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
+	struct task_struct *task = current_task();
 	long sysnr;
 
 	*nr = 0;
-	if (task->flags & PF_KTHREAD)
+	if (CUR(task, flags) & PF_KTHREAD)
 		return in_flusher_pass((__u32)bpf_get_current_pid_tgid()) ? WHO_FLUSHER : WHO_KTHREAD;
 	sysnr = task_syscall_nr(task);
 	if (sysnr >= 0 && sysnr < MAX_SYSCALL_NR) {
@@ -342,7 +355,14 @@ int BPF_PROG(on_balance_dirty_pages, struct bdi_writeback *wb)
 	v = lookup_or_init(&throttle, &key, &zero, DROP_WRITEBACK_FULL);
 	if (!v)
 		return 0;
+#ifndef FSPROF_LEGACY
 	first = __sync_fetch_and_add(&v->checks, 1) == 0;
+#else
+	/* No fetching add before 5.12: two CPUs meeting a new key at once may both take it as their
+	 * first, and the one whose min and max go in second wins (the count is exact). */
+	first = v->checks == 0;
+	__sync_fetch_and_add(&v->checks, 1);
+#endif
 	__sync_fetch_and_add(&v->dirtied, e.dirtied);
 	v->last_ns = now;
 	v->limit_last = e.limit;
@@ -559,8 +579,8 @@ int BPF_PROG(on_writeback_written, struct bdi_writeback *wb, struct wb_writeback
 	if (v) {
 		__sync_fetch_and_add(&v->passes, 1);
 		if (st->start_nr_pages > nr_pages)
-			__sync_fetch_and_add(&v->pages, st->start_nr_pages - nr_pages);
-		__sync_fetch_and_add(&v->run_ns, now - st->mark_ns);
+			ADD_MAYBE_ZERO(&v->pages, st->start_nr_pages - nr_pages);
+		ADD_MAYBE_ZERO(&v->run_ns, now - st->mark_ns);
 		if (now - st->pass_start_ns > v->pass_max_ns)
 			v->pass_max_ns = now - st->pass_start_ns;
 	}
@@ -603,7 +623,7 @@ int BPF_PROG(on_writeback_pages_written, long pages_written)
 	v = lookup_or_init(&wb_flush, &key, &zero, DROP_WRITEBACK_FULL);
 	if (v) {
 		__sync_fetch_and_add(&v->calls, 1);
-		__sync_fetch_and_add(&v->pages, pages_written);
+		ADD_MAYBE_ZERO(&v->pages, pages_written);
 	}
 	return 0;
 }
@@ -637,7 +657,7 @@ static __always_inline void count_inode_event(__u16 bdi, __u8 event, __u64 pages
 	v = lookup_or_init(&inode_events, &key, &zero, DROP_WRITEBACK_FULL);
 	if (v) {
 		__sync_fetch_and_add(&v->count, 1);
-		__sync_fetch_and_add(&v->pages, pages);
+		ADD_MAYBE_ZERO(&v->pages, pages);
 	}
 }
 

@@ -249,7 +249,7 @@ static __always_inline __u16 current_syscall(__u8 kthread)
 
 	if (kthread)
 		return NO_SYSCALL;
-	nr = task_syscall_nr(bpf_get_current_task_btf());
+	nr = task_syscall_nr(current_task());
 	return nr >= 0 && nr < MAX_SYSCALL_NR ? nr : NO_SYSCALL;
 }
 
@@ -815,7 +815,7 @@ static __always_inline void count_alloc(__u32 dev, __u8 event, __u64 blocks)
 	if (!v)
 		return;
 	__sync_fetch_and_add(&v->count, 1);
-	__sync_fetch_and_add(&v->blocks, blocks);
+	ADD_MAYBE_ZERO(&v->blocks, blocks);
 }
 
 /* xfs_buffered_write_iomap_begin after xfs_bmapi_reserve_delalloc (null startblock: a delayed

@@ -7,6 +7,7 @@ one object's state; the libbpf bindings (libbpf.py) and the core-BTF cache (core
 
 import ctypes
 import errno
+import functools
 import os
 import re
 import threading
@@ -47,6 +48,26 @@ def _objects_dir():
 
 
 BUILD_DIR = _objects_dir()
+BPF_MAP_TYPE_TASK_STORAGE = 29
+
+
+@functools.cache
+def legacy_kernel() -> bool:
+    """Whether this kernel predates task storage (5.11), as Debian 11's 5.10 does: it then takes
+    the objects built with FSPROF_LEGACY (build/legacy/; bpf/fsprof.h says what differs)."""
+    return libbpf().libbpf_probe_bpf_map_type(BPF_MAP_TYPE_TASK_STORAGE, None) != 1
+
+
+def object_path(name: str) -> Path:
+    """build/<name>.bpf.o, or its legacy build on a kernel before task storage."""
+    return (BUILD_DIR / "legacy" if legacy_kernel() else BUILD_DIR) / f"{name}.bpf.o"
+
+
+# Programs of the legacy objects left out on 5.10: its io_uring tracepoints pass the ring before
+# the request (and Debian's 5.10 has a backported io_uring whose request layout fsprof does not read).
+_URING_510 = "io_uring requests are not followed before 5.11 (5.10's tracepoints and requests have another form)"
+LEGACY_LEFT_OUT = {"on_uring_submit_sqe": _URING_510, "on_uring_complete": _URING_510}
+
 LOG_DIR = Path(os.environ.get("FSPROF_LOG_DIR", "/var/tmp/fsprof/logs"))
 
 _c = ctypes
@@ -75,7 +96,7 @@ def create_maps(name: str, map_names: Iterable[str], path: str | Path | None = N
     they let every object that shares them load at the same time as the others."""
     check_privileges()
     lib = libbpf()
-    path = Path(path) if path else BUILD_DIR / f"{name}.bpf.o"
+    path = Path(path) if path else object_path(name)
     if not path.exists():
         raise FsprofError(f"{path} is not built; run `make build`")
     obj = lib.bpf_object__open_file(str(path).encode(), None)
@@ -148,6 +169,18 @@ def _has_event(name, category=None):
     else:
         found = any(name in names for names in _event_groups.values())
     return found or tracefs.has_event(name, category)
+
+
+def _module_without_btf(name):
+    """The loadable module whose tracepoint group holds event `name`, where this kernel has no BTF
+    for that module (no /sys/kernel/btf/<module>), else None. A group named as a module that is
+    built in (no /sys/module/<group>/initstate) is vmlinux's, whose BTF has its types."""
+    with _event_groups_lock:
+        groups = [g for g, names in _event_groups.items() if name in names]
+    for group in groups:
+        if os.path.exists(f"/sys/module/{group}/initstate") and not os.path.exists(f"/sys/kernel/btf/{group}"):
+            return group
+    return None
 
 
 class _OpenOpts(_c.Structure):
@@ -239,7 +272,7 @@ class BpfObject:
         check_privileges()
         tracefs.ensure_mounted()
         self.name = name
-        self.path = Path(path) if path else BUILD_DIR / f"{name}.bpf.o"
+        self.path = Path(path) if path else object_path(name)
         if not self.path.exists():
             raise FsprofError(f"{self.path} is not built; run `make build`")
         if not VMLINUX_BTF.exists():
@@ -312,7 +345,7 @@ class BpfObject:
         _log_lines().clear()
         # The cut of the kernel BTF covers the objects of BUILD_DIR; one elsewhere (a test's copy)
         # relocates against the kernel's own.
-        custom = core_btf(BUILD_DIR) if self.path.parent == BUILD_DIR else None
+        custom = core_btf(self.path.parent) if self.path.parent == object_path(self.name).parent else None
         self._open_opts = _OpenOpts(sz=_c.sizeof(_OpenOpts), btf_custom_path=str(custom).encode() if custom else None)
         self._obj = lib.bpf_object__open_file(str(self.path).encode(), _c.byref(self._open_opts))
         if not self._obj:
@@ -324,6 +357,8 @@ class BpfObject:
             section = lib.bpf_program__section_name(prog).decode()
             if only is not None and pname not in only:
                 reason = "not requested"
+            elif legacy_kernel() and pname in LEGACY_LEFT_OUT:
+                reason = LEGACY_LEFT_OUT[pname]
             else:
                 reason = self._missing_reason(section)
             if reason or pname in refused:
@@ -356,6 +391,13 @@ class BpfObject:
         if not _has_event(name, cat):
             where = f"{cat}:{name}" if cat else name
             return f"tracepoint {where} does not exist on this kernel"
+        if section.startswith("tp_btf/"):
+            module = _module_without_btf(name)
+            if module:
+                return (
+                    f"tracepoint {module}:{name} is in module {module}, and this kernel's modules carry no BTF "
+                    "(5.11 added it), which a tp_btf program needs"
+                )
         return None
 
     def _save_log(self, lines):

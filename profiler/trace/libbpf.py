@@ -95,6 +95,7 @@ def _signatures(lib):
         "bpf_program__fd": (_c.c_int, [_vp]),
         "bpf_obj_get_info_by_fd": (_c.c_int, [_c.c_int, _vp, _c.POINTER(_c.c_uint32)]),
         "libbpf_num_possible_cpus": (_c.c_int, []),
+        "libbpf_probe_bpf_map_type": (_c.c_int, [_c.c_int, _vp]),
         "ring_buffer__new": (_vp, [_c.c_int, _RING_FN, _vp, _vp]),
         "ring_buffer__poll": (_c.c_int, [_vp, _c.c_int]),
         "ring_buffer__free": (None, [_vp]),
@@ -212,13 +213,30 @@ class Map:
         for key in self.keys():
             self.delete(key)
 
+    # Kernels before 5.14 have no lookup-and-delete on hash maps (ENOTSUPP, 524): there a value is
+    # read, then deleted, and an update landing between the two is lost.
+    _no_lookup_and_delete = False
+
+    def _take(self, key, buf):
+        lib = libbpf()
+        if not Map._no_lookup_and_delete:
+            if lib.bpf_map_lookup_and_delete_elem(self.fd, _c.byref(key), buf) == 0:
+                return 0
+            if _c.get_errno() not in (errno.EOPNOTSUPP, 524):  # 524: the kernel's ENOTSUPP
+                return -1
+            Map._no_lookup_and_delete = True
+        if lib.bpf_map_lookup_elem(self.fd, _c.byref(key), buf) != 0:
+            return -1
+        lib.bpf_map_delete_elem(self.fd, _c.byref(key))
+        return 0
+
     def drain(self) -> Iterator[tuple[Any, Any]]:
         """Every (key, value), each removed in the same step as it is read (hash maps, 5.14+):
         an update racing with the drain lands either in what is returned or in the map, never
         nowhere. Values as lookup() returns them."""
         buf = _c.create_string_buffer(self._slot * self.ncpus)
         for key in self.keys():
-            if libbpf().bpf_map_lookup_and_delete_elem(self.fd, _c.byref(key), buf) != 0:
+            if self._take(key, buf) != 0:
                 continue  # gone since keys() listed it
             vals = [self.value_type.from_buffer_copy(buf, i * self._slot) for i in range(self.ncpus)]
             if issubclass(self.value_type, _c._SimpleCData):
