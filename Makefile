@@ -164,7 +164,7 @@ clean:
 VM_PKGS := linux-image-amd64 linux-image-6.12-amd64 linux-image-rt-amd64 qemu-system-x86 busybox-static
 VM_VENV := .venv-vm
 VNG_VERSION := 1.42
-KERNELS ?= 6.1,6.12,rt,host
+KERNELS ?= 5.10,6.1,6.12,rt,host
 KERNEL_CHECKS ?=
 KERNEL_MATRIX_ARGS ?=
 .PHONY: vm-deps test-kernels
@@ -174,6 +174,7 @@ vm-deps:
 	  echo "installing: $$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
+	@kernels/install_bullseye_kernel.sh
 	@[ -x $(VM_VENV)/bin/vng ] || { $(PY_SYS) -m venv $(VM_VENV) && \
 	  $(VM_VENV)/bin/pip install -q virtme-ng==$(VNG_VERSION); }
 

@@ -512,3 +512,26 @@ int BPF_PROG(on_space_reservation, const struct btrfs_fs_info *fs_info, const ch
 	ADD_MAYBE_ZERO(&v->bytes, bytes);
 	return 0;
 }
+
+#ifdef FSPROF_LEGACY
+/* 5.10: only the placement of calls, as a classic tracepoint (compat.h's tp_record): the record's
+ * fsid names the filesystem. */
+SEC("tracepoint/btrfs/btrfs_space_reservation")
+int tp_place_space_reservation(void *ctx)
+{
+	struct fsid_key key = {};
+	struct tp_record r;
+	__u32 *dev, off;
+
+	if (!tp_record(ctx, &r, TPF_BTRFS_RESV_FSID, 1))
+		return 0;
+	off = r.f->off[TPF_BTRFS_RESV_FSID];
+	if (off > TP_REC - sizeof(key))
+		return 0;
+	__builtin_memcpy(&key, r.b + off, sizeof(key));
+	dev = bpf_map_lookup_elem(&traced_fsids, &key);
+	if (dev)
+		place_call(*dev);
+	return 0;
+}
+#endif

@@ -224,8 +224,7 @@ static __always_inline __u16 blk_classify(__u32 flags, __u32 bytes)
 		return BLK_FLUSH;
 	if (op == REQ_OP_VALUE(REQ_OP_READ))
 		return BLK_READ;
-	if (op == REQ_OP_VALUE(REQ_OP_DISCARD) ||
-	    op == REQ_OP_VALUE(REQ_OP_SECURE_ERASE))
+	if (op == REQ_OP_VALUE(REQ_OP_DISCARD) || op == REQ_OP_VALUE(REQ_OP_SECURE_ERASE))
 		return BLK_DISCARD;
 	if (op != REQ_OP_VALUE(REQ_OP_WRITE))
 		return BLK_OTHER;
@@ -240,5 +239,65 @@ static __always_inline __u16 blk_classify(__u32 flags, __u32 bytes)
 		return BLK_SYNC_WRITE;
 	return BLK_ASYNC_WRITE;
 }
+
+#ifdef FSPROF_LEGACY
+/* 5.10's modules carry no BTF, so no tp_btf program attaches to their tracepoints: the legacy
+ * objects have classic twins (tp_<event> for on_<event>) that get the record, whose fields hold
+ * what the tp_btf programs compute. The record is copied once, then each field read at its offset
+ * from tracefs (struct tp_fields, filled by the loader), masked to stay in the copy. */
+#define TP_REC 128 /* bytes copied: the records read are at most 76 (jbd2_run_stats) */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct tp_fields);
+} tp_fields SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, char[TP_REC]);
+} tp_rec SEC(".maps");
+
+struct tp_record {
+	char *b;
+	struct tp_fields *f;
+};
+
+/* The record of this event and the fields' offsets; false if either is missing, or one of the
+ * `need` fields (first .. first + n - 1) is absent from this kernel's record. */
+static __always_inline bool tp_record(void *ctx, struct tp_record *r, int first, int n)
+{
+	__u32 zero = 0;
+
+	r->f = bpf_map_lookup_elem(&tp_fields, &zero);
+	r->b = bpf_map_lookup_elem(&tp_rec, &zero);
+	if (!r->f || !r->b || bpf_probe_read_kernel(r->b, TP_REC, ctx))
+		return false;
+	for (int i = 0; i < 12; i++) {
+		if (i < n && first + i < N_TP_FIELDS && !r->f->off[first + i])
+			return false;
+	}
+	return true;
+}
+
+static __always_inline __u64 tp_u64(struct tp_record *r, int field)
+{
+	return *(__u64 *)(r->b + (r->f->off[field] & (TP_REC - 8)));
+}
+
+static __always_inline __u32 tp_u32(struct tp_record *r, int field)
+{
+	return *(__u32 *)(r->b + (r->f->off[field] & (TP_REC - 4)));
+}
+
+static __always_inline __u8 tp_u8(struct tp_record *r, int field)
+{
+	return *(__u8 *)(r->b + (r->f->off[field] & (TP_REC - 1)));
+}
+
+#endif
 
 #endif

@@ -316,23 +316,23 @@ static __always_inline bool commit_key_of(journal_t *journal, transaction_t *txn
 	return true;
 }
 
-SEC("tp_btf/jbd2_start_commit")
-int BPF_PROG(on_jbd2_start_commit, journal_t *journal, transaction_t *commit_transaction)
+/* The tracepoints' bodies take the fields their records hold: the tp_btf programs compute them as
+ * TP_fast_assign does, the classic ones of 5.10 (FSPROF_LEGACY, below) read them from the record. */
+static __always_inline int jbd2_start(__u32 dev, __u32 tid, __u8 sync)
 {
-	struct commit_key key = {};
+	struct commit_key key = { .dev = dev, .tid = tid };
 	__u32 thread = (__u32)bpf_get_current_pid_tgid();
 	struct commit_state st = {};
 	struct journal_state *js;
 	struct jbd2_val *v;
 	__u64 now;
 
-	if (!commit_key_of(journal, commit_transaction, &key) || !traced_dev(key.dev))
+	if (!traced_dev(key.dev))
 		return 0;
 	now = bpf_ktime_get_ns();
 	st.ts[CPH_START] = now;
 	st.phase = current_phase();
-	/* sync_commit: the 1-bit t_synchronous_commit */
-	st.sync = BPF_CORE_READ_BITFIELD_PROBED(commit_transaction, t_synchronous_commit);
+	st.sync = sync;
 	if (bpf_map_update_elem(&commits_inflight, &key, &st, BPF_ANY)) {
 		count_drop(DROP_FS_FULL);
 		return 0;
@@ -359,18 +359,35 @@ int BPF_PROG(on_jbd2_start_commit, journal_t *journal, transaction_t *commit_tra
 	return 0;
 }
 
-/* Marks the start of commit phase `cph` (the end of the one before). */
-static __always_inline int mark_phase(journal_t *journal, transaction_t *txn, int cph)
+SEC("tp_btf/jbd2_start_commit")
+int BPF_PROG(on_jbd2_start_commit, journal_t *journal, transaction_t *commit_transaction)
 {
 	struct commit_key key = {};
+
+	if (!commit_key_of(journal, commit_transaction, &key))
+		return 0;
+	/* sync_commit: the 1-bit t_synchronous_commit */
+	return jbd2_start(key.dev, key.tid, BPF_CORE_READ_BITFIELD_PROBED(commit_transaction, t_synchronous_commit));
+}
+
+/* Marks the start of commit phase `cph` (the end of the one before). */
+static __always_inline int jbd2_phase(__u32 dev, __u32 tid, int cph)
+{
 	struct commit_state *st;
 
-	if (!commit_key_of(journal, txn, &key) || !traced_dev(key.dev))
+	if (!traced_dev(dev))
 		return 0;
-	st = commit_of(key.dev, key.tid);
+	st = commit_of(dev, tid);
 	if (st && cph > 0 && cph < N_CPH)
 		st->ts[cph] = bpf_ktime_get_ns();
 	return 0;
+}
+
+static __always_inline int mark_phase(journal_t *journal, transaction_t *txn, int cph)
+{
+	struct commit_key key = {};
+
+	return commit_key_of(journal, txn, &key) ? jbd2_phase(key.dev, key.tid, cph) : 0;
 }
 
 SEC("tp_btf/jbd2_commit_locking")
@@ -446,8 +463,7 @@ static __always_inline void commit_block_done(struct jbd2_val *v, __u64 now)
 }
 
 /* Only the thread matters here, none of the event's fields. */
-SEC("tp_btf/jbd2_write_superblock")
-int BPF_PROG(on_jbd2_write_superblock, journal_t *journal, blk_opf_t write_flags)
+static __always_inline int jbd2_write_superblock(void)
 {
 	__u32 thread = (__u32)bpf_get_current_pid_tgid();
 	struct commit_block *cb = bpf_map_lookup_elem(&commit_block_wait, &thread);
@@ -460,15 +476,25 @@ int BPF_PROG(on_jbd2_write_superblock, journal_t *journal, blk_opf_t write_flags
 	return 0;
 }
 
-/* dev and tid are arguments; every other field is stats->rs_<field>. */
-SEC("tp_btf/jbd2_run_stats")
-int BPF_PROG(on_jbd2_run_stats, dev_t dev, tid_t tid, struct transaction_run_stats_s *stats)
+SEC("tp_btf/jbd2_write_superblock")
+int BPF_PROG(on_jbd2_write_superblock, journal_t *journal, blk_opf_t write_flags)
+{
+	return jbd2_write_superblock();
+}
+
+/* jbd2_run_stats' fields (stats->rs_<field>). */
+struct run_stats {
+	__u64 wait, request_delay, running, locked, flushing, logging;
+	__u32 handle_count, blocks, blocks_logged;
+};
+
+static __always_inline int jbd2_run(__u32 dev, __u32 tid, struct run_stats *rs)
 {
 	struct commit_state *st;
 	struct jbd2_val *v;
 	__u64 now;
 
-	if (!stats || !traced_dev(dev))
+	if (!traced_dev(dev))
 		return 0;
 	now = bpf_ktime_get_ns();
 	st = commit_of(dev, tid);
@@ -478,15 +504,15 @@ int BPF_PROG(on_jbd2_run_stats, dev_t dev, tid_t tid, struct transaction_run_sta
 	if (!v)
 		return 0;
 	__sync_fetch_and_add(&v->commits, 1);
-	__sync_fetch_and_add(&v->rs_wait, BPF_CORE_READ(stats, rs_wait));
-	__sync_fetch_and_add(&v->rs_request_delay, BPF_CORE_READ(stats, rs_request_delay));
-	__sync_fetch_and_add(&v->rs_running, BPF_CORE_READ(stats, rs_running));
-	__sync_fetch_and_add(&v->rs_locked, BPF_CORE_READ(stats, rs_locked));
-	__sync_fetch_and_add(&v->rs_flushing, BPF_CORE_READ(stats, rs_flushing));
-	__sync_fetch_and_add(&v->rs_logging, BPF_CORE_READ(stats, rs_logging));
-	__sync_fetch_and_add(&v->handles, BPF_CORE_READ(stats, rs_handle_count));
-	__sync_fetch_and_add(&v->blocks, BPF_CORE_READ(stats, rs_blocks));
-	__sync_fetch_and_add(&v->blocks_logged, BPF_CORE_READ(stats, rs_blocks_logged));
+	ADD_MAYBE_ZERO(&v->rs_wait, rs->wait);
+	ADD_MAYBE_ZERO(&v->rs_request_delay, rs->request_delay);
+	ADD_MAYBE_ZERO(&v->rs_running, rs->running);
+	ADD_MAYBE_ZERO(&v->rs_locked, rs->locked);
+	ADD_MAYBE_ZERO(&v->rs_flushing, rs->flushing);
+	ADD_MAYBE_ZERO(&v->rs_logging, rs->logging);
+	ADD_MAYBE_ZERO(&v->handles, rs->handle_count);
+	ADD_MAYBE_ZERO(&v->blocks, rs->blocks);
+	ADD_MAYBE_ZERO(&v->blocks_logged, rs->blocks_logged);
 	commit_block_done(v, now);
 	if (st) {
 		st->ts[CPH_END] = now;
@@ -494,6 +520,26 @@ int BPF_PROG(on_jbd2_run_stats, dev_t dev, tid_t tid, struct transaction_run_sta
 			journal_ewma(dev, now - st->ts[CPH_FLUSHING]);
 	}
 	return 0;
+}
+
+/* dev and tid are arguments; every other field is stats->rs_<field>. */
+SEC("tp_btf/jbd2_run_stats")
+int BPF_PROG(on_jbd2_run_stats, dev_t dev, tid_t tid, struct transaction_run_stats_s *stats)
+{
+	struct run_stats rs;
+
+	if (!stats)
+		return 0;
+	rs.wait = BPF_CORE_READ(stats, rs_wait);
+	rs.request_delay = BPF_CORE_READ(stats, rs_request_delay);
+	rs.running = BPF_CORE_READ(stats, rs_running);
+	rs.locked = BPF_CORE_READ(stats, rs_locked);
+	rs.flushing = BPF_CORE_READ(stats, rs_flushing);
+	rs.logging = BPF_CORE_READ(stats, rs_logging);
+	rs.handle_count = BPF_CORE_READ(stats, rs_handle_count);
+	rs.blocks = BPF_CORE_READ(stats, rs_blocks);
+	rs.blocks_logged = BPF_CORE_READ(stats, rs_blocks_logged);
+	return jbd2_run(dev, tid, &rs);
 }
 
 static __always_inline void add_phase(struct jbd2_val *v, int cph, __u64 ns)
@@ -505,17 +551,16 @@ static __always_inline void add_phase(struct jbd2_val *v, int cph, __u64 ns)
 		v->phase_max_ns[cph] = ns;
 }
 
-SEC("tp_btf/jbd2_end_commit")
-int BPF_PROG(on_jbd2_end_commit, journal_t *journal, transaction_t *commit_transaction)
+static __always_inline int jbd2_end(__u32 dev, __u32 tid)
 {
-	struct commit_key key = {};
+	struct commit_key key = { .dev = dev, .tid = tid };
 	__u32 thread = (__u32)bpf_get_current_pid_tgid();
 	struct commit_state *st;
 	struct jbd2_val *v;
 	__u64 now, total;
 	int i;
 
-	if (!commit_key_of(journal, commit_transaction, &key) || !traced_dev(key.dev))
+	if (!traced_dev(key.dev))
 		return 0;
 	worker_end();
 	bpf_map_delete_elem(&committing, &thread);
@@ -553,12 +598,18 @@ int BPF_PROG(on_jbd2_end_commit, journal_t *journal, transaction_t *commit_trans
 	return 0;
 }
 
+SEC("tp_btf/jbd2_end_commit")
+int BPF_PROG(on_jbd2_end_commit, journal_t *journal, transaction_t *commit_transaction)
+{
+	struct commit_key key = {};
+
+	return commit_key_of(journal, commit_transaction, &key) ? jbd2_end(key.dev, key.tid) : 0;
+}
+
 /* ---- checkpoints ---- */
 
-SEC("tp_btf/jbd2_checkpoint")
-int BPF_PROG(on_jbd2_checkpoint, journal_t *journal, int result)
+static __always_inline int jbd2_checkpoint(__u32 dev, int result)
 {
-	__u32 dev = journal_dev(journal);
 	struct jbd2_val *v;
 
 	if (!traced_dev(dev))
@@ -572,24 +623,137 @@ int BPF_PROG(on_jbd2_checkpoint, journal_t *journal, int result)
 	return 0;
 }
 
-/* dev is an argument; the other fields are stats->cs_<field>. */
-SEC("tp_btf/jbd2_checkpoint_stats")
-int BPF_PROG(on_jbd2_checkpoint_stats, dev_t dev, tid_t tid, struct transaction_chp_stats_s *stats)
+SEC("tp_btf/jbd2_checkpoint")
+int BPF_PROG(on_jbd2_checkpoint, journal_t *journal, int result)
+{
+	return jbd2_checkpoint(journal_dev(journal), result);
+}
+
+static __always_inline int jbd2_checkpoint_stats(__u32 dev, __u64 chp_time, __u32 written, __u32 dropped, __u32 forced)
 {
 	struct jbd2_val *v;
 
-	if (!stats || !traced_dev(dev))
+	if (!traced_dev(dev))
 		return 0;
 	v = jbd2_agg(dev, current_phase());
 	if (!v)
 		return 0;
 	__sync_fetch_and_add(&v->chp_transactions, 1);
-	__sync_fetch_and_add(&v->chp_time_j, BPF_CORE_READ(stats, cs_chp_time));
-	__sync_fetch_and_add(&v->chp_written, BPF_CORE_READ(stats, cs_written));
-	__sync_fetch_and_add(&v->chp_dropped, BPF_CORE_READ(stats, cs_dropped));
-	__sync_fetch_and_add(&v->chp_forced, BPF_CORE_READ(stats, cs_forced_to_close));
+	ADD_MAYBE_ZERO(&v->chp_time_j, chp_time);
+	ADD_MAYBE_ZERO(&v->chp_written, written);
+	ADD_MAYBE_ZERO(&v->chp_dropped, dropped);
+	ADD_MAYBE_ZERO(&v->chp_forced, forced);
 	return 0;
 }
+
+/* dev is an argument; the other fields are stats->cs_<field>. */
+SEC("tp_btf/jbd2_checkpoint_stats")
+int BPF_PROG(on_jbd2_checkpoint_stats, dev_t dev, tid_t tid, struct transaction_chp_stats_s *stats)
+{
+	if (!stats)
+		return 0;
+	return jbd2_checkpoint_stats(dev, BPF_CORE_READ(stats, cs_chp_time), BPF_CORE_READ(stats, cs_written),
+	                             BPF_CORE_READ(stats, cs_dropped), BPF_CORE_READ(stats, cs_forced_to_close));
+}
+
+#ifdef FSPROF_LEGACY
+/* ---- 5.10: the jbd2 tracepoints as classic ones (tp_<event>, twins of on_<event>; compat.h's
+ * tp_record reads their fields). ---- */
+static __always_inline int tp_commit_phase(void *ctx, int cph)
+{
+	struct tp_record r;
+
+	if (!tp_record(ctx, &r, TPF_COMMIT_DEV, 3))
+		return 0;
+	return jbd2_phase(tp_u32(&r, TPF_COMMIT_DEV), tp_u32(&r, TPF_COMMIT_TID), cph);
+}
+
+SEC("tracepoint/jbd2/jbd2_start_commit")
+int tp_jbd2_start_commit(void *ctx)
+{
+	struct tp_record r;
+
+	if (!tp_record(ctx, &r, TPF_COMMIT_DEV, 3))
+		return 0;
+	return jbd2_start(tp_u32(&r, TPF_COMMIT_DEV), tp_u32(&r, TPF_COMMIT_TID), tp_u8(&r, TPF_COMMIT_SYNC) & 1);
+}
+
+SEC("tracepoint/jbd2/jbd2_commit_locking")
+int tp_jbd2_commit_locking(void *ctx)
+{
+	return tp_commit_phase(ctx, CPH_LOCKING);
+}
+
+SEC("tracepoint/jbd2/jbd2_commit_flushing")
+int tp_jbd2_commit_flushing(void *ctx)
+{
+	return tp_commit_phase(ctx, CPH_FLUSHING);
+}
+
+SEC("tracepoint/jbd2/jbd2_commit_logging")
+int tp_jbd2_commit_logging(void *ctx)
+{
+	return tp_commit_phase(ctx, CPH_LOGGING);
+}
+
+SEC("tracepoint/jbd2/jbd2_end_commit")
+int tp_jbd2_end_commit(void *ctx)
+{
+	struct tp_record r;
+
+	if (!tp_record(ctx, &r, TPF_END_DEV, 2))
+		return 0;
+	return jbd2_end(tp_u32(&r, TPF_END_DEV), tp_u32(&r, TPF_END_TID));
+}
+
+SEC("tracepoint/jbd2/jbd2_write_superblock")
+int tp_jbd2_write_superblock(void *ctx)
+{
+	return jbd2_write_superblock();
+}
+
+SEC("tracepoint/jbd2/jbd2_run_stats")
+int tp_jbd2_run_stats(void *ctx)
+{
+	struct tp_record r;
+	struct run_stats rs;
+
+	if (!tp_record(ctx, &r, TPF_RUN_DEV, 11))
+		return 0;
+	rs.wait = tp_u64(&r, TPF_RUN_WAIT);
+	rs.request_delay = tp_u64(&r, TPF_RUN_REQUEST_DELAY);
+	rs.running = tp_u64(&r, TPF_RUN_RUNNING);
+	rs.locked = tp_u64(&r, TPF_RUN_LOCKED);
+	rs.flushing = tp_u64(&r, TPF_RUN_FLUSHING);
+	rs.logging = tp_u64(&r, TPF_RUN_LOGGING);
+	rs.handle_count = tp_u32(&r, TPF_RUN_HANDLE_COUNT);
+	rs.blocks = tp_u32(&r, TPF_RUN_BLOCKS);
+	rs.blocks_logged = tp_u32(&r, TPF_RUN_BLOCKS_LOGGED);
+	return jbd2_run(tp_u32(&r, TPF_RUN_DEV), tp_u32(&r, TPF_RUN_TID), &rs);
+}
+
+SEC("tracepoint/jbd2/jbd2_checkpoint")
+int tp_jbd2_checkpoint(void *ctx)
+{
+	struct tp_record r;
+
+	if (!tp_record(ctx, &r, TPF_CKPT_DEV, 2))
+		return 0;
+	return jbd2_checkpoint(tp_u32(&r, TPF_CKPT_DEV), (int)tp_u32(&r, TPF_CKPT_RESULT));
+}
+
+SEC("tracepoint/jbd2/jbd2_checkpoint_stats")
+int tp_jbd2_checkpoint_stats(void *ctx)
+{
+	struct tp_record r;
+
+	if (!tp_record(ctx, &r, TPF_CKPTS_DEV, 5))
+		return 0;
+	return jbd2_checkpoint_stats(tp_u32(&r, TPF_CKPTS_DEV), tp_u64(&r, TPF_CKPTS_CHP_TIME),
+	                             tp_u32(&r, TPF_CKPTS_WRITTEN), tp_u32(&r, TPF_CKPTS_DROPPED),
+	                             tp_u32(&r, TPF_CKPTS_FORCED));
+}
+#endif
 
 /* ---- fast commits ---- */
 
@@ -617,6 +781,18 @@ int BPF_PROG(on_mark_inode_dirty, struct inode *inode)
 	place_call(inode_dev(inode));
 	return 0;
 }
+
+#ifdef FSPROF_LEGACY
+SEC("tracepoint/ext4/ext4_mark_inode_dirty")
+int tp_ext4_mark_inode_dirty(void *ctx)
+{
+	struct tp_record r;
+
+	if (tp_record(ctx, &r, TPF_EXT4_DIRTY_DEV, 1))
+		place_call(tp_u32(&r, TPF_EXT4_DIRTY_DEV));
+	return 0;
+}
+#endif
 
 /* ext4_fc_commit() entered on a fast_commit filesystem (the fsync caller's thread). */
 SEC("tp_btf/ext4_fc_commit_start")

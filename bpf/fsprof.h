@@ -23,11 +23,11 @@
 /* An atomic add whose addend is a literal 0 at some inlined call: clang turns that add into an
  * atomic OR, which kernels before 5.12 refuse, so the legacy build skips a zero addend. */
 #ifdef FSPROF_LEGACY
-#define ADD_MAYBE_ZERO(p, v)                          \
-	do {                                          \
-		__u64 v_ = (v);                       \
-		if (v_)                               \
-			__sync_fetch_and_add(p, v_);  \
+#define ADD_MAYBE_ZERO(p, v)                         \
+	do {                                         \
+		__u64 v_ = (v);                      \
+		if (v_)                              \
+			__sync_fetch_and_add(p, v_); \
 	} while (0)
 #else
 #define ADD_MAYBE_ZERO(p, v) __sync_fetch_and_add(p, v)
@@ -447,5 +447,50 @@ static __always_inline void hist_record(struct hist *h, __u64 ns)
 	if (ns > h->max_ns)
 		h->max_ns = ns;
 }
+
+/* Fields of classic tracepoint records that the legacy programs read (bpf/ext4.bpf.c's jbd2
+ * programs on 5.10, whose modules carry no BTF): their offsets come from tracefs's format files,
+ * filled in by the loader (profiler/trace/tp_fields.py lists them in this order); 0: absent. The
+ * jbd2_commit class (start_commit, commit_locking, commit_flushing, commit_logging) shares one
+ * layout. */
+enum tp_field {
+	TPF_COMMIT_DEV,
+	TPF_COMMIT_TID,
+	TPF_COMMIT_SYNC,
+	TPF_END_DEV,
+	TPF_END_TID,
+	TPF_RUN_DEV,
+	TPF_RUN_TID,
+	TPF_RUN_WAIT,
+	TPF_RUN_REQUEST_DELAY,
+	TPF_RUN_RUNNING,
+	TPF_RUN_LOCKED,
+	TPF_RUN_FLUSHING,
+	TPF_RUN_LOGGING,
+	TPF_RUN_HANDLE_COUNT,
+	TPF_RUN_BLOCKS,
+	TPF_RUN_BLOCKS_LOGGED,
+	TPF_CKPT_DEV,
+	TPF_CKPT_RESULT,
+	TPF_CKPTS_DEV,
+	TPF_CKPTS_CHP_TIME,
+	TPF_CKPTS_FORCED,
+	TPF_CKPTS_WRITTEN,
+	TPF_CKPTS_DROPPED,
+	TPF_EXT4_DIRTY_DEV, /* ext4_mark_inode_dirty, for placing calls */
+	TPF_XFS_LOOKUP_DEV, /* the XFS events that place calls (bpf/xfs.bpf.c's PLACE_CALL) */
+	TPF_XFS_GETATTR_DEV,
+	TPF_XFS_SETATTR_DEV,
+	TPF_XFS_CREATE_DEV,
+	TPF_XFS_REMOVE_DEV,
+	TPF_XFS_RENAME_DEV,
+	TPF_XFS_LINK_DEV,
+	TPF_BTRFS_RESV_FSID, /* btrfs_space_reservation's fsid, for placing calls */
+	N_TP_FIELDS,
+};
+
+struct tp_fields {
+	__u16 off[N_TP_FIELDS];
+};
 
 #endif

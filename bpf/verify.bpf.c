@@ -332,9 +332,7 @@ static __always_inline __u32 rq_disk(struct request *rq)
 
 static __always_inline bool has_data(struct request *rq, __u32 op)
 {
-	return (op == REQ_OP_VALUE(REQ_OP_READ) ||
-	        op == REQ_OP_VALUE(REQ_OP_WRITE)) &&
-	       BPF_CORE_READ(rq, __data_len);
+	return (op == REQ_OP_VALUE(REQ_OP_READ) || op == REQ_OP_VALUE(REQ_OP_WRITE)) && BPF_CORE_READ(rq, __data_len);
 }
 
 static __always_inline void note_elevator(struct request *rq)

@@ -11,6 +11,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
+#include "compat.h"
 #include <bpf/bpf_tracing.h>
 #include "fsprof.h"
 #include "shared_maps.h"
@@ -303,6 +304,26 @@ PLACE_CALL(xfs_create)
 PLACE_CALL(xfs_remove)
 PLACE_CALL(xfs_rename)
 PLACE_CALL(xfs_link)
+
+#ifdef FSPROF_LEGACY
+/* 5.10: the same as classic tracepoints (compat.h's tp_record), tp_place_<event>. */
+#define TP_PLACE_CALL(event, field)                    \
+	SEC("tracepoint/xfs/" #event)                  \
+	int tp_place_##event(void *ctx)                \
+	{                                              \
+		struct tp_record r;                    \
+		if (tp_record(ctx, &r, field, 1))      \
+			place_call(tp_u32(&r, field)); \
+		return 0;                              \
+	}
+TP_PLACE_CALL(xfs_lookup, TPF_XFS_LOOKUP_DEV)
+TP_PLACE_CALL(xfs_getattr, TPF_XFS_GETATTR_DEV)
+TP_PLACE_CALL(xfs_setattr, TPF_XFS_SETATTR_DEV)
+TP_PLACE_CALL(xfs_create, TPF_XFS_CREATE_DEV)
+TP_PLACE_CALL(xfs_remove, TPF_XFS_REMOVE_DEV)
+TP_PLACE_CALL(xfs_rename, TPF_XFS_RENAME_DEV)
+TP_PLACE_CALL(xfs_link, TPF_XFS_LINK_DEV)
+#endif
 
 static __always_inline struct xlog_counts *counts_of(__u32 dev, __u16 phase)
 {

@@ -22,7 +22,7 @@ def sections(path):
     """{section name: bytes} of the object's executable sections (SHF_EXECINSTR), read from its
     ELF64 section headers."""
     data = open(path, "rb").read()
-    shoff, = struct.unpack_from("<Q", data, 0x28)
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
 
     def header(i):

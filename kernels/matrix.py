@@ -690,9 +690,9 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m kernels.matrix", description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--kernels",
-        default="6.1,6.12,rt,host",
+        default="5.10,6.1,6.12,rt,host",
         help="rows: versions installed in /boot, 'rt' (Debian's PREEMPT_RT image) and/or 'host' "
-        "(default 6.1,6.12,rt,host)",
+        "(default 5.10,6.1,6.12,rt,host)",
     )
     parser.add_argument("--kernel", action="append", default=[], metavar="PATH", help="also a row for this image")
     parser.add_argument("--checks", default=",".join(CHECK_NAMES), help=f"default all: {','.join(CHECK_NAMES)}")

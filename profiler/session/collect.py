@@ -64,10 +64,31 @@ FIGURES = {
 }
 # Programs of which a kernel has one or the other (a tracepoint renamed): the one it lacks is no
 # figure lost while its alternative loaded. io_uring_submit_sqe became io_uring_submit_req in 6.4.
+# On 5.10 the jbd2 programs and those placing calls are classic tracepoints, tp_<event> for
+# on_<event> (compat.h's tp_record; bpf/ext4.bpf.c, xfs.bpf.c, btrfs.bpf.c).
 ALTERNATIVES = {
     "syscalls:on_uring_submit_req": "syscalls:on_uring_submit_sqe",
     "syscalls:on_uring_submit_sqe": "syscalls:on_uring_submit_req",
+    **{
+        f"ext4:on_{event}": f"ext4:tp_{event}"
+        for event in (
+            "jbd2_start_commit",
+            "jbd2_commit_locking",
+            "jbd2_commit_flushing",
+            "jbd2_commit_logging",
+            "jbd2_end_commit",
+            "jbd2_write_superblock",
+            "jbd2_run_stats",
+            "jbd2_checkpoint",
+            "jbd2_checkpoint_stats",
+        )
+    },
+    "ext4:on_mark_inode_dirty": "ext4:tp_ext4_mark_inode_dirty",
+    **{f"xfs:place_{e}": f"xfs:tp_place_{e}" for e in ("xfs_lookup", "xfs_getattr", "xfs_setattr", "xfs_create")},
+    **{f"xfs:place_{e}": f"xfs:tp_place_{e}" for e in ("xfs_remove", "xfs_rename", "xfs_link")},
 }
+# A program whose twin gives part of its figures: {program: (twin, the figures still lost)}.
+PART_ALTERNATIVES = {"btrfs:on_space_reservation": ("btrfs:tp_place_space_reservation", "btrfs space reservations")}
 
 
 def _requests(rqs: "Map", name_of: Any) -> list[dict[str, Any]]:
@@ -217,12 +238,16 @@ class Collector:
         tables = {m.OBJECT: getattr(m, "FIGURES", {}) for m in behind.MODULES}
         tables["syscalls"] = FIGURES
         out = []
+        loaded = {f"{o.name}:{p}" for o in self.objects for p in o.programs}
         for o in self.objects:
             left_out = set(self.left_out(o.name))
             for prog, why in o.skipped.items():
                 if prog not in left_out:
                     continue
                 figures = tables.get(o.name, {}).get(prog, f"{o.name} figures fed by {prog}")
+                twin, still_lost = PART_ALTERNATIVES.get(f"{o.name}:{prog}", (None, None))
+                if twin in loaded:
+                    figures = still_lost
                 out.append({"figures": figures, "probe": f"{o.name}:{prog}", "why": why})
         return out
 

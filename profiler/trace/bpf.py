@@ -20,7 +20,7 @@ from typing import Any
 from ..errors import FsprofError
 from .. import signals
 from ..machine import tracefs
-from . import btf_layout, kernel_flags, maps
+from . import btf_layout, kernel_flags, maps, tp_fields
 from .core_btf import VMLINUX_BTF, core_btf
 from .libbpf import (
     Map,
@@ -332,8 +332,13 @@ class BpfObject:
         self._fill_kernel_flags()
 
     def _fill_kernel_flags(self):
-        """bpf/compat.h's kernel_flags map, in the objects that have one (before any attach)."""
-        if not libbpf().bpf_object__find_map_by_name(self._obj, b"kernel_flags"):
+        """bpf/compat.h's kernel_flags map, and the legacy objects' tp_fields (classic record
+        offsets), in the objects that have them (before any attach)."""
+        lib = libbpf()
+        if lib.bpf_object__find_map_by_name(self._obj, b"tp_fields"):
+            found = (_c.c_uint16 * len(tp_fields.FIELDS))(*tp_fields.offsets())
+            self.map("tp_fields", _c.c_uint32, maps.TpFields).update(_c.c_uint32(0), maps.TpFields(off=found))
+        if not lib.bpf_object__find_map_by_name(self._obj, b"kernel_flags"):
             return
         flags = self.map("kernel_flags", _c.c_uint32, maps.KernelFlags)
         flags.update(_c.c_uint32(0), maps.KernelFlags(**kernel_flags.values()))
@@ -395,8 +400,7 @@ class BpfObject:
             module = _module_without_btf(name)
             if module:
                 return (
-                    f"tracepoint {module}:{name} is in module {module}, and this kernel's modules carry no BTF "
-                    "(5.11 added it), which a tp_btf program needs"
+                    f"module {module} has no BTF on this kernel (module BTF came in 5.11), which tp_btf programs need"
                 )
         return None
 

@@ -35,7 +35,8 @@ FIELDS = (
     "global_wb_domain",
 )
 # include/linux/blk-mq.h of 6.1: RQF_FLUSH_SEQ (1 << 4); RQF_ELV (1 << 22), renamed RQF_USE_SCHED in 6.5.
-_RQF_6_1 = {"rqf_flush_seq": 1 << 4, "rqf_use_sched": 1 << 22}
+# include/linux/blkdev.h of 5.10: RQF_FLUSH_SEQ (1 << 4), and no flag for "went through a scheduler".
+_RQF_OLD = {"6.1.": {"rqf_flush_seq": 1 << 4, "rqf_use_sched": 1 << 22}, "5.10.": {"rqf_flush_seq": 1 << 4}}
 _ENUMERATORS = {"rqf_flush_seq": "__RQF_FLUSH_SEQ", "rqf_use_sched": "__RQF_USE_SCHED"}  # bit numbers
 _INODE_FLAGS = {"i_dirty_sync": "I_DIRTY_SYNC", "i_dirty_datasync": "I_DIRTY_DATASYNC", "i_dirty_time": "I_DIRTY_TIME"}
 _EXPR = re.compile(r"^[0-9xXa-fA-F()<|\s]+$")
@@ -80,7 +81,8 @@ def _find():
         if name in enums:
             out[field] = 1 << enums[name]
         else:
-            out[field] = _RQF_6_1[field] if platform.release().startswith("6.1.") else 0
+            old = next((v for k, v in _RQF_OLD.items() if platform.release().startswith(k)), {})
+            out[field] = old.get(field, 0)
     for field, name in _INODE_FLAGS.items():
         out[field] = enums[name] if name in enums else (_from_print_format(name) or 0)
     out["hz"] = conditions.kernel_hz() or 0

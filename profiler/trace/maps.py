@@ -5,6 +5,8 @@ import ctypes as c
 from collections.abc import Iterable
 from typing import Any
 
+from . import tp_fields
+
 HIST_SLOTS = 40
 FINE_SUB_BITS = 4
 FINE_SLOTS = (40 - FINE_SUB_BITS + 1) << FINE_SUB_BITS
@@ -298,6 +300,12 @@ class KernelFlags(c.Structure):
         ("hz", c.c_uint32),
         ("global_wb_domain", c.c_uint64),
     ]
+
+
+class TpFields(c.Structure):
+    """struct tp_fields (bpf/fsprof.h): classic record offsets, filled by the loader (tp_fields.py)."""
+
+    _fields_ = [("off", c.c_uint16 * len(tp_fields.FIELDS))]
 
 
 class PhaseState(c.Structure):

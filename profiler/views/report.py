@@ -333,12 +333,22 @@ def stack_sampling(fs: dict[str, Any], share: bool = True) -> str:
 
 
 def unavailable_lines(result: dict[str, Any]) -> list[str]:
-    """One line per figure this kernel could not give (result.json "unavailable"; older results
-    name only the probes)."""
+    """One line per reason this kernel could not give figures (result.json "unavailable"; older
+    results name only the probes): a reason shared by several probes (a module without BTF on
+    5.10) lists their figures on one line."""
     if "unavailable" in result:
-        return [
-            f"   unavailable on this kernel: {u['figures']} ({u['probe']}: {u['why']})" for u in result["unavailable"]
-        ]
+        by_why: dict[str, list[dict[str, str]]] = {}
+        for u in result["unavailable"]:
+            by_why.setdefault(u["why"], []).append(u)
+        lines = []
+        for why, entries in by_why.items():
+            if len(entries) == 1:
+                u = entries[0]
+                lines.append(f"   unavailable on this kernel: {u['figures']} ({u['probe']}: {why})")
+                continue
+            figures = "; ".join(dict.fromkeys(f"{u['figures']} ({u['probe']})" for u in entries))
+            lines.append(f"   unavailable on this kernel ({why}): {figures}")
+        return lines
     return [f"   probe {prog} skipped: {why}" for prog, why in result.get("probes_skipped", {}).items()]
 
 

@@ -1,0 +1,69 @@
+"""Offsets of the classic tracepoint record fields the legacy objects read (bpf/fsprof.h's enum
+tp_field, in its order): on 5.10 the jbd2 programs and those that place calls by absolute path are
+classic tracepoints (their modules have no BTF for tp_btf), and they read each field at the offset
+tracefs's format file gives. A field absent
+from this kernel's record, or of another size than the program reads, is 0: the program then
+counts nothing rather than read the wrong bytes."""
+
+import re
+
+from ..machine import tracefs
+
+# (tracepoint, field, size in bytes), in the order of enum tp_field.
+FIELDS = (
+    ("jbd2/jbd2_start_commit", "dev", 4),
+    ("jbd2/jbd2_start_commit", "transaction", 4),
+    ("jbd2/jbd2_start_commit", "sync_commit", 1),
+    ("jbd2/jbd2_end_commit", "dev", 4),
+    ("jbd2/jbd2_end_commit", "transaction", 4),
+    ("jbd2/jbd2_run_stats", "dev", 4),
+    ("jbd2/jbd2_run_stats", "tid", 4),
+    ("jbd2/jbd2_run_stats", "wait", 8),
+    ("jbd2/jbd2_run_stats", "request_delay", 8),
+    ("jbd2/jbd2_run_stats", "running", 8),
+    ("jbd2/jbd2_run_stats", "locked", 8),
+    ("jbd2/jbd2_run_stats", "flushing", 8),
+    ("jbd2/jbd2_run_stats", "logging", 8),
+    ("jbd2/jbd2_run_stats", "handle_count", 4),
+    ("jbd2/jbd2_run_stats", "blocks", 4),
+    ("jbd2/jbd2_run_stats", "blocks_logged", 4),
+    ("jbd2/jbd2_checkpoint", "dev", 4),
+    ("jbd2/jbd2_checkpoint", "result", 4),
+    ("jbd2/jbd2_checkpoint_stats", "dev", 4),
+    ("jbd2/jbd2_checkpoint_stats", "chp_time", 8),
+    ("jbd2/jbd2_checkpoint_stats", "forced_to_close", 4),
+    ("jbd2/jbd2_checkpoint_stats", "written", 4),
+    ("jbd2/jbd2_checkpoint_stats", "dropped", 4),
+    ("ext4/ext4_mark_inode_dirty", "dev", 4),
+    ("xfs/xfs_lookup", "dev", 4),
+    ("xfs/xfs_getattr", "dev", 4),
+    ("xfs/xfs_setattr", "dev", 4),
+    ("xfs/xfs_create", "dev", 4),
+    ("xfs/xfs_remove", "dev", 4),
+    ("xfs/xfs_rename", "dev", 4),
+    ("xfs/xfs_link", "dev", 4),
+    ("btrfs/btrfs_space_reservation", "fsid", 16),
+)
+
+# "field:unsigned long wait;	offset:16;	size:8;	signed:0;"
+_FIELD = re.compile(r"field:[^;]*?(?P<name>\w+)(?:\[\d*\])?;\s*offset:(?P<off>\d+);\s*size:(?P<size>\d+);")
+
+
+def record_layout(tracepoint: str) -> dict[str, tuple[int, int]]:
+    """{field: (offset, size)} of a tracepoint's record ("group/event"), {} if it has no format."""
+    try:
+        text = (tracefs.TRACEFS / "events" / tracepoint / "format").read_text()
+    except OSError:
+        return {}
+    return {m["name"]: (int(m["off"]), int(m["size"])) for m in _FIELD.finditer(text)}
+
+
+def offsets() -> list[int]:
+    """The offset of each FIELDS entry in this kernel's records, 0 where absent or of another size."""
+    layouts: dict[str, dict[str, tuple[int, int]]] = {}
+    out = []
+    for tracepoint, field, size in FIELDS:
+        layout = layouts.setdefault(tracepoint, record_layout(tracepoint))
+        off, got = layout.get(field, (0, 0))
+        out.append(off if got == size else 0)
+    return out
