@@ -104,23 +104,9 @@ struct {
 
 const struct blk_val zero_val = {};
 
-#ifdef FSPROF_LEGACY
-struct request___disk {
-	struct gendisk *rq_disk;
-} __attribute__((preserve_access_index));
-#endif
-
 static __always_inline __u32 rq_dev(struct request *rq)
 {
-	/* What the block tracepoints print as dev: the whole disk's dev_t. */
-#ifndef FSPROF_LEGACY
-	return rq->q->disk->part0->bd_dev;
-#else
-	/* 5.10: the request names its disk (rq_disk, gone in 6.0) */
-	struct gendisk *disk = BPF_CORE_READ((struct request___disk *)rq, rq_disk);
-
-	return disk ? (__u32)BPF_CORE_READ(disk, major) << 20 | BPF_CORE_READ(disk, first_minor) : 0;
-#endif
+	return rq_disk_dev(rq);
 }
 
 static __always_inline __u8 dev_flags(__u32 dev)

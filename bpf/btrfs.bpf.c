@@ -318,7 +318,7 @@ int BPF_PROG(on_bio_queue, BIO_QUEUE_ARGS)
 	disk = bio_disk(bio);
 	if (!disk)
 		return 0;
-	dev = (__u32)disk->major << 20 | (__u32)disk->first_minor;
+	dev = disk_devt(disk);
 	start = bpf_map_lookup_elem(&super_devs, &dev);
 	if (!start)
 		return 0;
@@ -521,14 +521,15 @@ int tp_place_space_reservation(void *ctx)
 {
 	struct fsid_key key = {};
 	struct tp_record r;
-	__u32 *dev, off;
+	__u64 halves[2];
+	__u32 *dev;
 
 	if (!tp_record(ctx, &r, TPF_BTRFS_RESV_FSID, 1))
 		return 0;
-	off = r.f->off[TPF_BTRFS_RESV_FSID];
-	if (off > TP_REC - sizeof(key))
-		return 0;
-	__builtin_memcpy(&key, r.b + off, sizeof(key));
+	/* Two aligned 8-byte reads (the loader gives an 8-aligned offset), each masked into the copy. */
+	halves[0] = tp_u64(&r, TPF_BTRFS_RESV_FSID);
+	halves[1] = *(__u64 *)(r.b + ((r.f->off[TPF_BTRFS_RESV_FSID] + 8) & (TP_REC - 8)));
+	__builtin_memcpy(&key, halves, sizeof(key));
 	dev = bpf_map_lookup_elem(&traced_fsids, &key);
 	if (dev)
 		place_call(*dev);

@@ -152,6 +152,16 @@ static __always_inline void read_bdp_event(unsigned long long *ctx, struct bdp_e
 	e->wb_setpoint = e->setpoint * wb_thresh / (thresh + 1);
 }
 
+/* A disk's dev_t (MKDEV(major, first_minor)) */
+static __always_inline __u32 disk_devt(struct gendisk *disk)
+{
+#ifndef FSPROF_LEGACY
+	return (__u32)disk->major << 20 | (__u32)disk->first_minor; /* a BTF pointer: plain loads */
+#else
+	return (__u32)BPF_CORE_READ(disk, major) << 20 | (__u32)BPF_CORE_READ(disk, first_minor);
+#endif
+}
+
 /* A bio's disk and device. Before 5.12 a bio named its disk and partition (bi_disk, bi_partno), not
  * a block device; and until 5.11 block_bio_queue (like block_getrq and the bio merges) took the
  * request queue before the bio: BIO_QUEUE_ARGS are its arguments for BPF_PROG. */
@@ -186,12 +196,28 @@ static __always_inline __u32 bio_bdev_dev(struct bio *bio)
 {
 	struct gendisk *disk = bio_disk(bio);
 
-	if (!disk)
-		return 0;
-	return (__u32)BPF_CORE_READ(disk, major) << 20 |
-	       ((__u32)BPF_CORE_READ(disk, first_minor) + BPF_CORE_READ((struct bio___disk *)bio, bi_partno));
+	return disk ? disk_devt(disk) + BPF_CORE_READ((struct bio___disk *)bio, bi_partno) : 0;
 }
 #endif
+
+/* What the block request tracepoints print as dev: the whole disk's dev_t. Before 6.0 the request
+ * named its disk (rq_disk); after, its queue does. */
+#ifdef FSPROF_LEGACY
+struct request___disk {
+	struct gendisk *rq_disk;
+} __attribute__((preserve_access_index));
+#endif
+
+static __always_inline __u32 rq_disk_dev(struct request *rq)
+{
+#ifndef FSPROF_LEGACY
+	return rq->q->disk->part0->bd_dev;
+#else
+	struct gendisk *disk = BPF_CORE_READ((struct request___disk *)rq, rq_disk);
+
+	return disk ? disk_devt(disk) : 0;
+#endif
+}
 
 /* Request and bio flags: REQ_* bit numbers from this kernel's enum req_flag_bits (CO-RE), never
  * copied; the op is the bits below the first flag bit (REQ_OP_MASK). */

@@ -486,6 +486,9 @@ enum tp_field {
 	TPF_XFS_RENAME_DEV,
 	TPF_XFS_LINK_DEV,
 	TPF_BTRFS_RESV_FSID, /* btrfs_space_reservation's fsid, for placing calls */
+	TPF_XFS_FORCE_DEV,   /* xfs_log_force */
+	TPF_XFS_FORCE_LSN,
+	TPF_XFS_FORCE_CALLER,
 	N_TP_FIELDS,
 };
 

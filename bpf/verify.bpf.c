@@ -327,7 +327,7 @@ int BPF_PROG(on_bio_queue, BIO_QUEUE_ARGS)
 
 static __always_inline __u32 rq_disk(struct request *rq)
 {
-	return BPF_CORE_READ(rq, q, disk, part0, bd_dev);
+	return rq_disk_dev(rq);
 }
 
 static __always_inline bool has_data(struct request *rq, __u32 op)

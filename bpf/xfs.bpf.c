@@ -360,10 +360,9 @@ static __always_inline void count_u64(void *map, void *key)
 
 /* xfs_log_force (lsn 0: force the whole log), xfs_log_force_seq (lsn = CIL sequence: e.g. fsync),
  * xlog_cil_force_seq inside both, and xlog_cil_flush (AIL). Fires before anything is waited for. */
-SEC("tp_btf/xfs_log_force")
-int BPF_PROG(on_log_force, struct xfs_mount *mp, xfs_lsn_t lsn, unsigned long caller_ip)
+static __always_inline int log_force(__u32 dev, __u64 lsn, __u64 caller_ip)
 {
-	struct force_key key = { .dev = mount_dev(mp) };
+	struct force_key key = { .dev = dev };
 
 	if (!traced_dev(key.dev))
 		return 0;
@@ -375,6 +374,25 @@ int BPF_PROG(on_log_force, struct xfs_mount *mp, xfs_lsn_t lsn, unsigned long ca
 	count_u64(&log_forces, &key);
 	return 0;
 }
+
+SEC("tp_btf/xfs_log_force")
+int BPF_PROG(on_log_force, struct xfs_mount *mp, xfs_lsn_t lsn, unsigned long caller_ip)
+{
+	return log_force(mount_dev(mp), lsn, caller_ip);
+}
+
+#ifdef FSPROF_LEGACY
+/* 5.10: as a classic tracepoint (compat.h's tp_record), whose record holds the three. */
+SEC("tracepoint/xfs/xfs_log_force")
+int tp_xfs_log_force(void *ctx)
+{
+	struct tp_record r;
+
+	if (!tp_record(ctx, &r, TPF_XFS_FORCE_DEV, 3))
+		return 0;
+	return log_force(tp_u32(&r, TPF_XFS_FORCE_DEV), tp_u64(&r, TPF_XFS_FORCE_LSN), tp_u64(&r, TPF_XFS_FORCE_CALLER));
+}
+#endif
 
 /* ---- iclog life (tp_btf: the iclog pointer and its fields) --------------------------------- */
 

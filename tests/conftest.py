@@ -291,6 +291,17 @@ def bpftrace_output(proc, timeout=60):
     return finish(proc, timeout / 2)[0]
 
 
+def skip_where_unavailable(unavailable, probes, what):
+    """Skips the rest of a test when this kernel cannot give a figure it checks: one of `probes`
+    ("object:program") is among the run's declared `unavailable` entries (Collector.unavailable,
+    result.json). Where they are all available it returns and the test goes on."""
+    lost = {u["probe"]: u for u in unavailable}
+    missing = [p for p in probes if p in lost]
+    if missing:
+        reasons = "; ".join(f"{p}: {lost[p]['why']}" for p in missing)
+        pytest.skip(f"{what} not checked: this kernel cannot give them ({reasons})")
+
+
 def kernel_has(event, group):
     """Whether this kernel has tracepoint group:event (tests of figures that need it)."""
     tracefs.ensure_mounted()

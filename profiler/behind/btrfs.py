@@ -513,7 +513,33 @@ def figures(
         "reservations": f.reservations(),
     }
     out["many_to_one"] = many_to_one(out, fsync_attr, elapsed_s)
+    # Without its program a figure is unknown (None), never a wrong 0: on 5.10 only the superblock
+    # writes (a vmlinux tracepoint) and the fsyncs' own waits remain.
+    unknown = [part for prog, part in NEEDS.items() if prog in left_out]
+    for part in unknown:
+        out[part] = None
+    if unknown:
+        out["many_to_one"] = {k: out["many_to_one"][k] for k in _MANY_TO_ONE_OF_WAITS}
     return out
+
+
+NEEDS = {
+    "on_sync_file": "fsyncs",
+    "on_transaction_commit": "commits",
+    "on_oe_add": "ordered_extents",
+    "on_space_reservation": "reservations",
+}
+# many_to_one's figures that need no btrfs program: the log syncs (superblock writes) and the
+# fsync syscalls' own waits.
+_MANY_TO_ONE_OF_WAITS = (
+    "tree_log_syncs",
+    "fsync_syscalls",
+    "tree_log_sync_us_per_fsync",
+    "commit_wait_us_per_fsync",
+    "cache_flush_us_per_fsync",
+    "reservation_wait_us_per_fsync",
+    "wakers",
+)
 
 
 def summarize(raw: dict[str, Any], ctx: Context) -> dict[str, Any]:
@@ -577,10 +603,33 @@ def _fmt(x, spec=".3f"):
     return "n/a" if x is None else format(x, spec)
 
 
+def _wait_lines(m: dict[str, Any]) -> list[str]:
+    """The fsyncs' own waits on btrfs's work, per fsync, and who ended them."""
+    if not m["fsync_syscalls"]:
+        return []
+    lines = [
+        f"     per fsync: tree-log sync {_fmt(m['tree_log_sync_us_per_fsync'], '.1f')} us, "
+        f"commit wait {_fmt(m['commit_wait_us_per_fsync'], '.1f')} us, "
+        f"cache flush {_fmt(m['cache_flush_us_per_fsync'], '.1f')} us, "
+        f"reservation wait {_fmt(m['reservation_wait_us_per_fsync'], '.1f')} us"
+    ]
+    for cause, by in m["wakers"].items():
+        total = sum(by.values()) or 1
+        lines.append(
+            f"     {cause} ended by: " + ", ".join(f"{w} {100 * ns / total:.0f}%" for w, ns in list(by.items())[:3])
+        )
+    return lines
+
+
 def report_lines(section: dict[str, Any], fs: dict[str, Any]) -> list[str]:
     a = section.get("all")
     if not a:
         return []
+    if a["fsyncs"] is None or a["commits"] is None:  # a kernel without btrfs's programs (5.10)
+        m = a["many_to_one"]
+        unknown = ", ".join(part.replace("_", " ") for part in NEEDS.values() if a.get(part) is None)
+        head = f"   behind btrfs: {m['tree_log_syncs']} tree-log syncs (superblock writes); {unknown} unknown"
+        return [head + " on this kernel", *_wait_lines(m)]
     fsyncs, commits, m = a["fsyncs"]["count"], a["commits"], a["many_to_one"]
     who = ", ".join(f"{n} by {name}" for name, n in commits["by_committer"].items())
     lines = [
@@ -601,18 +650,7 @@ def report_lines(section: dict[str, Any], fs: dict[str, Any]) -> list[str]:
             f"     transaction commits: {_fmt(m['commits_per_s'], '.2f')}/s, avg {_us(t['avg_ns'])}, "
             f"max {_us(t['max_ns'])} (the kernel's commit timer, per commit)"
         )
-    if m["fsync_syscalls"]:
-        lines.append(
-            f"     per fsync: tree-log sync {_fmt(m['tree_log_sync_us_per_fsync'], '.1f')} us, "
-            f"commit wait {_fmt(m['commit_wait_us_per_fsync'], '.1f')} us, "
-            f"cache flush {_fmt(m['cache_flush_us_per_fsync'], '.1f')} us, "
-            f"reservation wait {_fmt(m['reservation_wait_us_per_fsync'], '.1f')} us"
-        )
-        for cause, by in m["wakers"].items():
-            total = sum(by.values()) or 1
-            lines.append(
-                f"     {cause} ended by: " + ", ".join(f"{w} {100 * ns / total:.0f}%" for w, ns in list(by.items())[:3])
-            )
+    lines += _wait_lines(m)
     oe, r = a["ordered_extents"], a["reservations"]
     life = oe["life"]
     lines.append(

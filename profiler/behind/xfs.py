@@ -562,6 +562,34 @@ def figures(
     return fig
 
 
+# Sections only a program this kernel may lack fills: None (unknown), never a wrong 0, without it.
+# 5.10 has no xlog_iclog_* tracepoints, and no BTF for XFS's own (the log space and allocation ones).
+NEEDS = {
+    "on_iclog_sync": ("iclogs", "force_waits"),
+    "on_log_reserve": ("log_space",),
+    "on_map_blocks_alloc": ("delalloc",),
+    "on_inodegc_worker": ("inodegc",),
+}
+# per_fsync's figures from the iclogs and force waits.
+_PER_FSYNC_OF_ICLOGS = (
+    "iclog_writes_per_fsync",
+    "iclog_writes_per_force",
+    "log_bytes_per_fsync",
+    "fsyncs_per_iclog_write",
+    "force_waits_slept_per_fsync",
+)
+
+
+def _unknown_without(fig, left_out):
+    for prog in left_out:
+        for part in NEEDS.get(prog, ()):
+            fig[part] = None
+            if part == "iclogs":
+                for key in _PER_FSYNC_OF_ICLOGS:
+                    if key in fig["per_fsync"]:
+                        fig["per_fsync"][key] = None
+
+
 def _select(raw, keep):
     return {part: [r for r in raw.get(part, []) if keep(r)] for part in ("counts", "hists", "forces", "waits", "alloc")}
 
@@ -607,6 +635,8 @@ def summarize(raw: dict[str, Any], ctx: Context) -> dict[str, Any]:
         "all": figures(mine, ctx.syscalls, force_wait_of_all_phases(ctx), _worker_breakdowns(ctx)),
         "phases": phases,
     }
+    for fig in [section["all"], *phases.values()]:
+        _unknown_without(fig, raw.get("left_out", ()))
     kernel = next((k for k in raw.get("kernel_stats", []) if k["dev"] == ctx.sb_dev), None)
     if kernel:
         section["kernel_counters"] = kernel_counters(kernel, section["all"])
@@ -633,19 +663,17 @@ def kernel_counters(k: dict[str, Any], fig: dict[str, Any]) -> dict[str, Any]:
         "delalloc_conversions": xstrat.get("quick"),
         "delalloc_converted_bytes": xpc.get("xstrat_bytes"),
         "ours": {
-            "log_writes": fig["iclogs"]["writes"],
-            "log_blocks": fig["iclogs"]["blocks"],
+            "log_writes": i["writes"] if (i := fig["iclogs"]) else None,
+            "log_blocks": i["blocks"] if i else None,
             "log_forces": fig["log_forces"]["count"],
-            "force_sleeps_on_iclogs": fig["force_waits"]["slept"],
-            "reservations": fig["log_space"]["reservations"] + fig["log_space"]["regrants"],
-            "sleep_logspace": fig["log_space"]["sleeps"],
+            "force_sleeps_on_iclogs": w["slept"] if (w := fig["force_waits"]) else None,
+            "reservations": s["reservations"] + s["regrants"] if (s := fig["log_space"]) else None,
+            "sleep_logspace": s["sleeps"] if s else None,
             "ail_cil_flushes": fig["log_forces"]["ail_cil_flushes"],
-            "delalloc_conversions": fig["delalloc"]["converted_at_writeback"]["count"],
-            "delalloc_converted_blocks": fig["delalloc"]["converted_at_writeback"]["blocks"],
+            "delalloc_conversions": d["converted_at_writeback"]["count"] if (d := fig["delalloc"]) else None,
+            "delalloc_converted_blocks": d["converted_at_writeback"]["blocks"] if d else None,
         },
-        "force_sleeps_without_tracepoint": (log["force_sleep"] - fig["force_waits"]["slept"])
-        if "force_sleep" in log
-        else None,
+        "force_sleeps_without_tracepoint": (log["force_sleep"] - w["slept"]) if "force_sleep" in log and w else None,
     }
 
 
@@ -678,8 +706,17 @@ def report_lines(section: dict[str, Any], fs: dict[str, Any]) -> list[str]:
         return []
     f, i, w, per = fig["log_forces"], fig["iclogs"], fig["force_waits"], fig["per_fsync"]
     k = section.get("kernel_counters")
-    wt = i["write_time"]
     fsyncs = per["fsyncs"]
+    if i is None or w is None:  # a kernel without the iclog tracepoints (5.10)
+        lines = [
+            f"   behind log force wait (XFS log): {f['count']} log forces ("
+            + (f"{_per(per['log_forces_per_fsync'])} per fsync; " if fsyncs else "")
+            + f"{_top(f['by_caller']) or 'none'}); iclog writes and force waits unknown on this kernel"
+            + _kernel_note(k)
+            + (f"; {_us(per['force_wait_ns_per_fsync'])} of log force wait per fsync" if fsyncs else "")
+        ]
+        return lines + _space_lines(fig, per, fsyncs)
+    wt = i["write_time"]
     each = lambda key: f"{_per(per[key])} per fsync, " if fsyncs else ""  # noqa: E731
     lines = [
         f"   behind log force wait (XFS log): {f['count']} log forces ("
@@ -703,6 +740,12 @@ def report_lines(section: dict[str, Any], fs: dict[str, Any]) -> list[str]:
         )
         + (f"; {_us(per['force_wait_ns_per_fsync'])} of log force wait per fsync" if fsyncs else ""),
     ]
+    return lines + _space_lines(fig, per, fsyncs)
+
+
+def _space_lines(fig, per, fsyncs):
+    """The report's CIL push, log space, delayed allocation and inodegc lines."""
+    lines = []
     cil = fig["cil_push"]
     if cil["count"]:
         causes = ", ".join(f"{name} {_us(ns / cil['count'])}" for name, ns in list(cil["causes"].items())[:3])
@@ -715,19 +758,26 @@ def report_lines(section: dict[str, Any], fs: dict[str, Any]) -> list[str]:
         )
     s = fig["log_space"]
     d = fig["delalloc"]
-    conv = d["converted_at_writeback"]
-    lines.append(
-        f"     log space: {s['sleeps']} reservation waits"
-        + (
-            f" (avg {_us(s['sleep_time']['avg_ns'])}, {s['sleeps_of_kernel_threads']} by kernel threads)"
-            if s["sleeps"]
-            else ""
+    space = "log space: unknown on this kernel"
+    if s is not None:
+        space = (
+            f"log space: {s['sleeps']} reservation waits"
+            + (
+                f" (avg {_us(s['sleep_time']['avg_ns'])}, {s['sleeps_of_kernel_threads']} by kernel threads)"
+                if s["sleeps"]
+                else ""
+            )
+            + f", {s['cil_throttles']} CIL throttles"
         )
-        + f", {s['cil_throttles']} CIL throttles; delayed allocation: {d['delalloc_reserved']['count']} "
-        f"reservations at write, {conv['count']} converted at writeback "
-        f"({_top(conv['by_context']) or 'none'})"
-    )
-    gc = fig.get("inodegc", {})
+    alloc = "delayed allocation: unknown on this kernel"
+    if d is not None:
+        conv = d["converted_at_writeback"]
+        alloc = (
+            f"delayed allocation: {d['delalloc_reserved']['count']} reservations at write, {conv['count']} "
+            f"converted at writeback ({_top(conv['by_context']) or 'none'})"
+        )
+    lines.append(f"     {space}; {alloc}")
+    gc = fig.get("inodegc") or {}
     if gc.get("queued", {}).get("count") or gc.get("worker", {}).get("windows"):
         w = gc.get("worker", {})
         lines.append(
@@ -744,7 +794,7 @@ def work_links(section: dict[str, Any], fs: dict[str, Any]) -> dict[str, dict[st
     """{worker kind: {"by", "shares": {op: share}}}: inodegc's work shared among the ops by the
     inodes each queued for inactivation (xfs_inode_set_need_inactive in its calls), in the
     comparison's scope (the run, or one phase)."""
-    queued = in_scope(section, fs).get("inodegc", {}).get("queued", {})
+    queued = (in_scope(section, fs).get("inodegc") or {}).get("queued", {})
     total = queued.get("count", 0)
     if not total:
         return {}
@@ -763,7 +813,7 @@ def evidence(section: dict[str, Any], fs: dict[str, Any], op: str) -> dict[str, 
     event links to a force (an untar's 223 per force were that), so the two stay two rates."""
     fig = in_scope(section, fs)
     n = fs["attribution"].get(op, {}).get("count", 0)
-    forces, writes = fig.get("log_forces", {}), fig.get("iclogs", {}).get("writes", 0)
+    forces, writes = fig.get("log_forces", {}), (fig.get("iclogs") or {}).get("writes")
     if not forces:
         return {}
     out: dict[str, float] = {}
@@ -771,5 +821,6 @@ def evidence(section: dict[str, Any], fs: dict[str, Any], op: str) -> dict[str, 
         out[f"XFS log forces made in its calls, per {op}"] = forces.get("by_context", {}).get(op, 0) / n
     if fs.get("elapsed_s"):
         out[f"XFS log forces per second ({wide(fs)})"] = forces.get("count", 0) / fs["elapsed_s"]
-        out[f"XFS iclog writes per second ({wide(fs)})"] = writes / fs["elapsed_s"]
+        if writes is not None:  # unknown without the iclog tracepoints (5.10)
+            out[f"XFS iclog writes per second ({wide(fs)})"] = writes / fs["elapsed_s"]
     return out

@@ -84,6 +84,7 @@ ALTERNATIVES = {
         )
     },
     "ext4:on_mark_inode_dirty": "ext4:tp_ext4_mark_inode_dirty",
+    "xfs:on_log_force": "xfs:tp_xfs_log_force",
     **{f"xfs:place_{e}": f"xfs:tp_place_{e}" for e in ("xfs_lookup", "xfs_getattr", "xfs_setattr", "xfs_create")},
     **{f"xfs:place_{e}": f"xfs:tp_place_{e}" for e in ("xfs_remove", "xfs_rename", "xfs_link")},
 }

@@ -63,10 +63,17 @@ def object_path(name: str) -> Path:
     return (BUILD_DIR / "legacy" if legacy_kernel() else BUILD_DIR) / f"{name}.bpf.o"
 
 
-# Programs of the legacy objects left out on 5.10: its io_uring tracepoints pass the ring before
-# the request (and Debian's 5.10 has a backported io_uring whose request layout fsprof does not read).
+# Programs of the legacy objects left out on 5.10 ("object:program"): its io_uring tracepoints pass
+# the ring before the request (and Debian's 5.10 has a backported io_uring whose request layout
+# fsprof does not read); the XFS work items' types are in module xfs, which has no BTF there.
 _URING_510 = "io_uring requests are not followed before 5.11 (5.10's tracepoints and requests have another form)"
-LEGACY_LEFT_OUT = {"on_uring_submit_sqe": _URING_510, "on_uring_complete": _URING_510}
+_XFS_WORK_510 = "XFS's work item types are in module xfs, which has no BTF on this kernel (module BTF came in 5.11)"
+LEGACY_LEFT_OUT = {
+    "syscalls:on_uring_submit_sqe": _URING_510,
+    "syscalls:on_uring_complete": _URING_510,
+    "xfs:on_work_start": _XFS_WORK_510,
+    "xfs:on_work_end": _XFS_WORK_510,
+}
 
 LOG_DIR = Path(os.environ.get("FSPROF_LOG_DIR", "/var/tmp/fsprof/logs"))
 
@@ -362,8 +369,8 @@ class BpfObject:
             section = lib.bpf_program__section_name(prog).decode()
             if only is not None and pname not in only:
                 reason = "not requested"
-            elif legacy_kernel() and pname in LEGACY_LEFT_OUT:
-                reason = LEGACY_LEFT_OUT[pname]
+            elif legacy_kernel() and f"{self.name}:{pname}" in LEGACY_LEFT_OUT:
+                reason = LEGACY_LEFT_OUT[f"{self.name}:{pname}"]
             else:
                 reason = self._missing_reason(section)
             if reason or pname in refused:

@@ -9,40 +9,43 @@ import re
 
 from ..machine import tracefs
 
-# (tracepoint, field, size in bytes), in the order of enum tp_field.
+# (enum tp_field name, tracepoint, field, size in bytes), in the enum's order.
 FIELDS = (
-    ("jbd2/jbd2_start_commit", "dev", 4),
-    ("jbd2/jbd2_start_commit", "transaction", 4),
-    ("jbd2/jbd2_start_commit", "sync_commit", 1),
-    ("jbd2/jbd2_end_commit", "dev", 4),
-    ("jbd2/jbd2_end_commit", "transaction", 4),
-    ("jbd2/jbd2_run_stats", "dev", 4),
-    ("jbd2/jbd2_run_stats", "tid", 4),
-    ("jbd2/jbd2_run_stats", "wait", 8),
-    ("jbd2/jbd2_run_stats", "request_delay", 8),
-    ("jbd2/jbd2_run_stats", "running", 8),
-    ("jbd2/jbd2_run_stats", "locked", 8),
-    ("jbd2/jbd2_run_stats", "flushing", 8),
-    ("jbd2/jbd2_run_stats", "logging", 8),
-    ("jbd2/jbd2_run_stats", "handle_count", 4),
-    ("jbd2/jbd2_run_stats", "blocks", 4),
-    ("jbd2/jbd2_run_stats", "blocks_logged", 4),
-    ("jbd2/jbd2_checkpoint", "dev", 4),
-    ("jbd2/jbd2_checkpoint", "result", 4),
-    ("jbd2/jbd2_checkpoint_stats", "dev", 4),
-    ("jbd2/jbd2_checkpoint_stats", "chp_time", 8),
-    ("jbd2/jbd2_checkpoint_stats", "forced_to_close", 4),
-    ("jbd2/jbd2_checkpoint_stats", "written", 4),
-    ("jbd2/jbd2_checkpoint_stats", "dropped", 4),
-    ("ext4/ext4_mark_inode_dirty", "dev", 4),
-    ("xfs/xfs_lookup", "dev", 4),
-    ("xfs/xfs_getattr", "dev", 4),
-    ("xfs/xfs_setattr", "dev", 4),
-    ("xfs/xfs_create", "dev", 4),
-    ("xfs/xfs_remove", "dev", 4),
-    ("xfs/xfs_rename", "dev", 4),
-    ("xfs/xfs_link", "dev", 4),
-    ("btrfs/btrfs_space_reservation", "fsid", 16),
+    ("TPF_COMMIT_DEV", "jbd2/jbd2_start_commit", "dev", 4),
+    ("TPF_COMMIT_TID", "jbd2/jbd2_start_commit", "transaction", 4),
+    ("TPF_COMMIT_SYNC", "jbd2/jbd2_start_commit", "sync_commit", 1),
+    ("TPF_END_DEV", "jbd2/jbd2_end_commit", "dev", 4),
+    ("TPF_END_TID", "jbd2/jbd2_end_commit", "transaction", 4),
+    ("TPF_RUN_DEV", "jbd2/jbd2_run_stats", "dev", 4),
+    ("TPF_RUN_TID", "jbd2/jbd2_run_stats", "tid", 4),
+    ("TPF_RUN_WAIT", "jbd2/jbd2_run_stats", "wait", 8),
+    ("TPF_RUN_REQUEST_DELAY", "jbd2/jbd2_run_stats", "request_delay", 8),
+    ("TPF_RUN_RUNNING", "jbd2/jbd2_run_stats", "running", 8),
+    ("TPF_RUN_LOCKED", "jbd2/jbd2_run_stats", "locked", 8),
+    ("TPF_RUN_FLUSHING", "jbd2/jbd2_run_stats", "flushing", 8),
+    ("TPF_RUN_LOGGING", "jbd2/jbd2_run_stats", "logging", 8),
+    ("TPF_RUN_HANDLE_COUNT", "jbd2/jbd2_run_stats", "handle_count", 4),
+    ("TPF_RUN_BLOCKS", "jbd2/jbd2_run_stats", "blocks", 4),
+    ("TPF_RUN_BLOCKS_LOGGED", "jbd2/jbd2_run_stats", "blocks_logged", 4),
+    ("TPF_CKPT_DEV", "jbd2/jbd2_checkpoint", "dev", 4),
+    ("TPF_CKPT_RESULT", "jbd2/jbd2_checkpoint", "result", 4),
+    ("TPF_CKPTS_DEV", "jbd2/jbd2_checkpoint_stats", "dev", 4),
+    ("TPF_CKPTS_CHP_TIME", "jbd2/jbd2_checkpoint_stats", "chp_time", 8),
+    ("TPF_CKPTS_FORCED", "jbd2/jbd2_checkpoint_stats", "forced_to_close", 4),
+    ("TPF_CKPTS_WRITTEN", "jbd2/jbd2_checkpoint_stats", "written", 4),
+    ("TPF_CKPTS_DROPPED", "jbd2/jbd2_checkpoint_stats", "dropped", 4),
+    ("TPF_EXT4_DIRTY_DEV", "ext4/ext4_mark_inode_dirty", "dev", 4),
+    ("TPF_XFS_LOOKUP_DEV", "xfs/xfs_lookup", "dev", 4),
+    ("TPF_XFS_GETATTR_DEV", "xfs/xfs_getattr", "dev", 4),
+    ("TPF_XFS_SETATTR_DEV", "xfs/xfs_setattr", "dev", 4),
+    ("TPF_XFS_CREATE_DEV", "xfs/xfs_create", "dev", 4),
+    ("TPF_XFS_REMOVE_DEV", "xfs/xfs_remove", "dev", 4),
+    ("TPF_XFS_RENAME_DEV", "xfs/xfs_rename", "dev", 4),
+    ("TPF_XFS_LINK_DEV", "xfs/xfs_link", "dev", 4),
+    ("TPF_BTRFS_RESV_FSID", "btrfs/btrfs_space_reservation", "fsid", 16),
+    ("TPF_XFS_FORCE_DEV", "xfs/xfs_log_force", "dev", 4),
+    ("TPF_XFS_FORCE_LSN", "xfs/xfs_log_force", "lsn", 8),
+    ("TPF_XFS_FORCE_CALLER", "xfs/xfs_log_force", "caller_ip", 8),
 )
 
 # "field:unsigned long wait;	offset:16;	size:8;	signed:0;"
@@ -59,11 +62,13 @@ def record_layout(tracepoint: str) -> dict[str, tuple[int, int]]:
 
 
 def offsets() -> list[int]:
-    """The offset of each FIELDS entry in this kernel's records, 0 where absent or of another size."""
+    """The offset of each FIELDS entry in this kernel's records, 0 where absent, of another size or
+    not aligned to it."""
     layouts: dict[str, dict[str, tuple[int, int]]] = {}
     out = []
-    for tracepoint, field, size in FIELDS:
+    for _, tracepoint, field, size in FIELDS:
         layout = layouts.setdefault(tracepoint, record_layout(tracepoint))
         off, got = layout.get(field, (0, 0))
-        out.append(off if got == size else 0)
+        # The programs read each field aligned (their masks keep reads inside the record's copy).
+        out.append(off if got == size and off % min(size, 8) == 0 else 0)
     return out
