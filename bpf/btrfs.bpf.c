@@ -514,25 +514,53 @@ int BPF_PROG(on_space_reservation, const struct btrfs_fs_info *fs_info, const ch
 }
 
 #ifdef FSPROF_LEGACY
-/* 5.10: only the placement of calls, as a classic tracepoint (compat.h's tp_record): the record's
- * fsid names the filesystem. */
-SEC("tracepoint/btrfs/btrfs_space_reservation")
-int tp_place_space_reservation(void *ctx)
+/* 5.10: classic tracepoints (compat.h's tp_record), whose records name the filesystem by its
+ * fsid: the superblock dev under test, or 0. */
+static __always_inline __u32 tp_fsid_dev(struct tp_record *r, int field)
 {
 	struct fsid_key key = {};
-	struct tp_record r;
 	__u64 halves[2];
 	__u32 *dev;
 
-	if (!tp_record(ctx, &r, TPF_BTRFS_RESV_FSID, 1))
-		return 0;
 	/* Two aligned 8-byte reads (the loader gives an 8-aligned offset), each masked into the copy. */
-	halves[0] = tp_u64(&r, TPF_BTRFS_RESV_FSID);
-	halves[1] = *(__u64 *)(r.b + ((r.f->off[TPF_BTRFS_RESV_FSID] + 8) & (TP_REC - 8)));
+	halves[0] = tp_u64(r, field);
+	halves[1] = *(__u64 *)(r->b + ((r->f->off[field] + 8) & (TP_REC - 8)));
 	__builtin_memcpy(&key, halves, sizeof(key));
 	dev = bpf_map_lookup_elem(&traced_fsids, &key);
-	if (dev)
-		place_call(*dev);
+	return dev ? *dev : 0;
+}
+
+/* Only the placement of calls: the reservations themselves (a string-keyed aggregate) stay out. */
+SEC("tracepoint/btrfs/btrfs_space_reservation")
+int tp_place_space_reservation(void *ctx)
+{
+	struct tp_record r;
+	__u32 dev;
+
+	if (tp_record(ctx, &r, TPF_BTRFS_RESV_FSID, 1) && (dev = tp_fsid_dev(&r, TPF_BTRFS_RESV_FSID)))
+		place_call(dev);
+	return 0;
+}
+
+SEC("tracepoint/btrfs/btrfs_sync_file")
+int tp_btrfs_sync_file(void *ctx)
+{
+	struct tp_record r;
+	__u32 dev;
+
+	if (tp_record(ctx, &r, TPF_BTRFS_SYNC_FSID, 2) && (dev = tp_fsid_dev(&r, TPF_BTRFS_SYNC_FSID)))
+		count_event(dev, BT_SYNC_FILE, tp_u32(&r, TPF_BTRFS_SYNC_DATASYNC) ? 1 : 0, -1, 0, 0);
+	return 0;
+}
+
+SEC("tracepoint/btrfs/btrfs_transaction_commit")
+int tp_btrfs_transaction_commit(void *ctx)
+{
+	struct tp_record r;
+	__u32 dev;
+
+	if (tp_record(ctx, &r, TPF_BTRFS_COMMIT_FSID, 1) && (dev = tp_fsid_dev(&r, TPF_BTRFS_COMMIT_FSID)))
+		count_event(dev, BT_COMMIT, 0, get_stack(ctx), 0, 0);
 	return 0;
 }
 #endif

@@ -319,6 +319,11 @@ static __always_inline __u32 tp_u32(struct tp_record *r, int field)
 	return *(__u32 *)(r->b + (r->f->off[field] & (TP_REC - 4)));
 }
 
+static __always_inline __u16 tp_u16(struct tp_record *r, int field)
+{
+	return *(__u16 *)(r->b + (r->f->off[field] & (TP_REC - 2)));
+}
+
 static __always_inline __u8 tp_u8(struct tp_record *r, int field)
 {
 	return *(__u8 *)(r->b + (r->f->off[field] & (TP_REC - 1)));

@@ -1022,20 +1022,25 @@ struct {
 	__type(value, struct span_val);
 } freeing_spans SEC(".maps");
 
-static __always_inline void span_begin(void *map, struct inode *inode)
+static __always_inline void span_begin_ino(void *map, __u64 ino)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct span_start st = {};
 
 	st.start_ns = bpf_ktime_get_ns();
 	st.switches = switches_of(current_task());
-	st.ino = BPF_CORE_READ(inode, i_ino);
+	st.ino = ino;
 	bpf_map_update_elem(map, &tid, &st, BPF_ANY);
+}
+
+static __always_inline void span_begin(void *map, struct inode *inode)
+{
+	span_begin_ino(map, BPF_CORE_READ(inode, i_ino));
 }
 
 /* Ends the thread's span in `map` if it is of this inode; event_on_cpu is the span's
  * SPAN_*_ON_CPU (+1 when it switched out). */
-static __always_inline void span_end(void *map, struct inode *inode, __u16 event_on_cpu)
+static __always_inline void span_end_ino(void *map, __u32 dev, __u64 ino, __u16 event_on_cpu)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct span_start *st = bpf_map_lookup_elem(map, &tid);
@@ -1043,10 +1048,10 @@ static __always_inline void span_end(void *map, struct inode *inode, __u16 event
 	struct span_val *v, zero = {};
 	__u64 now;
 
-	if (!st || st->ino != BPF_CORE_READ(inode, i_ino))
+	if (!st || st->ino != ino)
 		return;
 	now = bpf_ktime_get_ns();
-	key.dev = inode_dev(inode);
+	key.dev = dev;
 	key.phase = current_phase();
 	key.event = event_on_cpu + (switches_of(current_task()) != st->switches);
 	fill_who(&key);
@@ -1055,6 +1060,11 @@ static __always_inline void span_end(void *map, struct inode *inode, __u16 event
 		__sync_fetch_and_add(&v->ns, now - st->start_ns);
 	}
 	bpf_map_delete_elem(map, &tid);
+}
+
+static __always_inline void span_end(void *map, struct inode *inode, __u16 event_on_cpu)
+{
+	span_end_ino(map, inode_dev(inode), BPF_CORE_READ(inode, i_ino), event_on_cpu);
 }
 
 SEC("tp_btf/ext4_ext_remove_space")
@@ -1105,3 +1115,131 @@ int BPF_PROG(on_free_blocks, struct inode *inode, __u64 block, unsigned long cou
 {
 	return da_count(inode_dev(inode), DA_FREE, count);
 }
+
+#ifdef FSPROF_LEGACY
+/* 5.10: the delayed allocation, block allocation and freeing events as classic tracepoints
+ * (compat.h's tp_record): their records hold the dev, the counts and the inode. */
+#define TP_DA_COUNT(event, dev_field, n_field, da_event)                                    \
+	SEC("tracepoint/ext4/" #event)                                                      \
+	int tp_##event(void *ctx)                                                           \
+	{                                                                                   \
+		struct tp_record r;                                                         \
+		if (!tp_record(ctx, &r, dev_field, 1) || !r.f->off[n_field])                \
+			return 0;                                                           \
+		return da_count(tp_u32(&r, dev_field), da_event, (int)tp_u32(&r, n_field)); \
+	}
+TP_DA_COUNT(ext4_da_release_space, TPF_DA_REL_DEV, TPF_DA_REL_FREED, DA_RELEASE)
+TP_DA_COUNT(ext4_da_update_reserve_space, TPF_DA_UPD_DEV, TPF_DA_UPD_USED, DA_CLAIM)
+TP_DA_COUNT(ext4_da_write_pages_extent, TPF_DA_EXT_DEV, TPF_DA_EXT_LEN, DA_MAP_EXTENT)
+TP_DA_COUNT(ext4_request_blocks, TPF_REQ_DEV, TPF_REQ_LEN, DA_REQUEST)
+
+SEC("tracepoint/ext4/ext4_da_write_begin")
+int tp_ext4_da_write_begin(void *ctx)
+{
+	struct tp_record r;
+
+	return tp_record(ctx, &r, TPF_DA_WB_DEV, 1) ? da_count(tp_u32(&r, TPF_DA_WB_DEV), DA_WRITE_BEGIN, 0) : 0;
+}
+
+SEC("tracepoint/ext4/ext4_write_begin")
+int tp_ext4_write_begin(void *ctx)
+{
+	struct tp_record r;
+
+	return tp_record(ctx, &r, TPF_WB_DEV, 1) ? da_count(tp_u32(&r, TPF_WB_DEV), DA_NODA_WRITE_BEGIN, 0) : 0;
+}
+
+/* reserve_blocks where the record has it (after 6.1), else one block per event, as on 6.1. */
+SEC("tracepoint/ext4/ext4_da_reserve_space")
+int tp_ext4_da_reserve_space(void *ctx)
+{
+	struct tp_record r;
+
+	if (!tp_record(ctx, &r, TPF_DA_RESV_DEV, 1))
+		return 0;
+	return da_count(tp_u32(&r, TPF_DA_RESV_DEV), DA_RESERVE,
+	                r.f->off[TPF_DA_RESV_BLOCKS] ? (int)tp_u32(&r, TPF_DA_RESV_BLOCKS) : 1);
+}
+
+SEC("tracepoint/ext4/ext4_allocate_blocks")
+int tp_ext4_allocate_blocks(void *ctx)
+{
+	struct tp_record r;
+
+	if (!tp_record(ctx, &r, TPF_ALLOC_DEV, 3))
+		return 0;
+	return da_count(tp_u32(&r, TPF_ALLOC_DEV),
+	                (tp_u32(&r, TPF_ALLOC_FLAGS) & EXT4_MB_DELALLOC_RESV) ? DA_ALLOC_DELALLOC : DA_ALLOC_OTHER,
+	                tp_u32(&r, TPF_ALLOC_LEN));
+}
+
+SEC("tracepoint/ext4/ext4_mballoc_alloc")
+int tp_ext4_mballoc_alloc(void *ctx)
+{
+	struct tp_record r;
+
+	if (!tp_record(ctx, &r, TPF_MB_DEV, 2))
+		return 0;
+	return da_count(tp_u32(&r, TPF_MB_DEV), DA_MBALLOC, tp_u16(&r, TPF_MB_GROUPS));
+}
+
+SEC("tracepoint/ext4/ext4_free_blocks")
+int tp_ext4_free_blocks(void *ctx)
+{
+	struct tp_record r;
+
+	if (!tp_record(ctx, &r, TPF_FREE_DEV, 2))
+		return 0;
+	return da_count(tp_u32(&r, TPF_FREE_DEV), DA_FREE, tp_u64(&r, TPF_FREE_COUNT));
+}
+
+SEC("tracepoint/ext4/ext4_ext_remove_space")
+int tp_ext4_ext_remove_space(void *ctx)
+{
+	struct tp_record r;
+
+	if (tp_record(ctx, &r, TPF_RM_DEV, 2) && traced_dev(tp_u32(&r, TPF_RM_DEV)))
+		span_begin_ino(&removing, tp_u64(&r, TPF_RM_INO));
+	return 0;
+}
+
+SEC("tracepoint/ext4/ext4_ext_remove_space_done")
+int tp_ext4_ext_remove_space_done(void *ctx)
+{
+	struct tp_record r;
+
+	if (tp_record(ctx, &r, TPF_RMD_DEV, 2))
+		span_end_ino(&removing, tp_u32(&r, TPF_RMD_DEV), tp_u64(&r, TPF_RMD_INO), SPAN_EXTENT_ON_CPU);
+	return 0;
+}
+
+SEC("tracepoint/ext4/ext4_evict_inode")
+int tp_ext4_evict_inode(void *ctx)
+{
+	struct tp_record r;
+
+	if (tp_record(ctx, &r, TPF_EVICT_DEV, 3) && !tp_u32(&r, TPF_EVICT_NLINK) &&
+	    traced_dev(tp_u32(&r, TPF_EVICT_DEV)))
+		span_begin_ino(&evicting, tp_u64(&r, TPF_EVICT_INO));
+	return 0;
+}
+
+SEC("tracepoint/ext4/ext4_truncate_enter")
+int tp_ext4_truncate_enter(void *ctx)
+{
+	struct tp_record r;
+
+	if (tp_record(ctx, &r, TPF_TRUNC_DEV, 2))
+		span_end_ino(&evicting, tp_u32(&r, TPF_TRUNC_DEV), tp_u64(&r, TPF_TRUNC_INO), SPAN_PAGES_ON_CPU);
+	return 0;
+}
+
+SEC("tracepoint/ext4/ext4_free_inode")
+int tp_ext4_free_inode(void *ctx)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+
+	bpf_map_delete_elem(&evicting, &tid);
+	return 0;
+}
+#endif

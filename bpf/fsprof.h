@@ -489,6 +489,42 @@ enum tp_field {
 	TPF_XFS_FORCE_DEV,   /* xfs_log_force */
 	TPF_XFS_FORCE_LSN,
 	TPF_XFS_FORCE_CALLER,
+	TPF_XFS_RESERVE_DEV, /* the XFS log space (loggrant) events */
+	TPF_XFS_REGRANT_DEV,
+	TPF_XFS_GRANT_SLEEP_DEV,
+	TPF_XFS_GRANT_WAKE_UP_DEV,
+	TPF_XFS_CIL_WAIT_DEV,
+	TPF_DA_WB_DEV, /* ext4's delayed allocation, block allocation and freeing events */
+	TPF_WB_DEV,
+	TPF_DA_RESV_DEV,
+	TPF_DA_RESV_BLOCKS, /* optional: after 6.1 only */
+	TPF_DA_REL_DEV,
+	TPF_DA_REL_FREED,
+	TPF_DA_UPD_DEV,
+	TPF_DA_UPD_USED,
+	TPF_DA_EXT_DEV,
+	TPF_DA_EXT_LEN,
+	TPF_REQ_DEV,
+	TPF_REQ_LEN,
+	TPF_ALLOC_DEV,
+	TPF_ALLOC_LEN,
+	TPF_ALLOC_FLAGS,
+	TPF_MB_DEV,
+	TPF_MB_GROUPS,
+	TPF_FREE_DEV,
+	TPF_FREE_COUNT,
+	TPF_RM_DEV,
+	TPF_RM_INO,
+	TPF_RMD_DEV,
+	TPF_RMD_INO,
+	TPF_EVICT_DEV,
+	TPF_EVICT_INO,
+	TPF_EVICT_NLINK,
+	TPF_TRUNC_DEV,
+	TPF_TRUNC_INO,
+	TPF_BTRFS_SYNC_FSID, /* btrfs_sync_file */
+	TPF_BTRFS_SYNC_DATASYNC,
+	TPF_BTRFS_COMMIT_FSID, /* btrfs_transaction_commit */
 	N_TP_FIELDS,
 };
 

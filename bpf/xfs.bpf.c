@@ -390,7 +390,8 @@ int tp_xfs_log_force(void *ctx)
 
 	if (!tp_record(ctx, &r, TPF_XFS_FORCE_DEV, 3))
 		return 0;
-	return log_force(tp_u32(&r, TPF_XFS_FORCE_DEV), tp_u64(&r, TPF_XFS_FORCE_LSN), tp_u64(&r, TPF_XFS_FORCE_CALLER));
+	return log_force(tp_u32(&r, TPF_XFS_FORCE_DEV), tp_u64(&r, TPF_XFS_FORCE_LSN),
+	                 tp_u64(&r, TPF_XFS_FORCE_CALLER));
 }
 #endif
 
@@ -671,10 +672,9 @@ int BPF_PROG(on_log_regrant_exit, struct xlog *log, struct xlog_ticket *tic)
 
 /* xlog_grant_head_wait: no log space; the thread sleeps until the AIL moves the tail
  * (xs_sleep_logspace counts each sleep). May repeat in a loop until the space is there. */
-SEC("tp_btf/xfs_log_grant_sleep")
-int BPF_PROG(on_grant_sleep, struct xlog *log, struct xlog_ticket *tic)
+static __always_inline int grant_sleep(__u32 dev)
 {
-	__u32 tid = (__u32)bpf_get_current_pid_tgid(), dev = log_dev(log);
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct grant_state *g, fresh = { .dev = dev };
 	struct xlog_counts *c;
 
@@ -703,9 +703,14 @@ int BPF_PROG(on_grant_sleep, struct xlog *log, struct xlog_ticket *tic)
 	return 0;
 }
 
+SEC("tp_btf/xfs_log_grant_sleep")
+int BPF_PROG(on_grant_sleep, struct xlog *log, struct xlog_ticket *tic)
+{
+	return grant_sleep(log_dev(log));
+}
+
 /* The same thread back from schedule() in xlog_grant_head_wait. */
-SEC("tp_btf/xfs_log_grant_wake")
-int BPF_PROG(on_grant_wake, struct xlog *log, struct xlog_ticket *tic)
+static __always_inline int grant_wake(void)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct grant_state *g = bpf_map_lookup_elem(&grant_state, &tid);
@@ -722,11 +727,15 @@ int BPF_PROG(on_grant_wake, struct xlog *log, struct xlog_ticket *tic)
 	return 0;
 }
 
-/* xlog_grant_head_wake: space freed, a waiter is woken (runs in the waker: AIL, log I/O end). */
-SEC("tp_btf/xfs_log_grant_wake_up")
-int BPF_PROG(on_grant_wake_up, struct xlog *log, struct xlog_ticket *tic)
+SEC("tp_btf/xfs_log_grant_wake")
+int BPF_PROG(on_grant_wake, struct xlog *log, struct xlog_ticket *tic)
 {
-	__u32 dev = log_dev(log);
+	return grant_wake();
+}
+
+/* xlog_grant_head_wake: space freed, a waiter is woken (runs in the waker: AIL, log I/O end). */
+static __always_inline int grant_wake_up(__u32 dev)
+{
 	struct xlog_counts *c;
 
 	if (traced_dev(dev) && (c = counts_now(dev)))
@@ -734,18 +743,91 @@ int BPF_PROG(on_grant_wake_up, struct xlog *log, struct xlog_ticket *tic)
 	return 0;
 }
 
+SEC("tp_btf/xfs_log_grant_wake_up")
+int BPF_PROG(on_grant_wake_up, struct xlog *log, struct xlog_ticket *tic)
+{
+	return grant_wake_up(log_dev(log));
+}
+
 /* xlog_cil_push_background: the CIL is over its hard limit; the committing thread waits for the
  * push to start (xc_push_wait). */
-SEC("tp_btf/xfs_log_cil_wait")
-int BPF_PROG(on_cil_wait, struct xlog *log, struct xlog_ticket *tic)
+static __always_inline int cil_wait(__u32 dev)
 {
-	__u32 dev = log_dev(log);
 	struct xlog_counts *c;
 
 	if (traced_dev(dev) && (c = counts_now(dev)))
 		__sync_fetch_and_add(&c->cil_throttle, 1);
 	return 0;
 }
+
+SEC("tp_btf/xfs_log_cil_wait")
+int BPF_PROG(on_cil_wait, struct xlog *log, struct xlog_ticket *tic)
+{
+	return cil_wait(log_dev(log));
+}
+
+#ifdef FSPROF_LEGACY
+/* 5.10: the log space events as classic tracepoints (compat.h's tp_record); the loggrant class's
+ * records hold the dev. */
+static __always_inline __u32 tp_dev(void *ctx, int field)
+{
+	struct tp_record r;
+
+	return tp_record(ctx, &r, field, 1) ? tp_u32(&r, field) : 0;
+}
+
+SEC("tracepoint/xfs/xfs_log_reserve")
+int tp_xfs_log_reserve(void *ctx)
+{
+	grant_enter(tp_dev(ctx, TPF_XFS_RESERVE_DEV), 0);
+	return 0;
+}
+
+SEC("tracepoint/xfs/xfs_log_regrant")
+int tp_xfs_log_regrant(void *ctx)
+{
+	grant_enter(tp_dev(ctx, TPF_XFS_REGRANT_DEV), 1);
+	return 0;
+}
+
+SEC("tracepoint/xfs/xfs_log_reserve_exit")
+int tp_xfs_log_reserve_exit(void *ctx)
+{
+	grant_exit();
+	return 0;
+}
+
+SEC("tracepoint/xfs/xfs_log_regrant_exit")
+int tp_xfs_log_regrant_exit(void *ctx)
+{
+	grant_exit();
+	return 0;
+}
+
+SEC("tracepoint/xfs/xfs_log_grant_sleep")
+int tp_xfs_log_grant_sleep(void *ctx)
+{
+	return grant_sleep(tp_dev(ctx, TPF_XFS_GRANT_SLEEP_DEV));
+}
+
+SEC("tracepoint/xfs/xfs_log_grant_wake")
+int tp_xfs_log_grant_wake(void *ctx)
+{
+	return grant_wake();
+}
+
+SEC("tracepoint/xfs/xfs_log_grant_wake_up")
+int tp_xfs_log_grant_wake_up(void *ctx)
+{
+	return grant_wake_up(tp_dev(ctx, TPF_XFS_GRANT_WAKE_UP_DEV));
+}
+
+SEC("tracepoint/xfs/xfs_log_cil_wait")
+int tp_xfs_log_cil_wait(void *ctx)
+{
+	return cil_wait(tp_dev(ctx, TPF_XFS_CIL_WAIT_DEV));
+}
+#endif
 
 /* ---- CIL push and log worker windows (workqueue tracepoints in the worker's own thread) ------ */
 

@@ -518,7 +518,7 @@ def figures(
     unknown = [part for prog, part in NEEDS.items() if prog in left_out]
     for part in unknown:
         out[part] = None
-    if unknown:
+    if "fsyncs" in unknown or "commits" in unknown:
         out["many_to_one"] = {k: out["many_to_one"][k] for k in _MANY_TO_ONE_OF_WAITS}
     return out
 
@@ -652,6 +652,9 @@ def report_lines(section: dict[str, Any], fs: dict[str, Any]) -> list[str]:
         )
     lines += _wait_lines(m)
     oe, r = a["ordered_extents"], a["reservations"]
+    if oe is None or r is None:  # a kernel without those programs (5.10)
+        unknown = ", ".join(part.replace("_", " ") for part in ("ordered_extents", "reservations") if a[part] is None)
+        return lines + [f"     {unknown} unknown on this kernel"]
     life = oe["life"]
     lines.append(
         f"     {oe['added']} ordered extents ({_kib(oe['avg_bytes'] or 0)} avg"

@@ -84,7 +84,42 @@ ALTERNATIVES = {
         )
     },
     "ext4:on_mark_inode_dirty": "ext4:tp_ext4_mark_inode_dirty",
+    **{
+        f"ext4:on_{short}": f"ext4:tp_ext4_{short}"
+        for short in (
+            "da_write_begin",
+            "write_begin",
+            "da_reserve_space",
+            "da_release_space",
+            "da_update_reserve_space",
+            "da_write_pages_extent",
+            "request_blocks",
+            "allocate_blocks",
+            "mballoc_alloc",
+            "free_blocks",
+            "evict_inode",
+            "truncate_enter",
+            "free_inode",
+        )
+    },
+    "btrfs:on_sync_file": "btrfs:tp_btrfs_sync_file",
+    "btrfs:on_transaction_commit": "btrfs:tp_btrfs_transaction_commit",
+    "ext4:on_remove_space": "ext4:tp_ext4_ext_remove_space",
+    "ext4:on_remove_space_done": "ext4:tp_ext4_ext_remove_space_done",
     "xfs:on_log_force": "xfs:tp_xfs_log_force",
+    **{
+        f"xfs:on_{short}": f"xfs:tp_xfs_{event}"
+        for short, event in (
+            ("log_reserve", "log_reserve"),
+            ("log_regrant", "log_regrant"),
+            ("log_reserve_exit", "log_reserve_exit"),
+            ("log_regrant_exit", "log_regrant_exit"),
+            ("grant_sleep", "log_grant_sleep"),
+            ("grant_wake", "log_grant_wake"),
+            ("grant_wake_up", "log_grant_wake_up"),
+            ("cil_wait", "log_cil_wait"),
+        )
+    },
     **{f"xfs:place_{e}": f"xfs:tp_place_{e}" for e in ("xfs_lookup", "xfs_getattr", "xfs_setattr", "xfs_create")},
     **{f"xfs:place_{e}": f"xfs:tp_place_{e}" for e in ("xfs_remove", "xfs_rename", "xfs_link")},
 }
