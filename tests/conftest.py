@@ -240,6 +240,15 @@ MODULE_TYPEDEFS = {"tid_t": "unsigned int", "xfs_ino_t": "unsigned long long", "
 _vmlinux_typedefs = None
 
 
+def _modules_without_btf():
+    """Whether the filesystems' modules are loadable ones without BTF (5.10): bpftrace then types a
+    module tracepoint's fields with no BTF at all, so even dev_t needs defining."""
+    return any(
+        os.path.exists(f"/sys/module/{m}/initstate") and not os.path.exists(f"/sys/kernel/btf/{m}")
+        for m in ("ext4", "jbd2", "xfs", "btrfs")
+    )
+
+
 def bpftrace_prelude():
     global _vmlinux_typedefs
     if _vmlinux_typedefs is None:
@@ -247,6 +256,9 @@ def bpftrace_prelude():
             ["bpftool", "btf", "dump", "file", "/sys/kernel/btf/vmlinux"], capture_output=True, text=True
         ).stdout
         _vmlinux_typedefs = {name for name in MODULE_TYPEDEFS if f"TYPEDEF '{name}'" in dump}
+    if _modules_without_btf():
+        every = {**MODULE_TYPEDEFS, "dev_t": "unsigned int"}
+        return "".join(f"#define {name} {ctype}\n" for name, ctype in every.items())
     return "".join(
         f"#define {name} {ctype}\n" for name, ctype in MODULE_TYPEDEFS.items() if name not in _vmlinux_typedefs
     )
