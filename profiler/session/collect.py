@@ -120,8 +120,10 @@ ALTERNATIVES = {
             ("cil_wait", "log_cil_wait"),
         )
     },
-    **{f"xfs:place_{e}": f"xfs:tp_place_{e}" for e in ("xfs_lookup", "xfs_getattr", "xfs_setattr", "xfs_create")},
-    **{f"xfs:place_{e}": f"xfs:tp_place_{e}" for e in ("xfs_remove", "xfs_rename", "xfs_link")},
+    **{
+        f"xfs:place_xfs_{e}": f"xfs:tp_place_xfs_{e}"
+        for e in ("lookup", "getattr", "setattr", "create", "remove", "rename", "link")
+    },
 }
 # A program whose twin gives part of its figures: {program: (twin, the figures still lost)}.
 PART_ALTERNATIVES = {"btrfs:on_space_reservation": ("btrfs:tp_place_space_reservation", "btrfs space reservations")}
