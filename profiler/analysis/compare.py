@@ -157,14 +157,16 @@ def _gib(n):
 
 
 def _test_bed(bed):
-    """'loop (buffered)', 'loop (direct I/O)', 'zram', 'disk', with an emulated device's model
-    ('loop (direct I/O) + dm-delay hdd (read 8 ms, write 0 ms, flush 15 ms)'); None where a run did
-    not record it."""
-    if bed.get("kind") != "loop":
-        return bed.get("kind")
-    loop = "loop (direct I/O)" if bed.get("direct_io") else "loop (buffered)"
+    """'loop (buffered)', 'loop (direct I/O)', 'zram', 'null_blk', 'disk', with an emulated device's
+    model ('loop (direct I/O) + dm-delay model hdd (read 8 ms, write 0 ms, flush 15 ms)'); None
+    where a run did not record it."""
+    kind = bed.get("kind")
+    if kind == "loop":
+        kind = "loop (direct I/O)" if bed.get("direct_io") else "loop (buffered)"
     model = bed.get("device_model")
-    return f"{loop} + dm-delay {device_model.describe(model)}" if model else loop
+    if model and kind == "null_blk":
+        return device_model.describe(model)  # it names null_blk
+    return f"{kind} + {device_model.describe(model)}" if model else kind
 
 
 # What a run was set to and ran on, one row a setting: its name, and how to read it off a

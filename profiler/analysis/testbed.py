@@ -36,8 +36,9 @@ def test_bed_notes(base: Group, other: Group, cmp: dict[str, Any]) -> list[str]:
         for _, fs in g.entries:
             dev = fs["device"]
             bed = dev.get("test_bed") or {}
-            if bed.get("device_model"):
-                models[dev["name"]] = f"dm-delay model {device_model.describe(bed['device_model'])}"
+            model = bed.get("device_model")
+            if model:
+                models[dev["name"]] = device_model.describe(model) + ": " + model_effect(model)
             if bed.get("kind") == "loop" and not bed.get("direct_io"):
                 buffered[dev["name"]] = bed.get("backing_disk") or "the backing filesystem"
             if bed.get("kind") == "zram":
@@ -69,11 +70,7 @@ def test_bed_notes(base: Group, other: Group, cmp: dict[str, Any]) -> list[str]:
         )
     if models and (has(SEEK_CAUSE_WORDS) or has(FLUSH_CAUSE_WORDS)):
         for name, words in sorted(models.items()):
-            notes.append(
-                f"{name}: an emulated device, {words}: each bio of a class is held that long before it "
-                "reaches the loop device below (rounded up to the kernel's timer tick); the times are "
-                "the model's plus the loop's, not a disk's."
-            )
+            notes.append(f"{name}: an emulated device, {words}")
     if ram and (has(FLUSH_CAUSE_WORDS) or has(READ_CAUSE_WORDS)):
         notes.append(f"{', '.join(sorted(ram))}: a RAM device (zram): no write cache to flush, no seeks.")
     if no_seek and has(SEEK_CAUSE_WORDS):
@@ -82,6 +79,22 @@ def test_bed_notes(base: Group, other: Group, cmp: dict[str, Any]) -> list[str]:
             "would make do not show here."
         )
     return notes
+
+
+def model_effect(model: dict[str, Any]) -> str:
+    """What an emulated device's model does to the times a run measures (docs/test-bed.md)."""
+    delays = model["read_ms"] or model["write_ms"] or model["flush_ms"]
+    held = (
+        "each bio of a class is held that long before it reaches the device below (rounded up to the "
+        "kernel's timer tick)"
+    )
+    if not model.get("cache_mib"):
+        return f"{held}; the times are the model's plus the loop's, not a disk's."
+    cache = (
+        "writes land in a RAM device's volatile write cache and a flush copies it to RAM, so a flush "
+        "costs what was written since the last one, far less than a disk's"
+    )
+    return f"{held}, then {cache}." if delays else f"{cache}."
 
 
 def space_figure(fs: dict[str, Any]) -> str | None:

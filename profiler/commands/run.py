@@ -112,8 +112,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=device_model_arg,
         default=None,
         metavar="MODEL",
-        help=f"emulate a slow device: dm-delay over the scratch loop device; {', '.join(MODELS)}, or "
-        "delays in ms like read=8,write=0,flush=15 (needs device-mapper: docs/test-bed.md)",
+        help=f"emulate a device: dm-delay over the scratch loop device, or a null_blk RAM device with a "
+        f"volatile write cache instead of it; {', '.join(MODELS)}, or delays in ms like "
+        "read=8,write=0,flush=15 with cache=MiB for the cache (needs device-mapper or null_blk: docs/test-bed.md)",
     )
     p.add_argument("--devices", type=positive, default=1, help="btrfs only: loop images in one filesystem")
     p.add_argument("--scratch-dir", default="/var/tmp/fsprof/scratch", help="where scratch images live")
@@ -154,7 +155,7 @@ def check_arguments(
     if args.loop_io and args.device:
         ap.error("--loop-io is for scratch loop devices; --device names a real one")
     if args.device_model and args.device:
-        ap.error("--device-model puts dm-delay over a scratch loop device; --device names a real one")
+        ap.error("--device-model emulates a device in place of the scratch loop device; --device names a real one")
     args.loop_io = args.loop_io or DEFAULT_LOOP_IO
 
 

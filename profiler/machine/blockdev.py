@@ -183,7 +183,7 @@ def _read(path):
 
 def test_bed(name: str) -> dict[str, Any]:
     """What stands behind a block device, as far as it changes what a measurement means:
-    {"kind": "loop" | "zram" | "disk", ...}. For a loop device: its backing file, whether it
+    {"kind": "loop" | "zram" | "null_blk" | "disk", ...}. For a loop device: its backing file, whether it
     passes I/O through (direct I/O: reads and flushes reach the backing disk) or goes through
     the host's page cache (buffered), and that disk's write cache and rotation. A device-mapper
     device over one disk is that disk's test bed, with "mapper": its own name."""
@@ -201,7 +201,21 @@ def test_bed(name: str) -> dict[str, Any]:
         return out
     if name.startswith("zram"):
         return {"kind": "zram"}
+    if _driver_of(name) == "nullb":
+        return {"kind": "null_blk"}
     return {"kind": "disk"}
+
+
+def _driver_of(name: str) -> str | None:
+    """The block driver that registered the device's major number (/proc/devices), e.g. "nullb":
+    a null_blk device made through configfs has the name its maker gave it."""
+    try:
+        major = (SYS_BLOCK / name / "dev").read_text().split(":")[0]
+        with open("/proc/devices") as f:
+            block = f.read().partition("Block devices:")[2]
+    except OSError:
+        return None
+    return next((w[1] for w in (line.split() for line in block.splitlines()) if len(w) == 2 and w[0] == major), None)
 
 
 def space(mountpoint: str) -> dict[str, int]:

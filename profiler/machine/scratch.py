@@ -4,6 +4,7 @@ mkfs'd and mounted, each step recorded in the caller's undo journal (undo.py und
 import contextlib
 import dataclasses
 import errno
+import itertools
 import os
 import shlex
 import stat
@@ -15,7 +16,7 @@ from profiler import filesystems
 from profiler.errors import FsprofError
 from profiler.machine.mounts import mounts
 from profiler.machine.tools import first_line, run_tool
-from profiler.machine.undo import ZRAM_CONTROL, Changes, boot_id
+from profiler.machine.undo import CONFIGFS, NULL_BLK_GROUPS, ZRAM_CONTROL, Changes, boot_id, null_blk_disk
 from profiler.signals import deferred
 
 
@@ -91,15 +92,20 @@ def provision(changes: Changes, config: FsConfig, scratch_dir: str | os.PathLike
     """Make loop-backed image(s), mkfs them and mount at <scratch_dir>/<label>/mnt, recording each step."""
     filesystems.load_modules([config.fs], loop=True)  # modules on distribution kernels
     base = _make_label_dir(changes, scratch_dir, config.label)
-    images = [_create_image(changes, scratch_dir, base, i, config.size_bytes) for i in range(config.devices)]
-    devices = [_attach_loop(changes, image, config.loop_io == "direct") for image in images]
-    if config.device_model:
+    model = config.device_model
+    if model and model.cache_mib:  # a RAM device with a volatile write cache instead of a loop
+        images = []
+        devices = [_null_blk(changes, model, config.size_bytes) for _ in range(config.devices)]
+    else:
+        images = [_create_image(changes, scratch_dir, base, i, config.size_bytes) for i in range(config.devices)]
+        devices = [_attach_loop(changes, image, config.loop_io == "direct") for image in images]
+    if model and model.delays:
         devices = [
             _delay_over(changes, config.device_model, loop, f"fsprof-{os.getpid()}-{config.label}-{i}")
             for i, loop in enumerate(devices)
         ]
     _mkfs(config, devices, image_size=config.size_bytes)
-    return _mount(changes, config, devices, images, base, stacked=bool(config.device_model))
+    return _mount(changes, config, devices, images, base, stacked=bool(model and model.delays))
 
 
 def provision_zram(changes: Changes, config: FsConfig, scratch_dir: str | os.PathLike[str] = SCRATCH_DIR) -> ScratchFs:
@@ -222,6 +228,34 @@ def _delay_over(changes, model, loop, name):
         ["dmsetup", "info", "-c", "--noheadings", "-o", "blkdevname", name], "naming a dm device", check=True
     )
     return f"/dev/{proc.stdout.strip()}"
+
+
+_NULL_BLK_SEQ = itertools.count()
+
+
+def _null_blk(changes, model, size_bytes):
+    """A RAM-backed null_blk device with a volatile write cache of the model's size, made through
+    configfs, as /dev/<name>. Its memory is taken only as it is written. Recorded before it is made:
+    the undo finds it by its group, whose name carries this process's id."""
+    if not os.path.isdir(NULL_BLK_GROUPS):
+        # No configfs mounted (a VM guest's minimal init): mount it, and unmount it at the end.
+        changes.record("configfs", target=CONFIGFS)
+        run_tool(["mount", "-t", "configfs", "configfs", CONFIGFS], "mounting configfs", check=True)
+    group = f"{NULL_BLK_GROUPS}/fsprof-{os.getpid()}-{next(_NULL_BLK_SEQ)}"
+    changes.record("null_blk", group=group, boot_id=boot_id())
+    os.mkdir(group)
+    # size and cache_size in MiB; power=1 makes the disk, with what was set before it.
+    settings = (("size", max(1, size_bytes >> 20)), ("memory_backed", 1), ("cache_size", model.cache_mib), ("power", 1))
+    for attr, value in settings:
+        try:
+            with open(f"{group}/{attr}", "w") as f:
+                f.write(str(value))
+        except OSError as e:
+            raise FsprofError(f"could not make a null_blk device ({attr}={value}): {e.strerror}") from None
+    disk = null_blk_disk(group)
+    if disk is None:
+        raise FsprofError(f"the null_blk device of {group} did not appear in /sys/block")
+    return f"/dev/{disk}"
 
 
 def _mkfs(config, devices, image_size=None):

@@ -54,7 +54,7 @@ class Config:
     image_size: int
     erase_device: bool
     loop_io: str = scratch.FsConfig.loop_io  # a loop device's: "direct" or "buffered"
-    device_model: DeviceModel | None = None  # dm-delay over the loop device(s)
+    device_model: DeviceModel | None = None  # dm-delay over the loop device(s), or null_blk for them
 
     def fs_config(self) -> scratch.FsConfig:
         return scratch.FsConfig(

@@ -346,6 +346,53 @@ def _undo_dm(rec):
     return f"removed device-mapper device {name}"
 
 
+CONFIGFS = "/sys/kernel/config"
+NULL_BLK_GROUPS = f"{CONFIGFS}/nullb"
+
+
+def null_blk_disk(group: str) -> str | None:
+    """The block device a powered null_blk configfs group made: named after the group since
+    Linux 6.0, nullb<index> before; None while it is off."""
+    name = os.path.basename(group)
+    if os.path.isdir(f"/sys/block/{name}"):
+        return name
+    try:
+        with open(f"{group}/index") as f:
+            indexed = f"nullb{int(f.read())}"
+    except (OSError, ValueError):
+        return None
+    return indexed if os.path.isdir(f"/sys/block/{indexed}") else None
+
+
+def _undo_null_blk(rec):
+    """Power off and remove a null_blk device fsprof made, by its configfs group
+    (fsprof-<pid>-<i>): its RAM goes with it."""
+    group = rec["group"]
+    if not os.path.isdir(group):
+        return None
+    if not os.path.basename(group).startswith("fsprof-") or rec.get("boot_id") != boot_id():
+        raise _NotOurs(f"not removing null_blk device {group}: fsprof made its namesake before the last reboot")
+    disk = null_blk_disk(group)
+    if disk and (os.listdir(f"/sys/block/{disk}/holders") or any(m["source"] == f"/dev/{disk}" for m in mounts())):
+        raise _NotOurs(f"not removing /dev/{disk}: it is in use")
+    with open(f"{group}/power", "w") as f:
+        f.write("0")
+    os.rmdir(group)
+    return f"removed null_blk device {disk or os.path.basename(group)}"
+
+
+def _undo_configfs(rec):
+    """Unmount the configfs that fsprof mounted to make null_blk devices, once nothing is left in
+    it that fsprof did not make."""
+    target = rec["target"]
+    if not any(m["target"] == target and m["fstype"] == "configfs" for m in mounts()):
+        return None
+    if os.path.isdir(NULL_BLK_GROUPS) and os.listdir(NULL_BLK_GROUPS) != ["features"]:
+        raise _NotOurs(f"not unmounting {target}: it holds null_blk devices fsprof did not make")
+    run_tool(["umount", target], "unmounting configfs", check=True)
+    return f"unmounted {target}"
+
+
 def _undo_zram(rec):
     """Reset and remove a zram device fsprof added, if it is still the one we sized."""
     name = rec["name"]
@@ -495,6 +542,8 @@ _UNDO_STEPS = {
     "mountpoint": _undo_directory,
     "loop": _undo_loop,
     "dm": _undo_dm,
+    "null_blk": _undo_null_blk,
+    "configfs": _undo_configfs,
     "mount": _undo_mount,
     "sysctl": _undo_sysctl,
     "scheduler": _undo_scheduler,

@@ -54,7 +54,7 @@ class RunOptions:
     drop_caches: bool = False
     image_size: int | None = None  # bytes; None: the workload's own
     loop_io: str = scratch.FsConfig.loop_io
-    device_model: DeviceModel | None = None  # dm-delay over the scratch loop devices
+    device_model: DeviceModel | None = None  # dm-delay and/or null_blk's cache under the scratch fs
     devices: int = 1
     scratch_dir: str
     device: str | None = None
@@ -207,7 +207,7 @@ def measure(
             **blockdev.queue_info(first),
             "test_bed": {
                 **blockdev.test_bed(first),
-                # An emulated device's delays (dm-delay between the filesystem and the loop device).
+                # An emulated device's model: dm-delay's delays, null_blk's volatile write cache.
                 **({"device_model": sfs.config.device_model.as_dict()} if sfs.config.device_model else {}),
             },
         },
@@ -315,7 +315,7 @@ def run(options: RunOptions) -> tuple[dict[str, Any], Path]:
     # A bad workload parameter fails before anything is touched.
     workload = WorkloadSpec.checked(options.workload, options.workload_args, options.command_argv)
     if options.device_model:
-        device_model.check_available()
+        device_model.check_available(options.device_model)
     out_dir = rundir.make_out_dir(options.output)
     result: dict[str, Any] = {
         "schema": SCHEMA,
@@ -408,8 +408,8 @@ def run_spec(spec: "Spec", options: RunOptions, progress: Callable[[str], None] 
     """Every (repeat, workload, configuration) of a spec, repeats interleaved; one result
     directory per run (OUT/<workload>/<config>[/rep<N>]) and OUT/index.json listing them. A run
     that fails is recorded with its reason and the matrix goes on."""
-    if any(cfg.device_model for cfg in spec.configs):
-        device_model.check_available()
+    for model in {cfg.device_model for cfg in spec.configs if cfg.device_model}:
+        device_model.check_available(model)
     out_dir = rundir.make_out_dir(options.output)
     index: dict[str, Any] = {
         "schema": rundir.INDEX_SCHEMA,

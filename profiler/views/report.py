@@ -134,13 +134,23 @@ def uring_enter_line(split: dict[str, Any], indent: str = "   ") -> str:
 
 def test_bed_line(bed: dict[str, Any] | None) -> str | None:
     """What stands behind the device, in one phrase (docs/test-bed.md), or None for a disk."""
-    if bed and bed.get("device_model"):
+    if not bed:
+        return None
+    model = bed.get("device_model")
+    if model and bed["kind"] == "null_blk":
+        return (
+            f"an emulated device, {device_model.describe(model)}: a RAM device whose flush copies what its "
+            "cache holds into RAM and whose power-off loses what was not flushed; no seeks"
+        )
+    if model:
         below = test_bed_line({**bed, "device_model": None})
-        return f"an emulated device, dm-delay model {device_model.describe(bed['device_model'])}, over a {below}"
-    if not bed or bed["kind"] == "disk":
+        return f"an emulated device, {device_model.describe(model)}, over a {below}"
+    if bed["kind"] == "disk":
         return None
     if bed["kind"] == "zram":
         return "a RAM device (zram): no write cache to flush, no seeks"
+    if bed["kind"] == "null_blk":
+        return "a RAM device (null_blk): no seeks; a write cache, if it has one, is RAM too"
     disk = bed.get("backing_disk")
     under = (
         (
