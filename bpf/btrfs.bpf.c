@@ -347,35 +347,53 @@ static __always_inline __u32 ordered_type(unsigned long flags)
 	return 0;
 }
 
-/* btrfs__ordered_extent's TP_fast_assign (6.1 to 6.18, all with a btrfs_inode): ino =
- * btrfs_ino(inode), which is vfs_inode.i_ino on 64-bit kernels since 6.0; root_objectid =
- * inode->root->root_key.objectid; file_offset, len (= num_bytes) and flags from the ordered extent. */
-static __always_inline void oe_key_of(struct oe_key *key, __u32 dev, const struct btrfs_inode *inode,
-                                      const struct btrfs_ordered_extent *ordered)
+/* An ordered extent's key: btrfs__ordered_extent's TP_fast_assign (6.1 to 6.18, all with a
+ * btrfs_inode) gives ino = btrfs_ino(inode), which is vfs_inode.i_ino on 64-bit kernels since 6.0;
+ * root_objectid = inode->root->root_key.objectid; file_offset, len (= num_bytes) and flags from the
+ * ordered extent. The classic record (5.10) holds the same values. */
+static __always_inline void oe_added(__u32 dev, unsigned long flags, __u64 num_bytes, __u64 root, __u64 ino,
+                                     __u64 file_offset)
 {
-	struct btrfs_root *root = inode->root; /* inode and ordered are non-NULL BTF pointers here */
+	struct oe_key key = {.dev = dev, .root = root, .ino = ino, .file_offset = file_offset};
+	struct oe_val val = {};
 
-	key->dev = dev;
-	key->root = root ? root->root_key.objectid : 0;
-	key->ino = inode->vfs_inode.i_ino;
-	key->file_offset = ordered->file_offset;
+	count_event(dev, BT_OE_ADD, ordered_type(flags), -1, num_bytes, 0);
+	val.add_ns = bpf_ktime_get_ns();
+	val.phase = current_phase();
+	if (bpf_map_update_elem(&oe_inflight, &key, &val, BPF_ANY))
+		count_drop(DROP_FS_FULL);
+}
+
+static __always_inline void oe_removed(__u32 dev, __u64 num_bytes, __u64 root, __u64 ino, __u64 file_offset)
+{
+	struct oe_key key = {.dev = dev, .root = root, .ino = ino, .file_offset = file_offset};
+	struct oe_val *added;
+
+	count_event(dev, BT_OE_REMOVE, 0, -1, num_bytes, 0);
+	added = bpf_map_lookup_elem(&oe_inflight, &key);
+	if (added) {
+		/* Timed in the phase it was added in, as syscalls are in the phase they started. */
+		bt_hist_add(dev, added->phase, BH_OE_LIFE, bpf_ktime_get_ns() - added->add_ns);
+		bpf_map_delete_elem(&oe_inflight, &key);
+	}
+}
+
+static __always_inline __u64 inode_root(const struct btrfs_inode *inode)
+{
+	struct btrfs_root *root = inode->root; /* inode is a non-NULL BTF pointer here */
+
+	return root ? root->root_key.objectid : 0;
 }
 
 SEC("tp_btf/btrfs_ordered_extent_add")
 int BPF_PROG(on_oe_add, const struct btrfs_inode *inode, const struct btrfs_ordered_extent *ordered)
 {
 	__u32 dev = inode_dev(inode);
-	struct oe_key key = {};
-	struct oe_val val = {};
 
 	if (!dev || !inode || !ordered) /* all three checked: 6.12 takes the arguments as possibly NULL */
 		return 0;
-	count_event(dev, BT_OE_ADD, ordered_type(ordered->flags), -1, ordered->num_bytes, 0);
-	oe_key_of(&key, dev, inode, ordered);
-	val.add_ns = bpf_ktime_get_ns();
-	val.phase = current_phase();
-	if (bpf_map_update_elem(&oe_inflight, &key, &val, BPF_ANY))
-		count_drop(DROP_FS_FULL);
+	oe_added(dev, ordered->flags, ordered->num_bytes, inode_root(inode), inode->vfs_inode.i_ino,
+	         ordered->file_offset);
 	return 0;
 }
 
@@ -407,19 +425,10 @@ SEC("tp_btf/btrfs_ordered_extent_remove")
 int BPF_PROG(on_oe_remove, const struct btrfs_inode *inode, const struct btrfs_ordered_extent *ordered)
 {
 	__u32 dev = inode_dev(inode);
-	struct oe_key key = {};
-	struct oe_val *added;
 
 	if (!dev || !inode || !ordered) /* all three checked: 6.12 takes the arguments as possibly NULL */
 		return 0;
-	count_event(dev, BT_OE_REMOVE, 0, -1, ordered->num_bytes, 0);
-	oe_key_of(&key, dev, inode, ordered);
-	added = bpf_map_lookup_elem(&oe_inflight, &key);
-	if (added) {
-		/* Timed in the phase it was added in, as syscalls are in the phase they started. */
-		bt_hist_add(dev, added->phase, BH_OE_LIFE, bpf_ktime_get_ns() - added->add_ns);
-		bpf_map_delete_elem(&oe_inflight, &key);
-	}
+	oe_removed(dev, ordered->num_bytes, inode_root(inode), inode->vfs_inode.i_ino, ordered->file_offset);
 	return 0;
 }
 
@@ -449,51 +458,56 @@ int BPF_PROG(on_reserve_ticket, const struct btrfs_fs_info *fs_info, u64 flags, 
 /* btrfs_flush_space: one flushing step done to free space for tickets (delayed items, delayed
  * refs, delalloc, chunk allocation, a transaction commit...), by the async reclaim worker or a
  * priority ticket's own thread. */
-SEC("tp_btf/btrfs_flush_space")
-int BPF_PROG(on_flush_space, const struct btrfs_fs_info *fs_info, u64 flags, u64 num_bytes, int state, int ret,
-             bool for_preempt)
+static __always_inline void flush_space(__u32 dev, __u64 num_bytes, int state, int ret, bool for_preempt)
 {
-	__u32 dev = fs_info_dev(fs_info);
 	__u32 arg = (state & 0xff) | (for_preempt ? 1 : 0) << 8 | (ret ? 1 : 0) << 9;
 
 	/* ALLOC_CHUNK_FORCE asks for (u64)-1 bytes: count it, do not add it. */
 	if (dev)
 		count_event(dev, BT_FLUSH_SPACE, arg, -1, num_bytes == ~0ULL ? 0 : num_bytes, 0);
+}
+
+SEC("tp_btf/btrfs_flush_space")
+int BPF_PROG(on_flush_space, const struct btrfs_fs_info *fs_info, u64 flags, u64 num_bytes, int state, int ret,
+             bool for_preempt)
+{
+	flush_space(fs_info_dev(fs_info), num_bytes, state, ret, for_preempt);
 	return 0;
 }
 
 /* btrfs_trigger_flush: a reservation kicked the async reclaim worker: "enospc" (a ticket was
  * queued) or "preempt" (preemptive reclaim, nobody waits yet). */
-SEC("tp_btf/btrfs_trigger_flush")
-int BPF_PROG(on_trigger_flush, const struct btrfs_fs_info *fs_info, u64 flags, u64 bytes, int flush,
-             const char *reason_str)
+static __always_inline void trigger_flush(__u32 dev, __u64 bytes, int flush, const char *reason_str)
 {
-	__u32 dev = fs_info_dev(fs_info);
 	char reason[2] = {};
 	__u32 why;
 
 	if (!dev)
-		return 0;
+		return;
 	/* The classic event copies the string (its first character is all that is used; a NULL
 	 * reason is "(null)" there, nothing here: "other" either way). */
 	bpf_probe_read_kernel_str(reason, sizeof(reason), reason_str);
 	why = reason[0] == 'e' ? 0 : reason[0] == 'p' ? 1 : 2;
 	count_event(dev, BT_TRIGGER_FLUSH, (flush & 0xff) | why << 8, -1, bytes, 0);
+}
+
+SEC("tp_btf/btrfs_trigger_flush")
+int BPF_PROG(on_trigger_flush, const struct btrfs_fs_info *fs_info, u64 flags, u64 bytes, int flush,
+             const char *reason_str)
+{
+	trigger_flush(fs_info_dev(fs_info), bytes, flush, reason_str);
 	return 0;
 }
 
 /* btrfs_space_reservation: bytes reserved or released in a block reserve, by type ("delalloc",
  * "transaction", "delayed_inode", "space_info", "space_info:enospc", ...). */
-SEC("tp_btf/btrfs_space_reservation")
-int BPF_PROG(on_space_reservation, const struct btrfs_fs_info *fs_info, const char *type, u64 val, u64 bytes,
-             int reserve)
+static __always_inline void space_reservation(__u32 dev, const char *type, __u64 bytes, int reserve)
 {
-	__u32 dev = fs_info_dev(fs_info);
 	struct resv_key key = {};
 	struct bt_val *v, zero = {};
 
 	if (!dev)
-		return 0;
+		return;
 	/* Every btrfs call that changes the tree starts a transaction, which reserves space: one by
 	 * a path that placed it on no filesystem (an absolute one) ran btrfs's code. */
 	place_call(dev);
@@ -507,9 +521,16 @@ int BPF_PROG(on_space_reservation, const struct btrfs_fs_info *fs_info, const ch
 		__builtin_memcpy(key.type, "(null)", sizeof("(null)"));
 	v = lookup_or_init(&space_resv, &key, &zero, DROP_FS_FULL);
 	if (!v)
-		return 0;
+		return;
 	__sync_fetch_and_add(&v->count, 1);
 	ADD_MAYBE_ZERO(&v->bytes, bytes);
+}
+
+SEC("tp_btf/btrfs_space_reservation")
+int BPF_PROG(on_space_reservation, const struct btrfs_fs_info *fs_info, const char *type, u64 val, u64 bytes,
+             int reserve)
+{
+	space_reservation(fs_info_dev(fs_info), type, bytes, reserve);
 	return 0;
 }
 
@@ -530,15 +551,81 @@ static __always_inline __u32 tp_fsid_dev(struct tp_record *r, int field)
 	return dev ? *dev : 0;
 }
 
-/* Only the placement of calls: the reservations themselves (a string-keyed aggregate) stay out. */
+/* A __data_loc string of the record (offset | length << 16 from the record's start), read from the
+ * record itself: the copy holds only its first TP_REC bytes. */
+static __always_inline const char *tp_string(void *ctx, struct tp_record *r, int field)
+{
+	return (const char *)ctx + (tp_u32(r, field) & 0xffff);
+}
+
 SEC("tracepoint/btrfs/btrfs_space_reservation")
-int tp_place_space_reservation(void *ctx)
+int tp_btrfs_space_reservation(void *ctx)
 {
 	struct tp_record r;
 	__u32 dev;
 
-	if (tp_record(ctx, &r, TPF_BTRFS_RESV_FSID, 1) && (dev = tp_fsid_dev(&r, TPF_BTRFS_RESV_FSID)))
-		place_call(dev);
+	if (tp_record(ctx, &r, TPF_BTRFS_RESV_TYPE, 3) && (dev = tp_fsid_dev(&r, TPF_BTRFS_RESV_FSID)))
+		space_reservation(dev, tp_string(ctx, &r, TPF_BTRFS_RESV_TYPE), tp_u64(&r, TPF_BTRFS_RESV_BYTES),
+		                  (int)tp_u32(&r, TPF_BTRFS_RESV_RESERVE));
+	return 0;
+}
+
+/* The btrfs__ordered_extent class: ordered_extent_add, _start and _remove have one layout. */
+SEC("tracepoint/btrfs/btrfs_ordered_extent_add")
+int tp_btrfs_ordered_extent_add(void *ctx)
+{
+	struct tp_record r;
+	__u32 dev;
+
+	if (tp_record(ctx, &r, TPF_BTRFS_OE_FSID, 6) && (dev = tp_fsid_dev(&r, TPF_BTRFS_OE_FSID)))
+		oe_added(dev, tp_u64(&r, TPF_BTRFS_OE_FLAGS), tp_u64(&r, TPF_BTRFS_OE_LEN), tp_u64(&r, TPF_BTRFS_OE_ROOT),
+		         tp_u64(&r, TPF_BTRFS_OE_INO), tp_u64(&r, TPF_BTRFS_OE_OFFSET));
+	return 0;
+}
+
+SEC("tracepoint/btrfs/btrfs_ordered_extent_start")
+int tp_btrfs_ordered_extent_start(void *ctx)
+{
+	struct tp_record r;
+	__u32 dev;
+
+	if (tp_record(ctx, &r, TPF_BTRFS_OE_FSID, 6) && (dev = tp_fsid_dev(&r, TPF_BTRFS_OE_FSID)))
+		count_event(dev, BT_OE_START, 0, -1, tp_u64(&r, TPF_BTRFS_OE_LEN), 0);
+	return 0;
+}
+
+SEC("tracepoint/btrfs/btrfs_ordered_extent_remove")
+int tp_btrfs_ordered_extent_remove(void *ctx)
+{
+	struct tp_record r;
+	__u32 dev;
+
+	if (tp_record(ctx, &r, TPF_BTRFS_OE_FSID, 6) && (dev = tp_fsid_dev(&r, TPF_BTRFS_OE_FSID)))
+		oe_removed(dev, tp_u64(&r, TPF_BTRFS_OE_LEN), tp_u64(&r, TPF_BTRFS_OE_ROOT), tp_u64(&r, TPF_BTRFS_OE_INO),
+		           tp_u64(&r, TPF_BTRFS_OE_OFFSET));
+	return 0;
+}
+
+/* 5.10's record has no for_preempt (preemptive reclaim came in 5.11). */
+SEC("tracepoint/btrfs/btrfs_flush_space")
+int tp_btrfs_flush_space(void *ctx)
+{
+	struct tp_record r;
+
+	if (tp_record(ctx, &r, TPF_BTRFS_FLUSH_FSID, 4))
+		flush_space(tp_fsid_dev(&r, TPF_BTRFS_FLUSH_FSID), tp_u64(&r, TPF_BTRFS_FLUSH_BYTES),
+		            (int)tp_u32(&r, TPF_BTRFS_FLUSH_STATE), (int)tp_u32(&r, TPF_BTRFS_FLUSH_RET), false);
+	return 0;
+}
+
+SEC("tracepoint/btrfs/btrfs_trigger_flush")
+int tp_btrfs_trigger_flush(void *ctx)
+{
+	struct tp_record r;
+
+	if (tp_record(ctx, &r, TPF_BTRFS_TRIGGER_FSID, 4))
+		trigger_flush(tp_fsid_dev(&r, TPF_BTRFS_TRIGGER_FSID), tp_u64(&r, TPF_BTRFS_TRIGGER_BYTES),
+		              (int)tp_u32(&r, TPF_BTRFS_TRIGGER_FLUSH), tp_string(ctx, &r, TPF_BTRFS_TRIGGER_REASON));
 	return 0;
 }
 

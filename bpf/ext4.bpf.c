@@ -795,29 +795,26 @@ int tp_ext4_mark_inode_dirty(void *ctx)
 #endif
 
 /* ext4_fc_commit() entered on a fast_commit filesystem (the fsync caller's thread). */
-SEC("tp_btf/ext4_fc_commit_start")
-int BPF_PROG(on_fc_commit_start, struct super_block *sb, tid_t commit_tid)
+static __always_inline void fc_commit_start(__u32 dev)
 {
-	__u32 tid = (__u32)bpf_get_current_pid_tgid(), dev = sb_dev(sb);
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct fc_inflight fc = {};
 
 	if (!traced_dev(dev))
-		return 0;
+		return;
 	fc.start_ns = bpf_ktime_get_ns();
 	fc.dev = dev;
 	fc.phase = current_phase();
 	if (bpf_map_update_elem(&fc_inflight, &tid, &fc, BPF_ANY)) {
 		count_drop(DROP_FS_FULL);
-		return 0;
+		return;
 	}
 	worker_begin(WORKER_EXT4_FC_COMMIT, fc.dev, 0);
-	return 0;
 }
 
-/* ext4_fc_commit() done (ext4_fc_update_stats): `reason` is the status, `nblks` the fast-commit
- * blocks written. A fallback to a full commit has already waited for it here. */
-SEC("tp_btf/ext4_fc_commit_stop")
-int BPF_PROG(on_fc_commit_stop, struct super_block *sb, int nblks, int reason, tid_t commit_tid)
+/* ext4_fc_commit() done (ext4_fc_update_stats): `status` is the outcome (EXT4_FC_STATUS_*),
+ * `nblks` the fast-commit blocks written. A fallback to a full commit has already waited for it. */
+static __always_inline void fc_commit_stop(int nblks, int status)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct fc_inflight *fc = bpf_map_lookup_elem(&fc_inflight, &tid);
@@ -826,16 +823,16 @@ int BPF_PROG(on_fc_commit_stop, struct super_block *sb, int nblks, int reason, t
 	__u64 ns;
 
 	if (!fc)
-		return 0;
+		return;
 	worker_end();
 	ns = bpf_ktime_get_ns() - fc->start_ns;
 	key.dev = fc->dev;
 	key.phase = fc->phase;
-	key.status = reason;
+	key.status = status;
 	bpf_map_delete_elem(&fc_inflight, &tid);
 	v = lookup_or_init(&fc_commits, &key, &zero, DROP_FS_FULL);
 	if (!v)
-		return 0;
+		return;
 	__sync_fetch_and_add(&v->count, 1);
 	__sync_fetch_and_add(&v->total_ns, ns);
 	if (nblks > 0)
@@ -848,8 +845,50 @@ int BPF_PROG(on_fc_commit_stop, struct super_block *sb, int nblks, int reason, t
 		if (js)
 			ewma(&js->fc_ewma_ns, &js->fc_ewma_commits, ns);
 	}
+}
+
+SEC("tp_btf/ext4_fc_commit_start")
+int BPF_PROG(on_fc_commit_start, struct super_block *sb, tid_t commit_tid)
+{
+	fc_commit_start(sb_dev(sb));
 	return 0;
 }
+
+SEC("tp_btf/ext4_fc_commit_stop")
+int BPF_PROG(on_fc_commit_stop, struct super_block *sb, int nblks, int reason, tid_t commit_tid)
+{
+	fc_commit_stop(nblks, reason);
+	return 0;
+}
+
+#ifdef FSPROF_LEGACY
+/* 5.10: as classic tracepoints (compat.h's tp_record). 5.10's reasons are EXT4_FC_REASON_OK 0,
+ * INELIGIBLE 1, ALREADY_COMMITTED 2, FC_START_FAILED 3, FC_FAILED 4 (fs/ext4/fast_commit.h);
+ * later kernels (6.1 here): EXT4_FC_STATUS_OK 0, INELIGIBLE 1, SKIPPED 2, FAILED 3. Already committed is skipped,
+ * both failures failed. */
+SEC("tracepoint/ext4/ext4_fc_commit_start")
+int tp_ext4_fc_commit_start(void *ctx)
+{
+	struct tp_record r;
+
+	if (tp_record(ctx, &r, TPF_EXT4_FC_START_DEV, 1))
+		fc_commit_start(tp_u32(&r, TPF_EXT4_FC_START_DEV));
+	return 0;
+}
+
+SEC("tracepoint/ext4/ext4_fc_commit_stop")
+int tp_ext4_fc_commit_stop(void *ctx)
+{
+	struct tp_record r;
+	int reason;
+
+	if (!tp_record(ctx, &r, TPF_EXT4_FC_STOP_NBLKS, 2))
+		return 0;
+	reason = (int)tp_u32(&r, TPF_EXT4_FC_STOP_REASON);
+	fc_commit_stop((int)tp_u32(&r, TPF_EXT4_FC_STOP_NBLKS), reason > 2 ? EXT4_FC_STATUS_FAILED : reason);
+	return 0;
+}
+#endif
 
 /* ---- delayed allocation ---- */
 

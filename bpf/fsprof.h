@@ -525,6 +525,32 @@ enum tp_field {
 	TPF_BTRFS_SYNC_FSID, /* btrfs_sync_file */
 	TPF_BTRFS_SYNC_DATASYNC,
 	TPF_BTRFS_COMMIT_FSID, /* btrfs_transaction_commit */
+	/* The btrfs__ordered_extent class (ordered_extent_add, _start, _remove share its layout). */
+	TPF_BTRFS_OE_FSID,
+	TPF_BTRFS_OE_INO,
+	TPF_BTRFS_OE_OFFSET,
+	TPF_BTRFS_OE_LEN,
+	TPF_BTRFS_OE_FLAGS,
+	TPF_BTRFS_OE_ROOT,
+	TPF_BTRFS_FLUSH_FSID, /* btrfs_flush_space */
+	TPF_BTRFS_FLUSH_BYTES,
+	TPF_BTRFS_FLUSH_STATE,
+	TPF_BTRFS_FLUSH_RET,
+	TPF_BTRFS_TRIGGER_FSID, /* btrfs_trigger_flush */
+	TPF_BTRFS_TRIGGER_BYTES,
+	TPF_BTRFS_TRIGGER_FLUSH,
+	TPF_BTRFS_TRIGGER_REASON, /* __data_loc: offset | length << 16 */
+	TPF_BTRFS_RESV_TYPE,      /* btrfs_space_reservation, after TPF_BTRFS_RESV_FSID; __data_loc */
+	TPF_BTRFS_RESV_BYTES,
+	TPF_BTRFS_RESV_RESERVE,
+	/* The xfs_imap_class (iomap_alloc, map_blocks_alloc, map_blocks_found share its layout). */
+	TPF_XFS_IMAP_DEV,
+	TPF_XFS_IMAP_STARTBLOCK,
+	TPF_XFS_IMAP_BLOCKCOUNT,
+	TPF_XFS_ENOSPC_DEV, /* xfs_delalloc_enospc */
+	TPF_EXT4_FC_START_DEV, /* ext4_fc_commit_start */
+	TPF_EXT4_FC_STOP_NBLKS, /* ext4_fc_commit_stop */
+	TPF_EXT4_FC_STOP_REASON,
 	N_TP_FIELDS,
 };
 

@@ -981,6 +981,50 @@ int BPF_PROG(on_delalloc_enospc, struct xfs_inode *ip, xfs_off_t offset, ssize_t
 	return 0;
 }
 
+#ifdef FSPROF_LEGACY
+/* 5.10: as classic tracepoints (compat.h's tp_record). The xfs_imap_class's records (iomap_alloc,
+ * map_blocks_alloc, map_blocks_found: one layout) hold the irec's startblock and blockcount, 0
+ * without one, as the tp_btf programs read them. */
+static __always_inline int tp_imap(void *ctx, int kind)
+{
+	struct tp_record r;
+	__u64 startblock;
+
+	if (!tp_record(ctx, &r, TPF_XFS_IMAP_DEV, 3))
+		return 0;
+	startblock = tp_u64(&r, TPF_XFS_IMAP_STARTBLOCK);
+	if (kind == AL_IOMAP_REAL && (startblock & STARTBLOCKMASK) == STARTBLOCKMASK)
+		kind = AL_DELALLOC_RESERVE;
+	count_alloc(tp_u32(&r, TPF_XFS_IMAP_DEV), kind, tp_u64(&r, TPF_XFS_IMAP_BLOCKCOUNT));
+	return 0;
+}
+
+SEC("tracepoint/xfs/xfs_iomap_alloc")
+int tp_xfs_iomap_alloc(void *ctx)
+{
+	return tp_imap(ctx, AL_IOMAP_REAL);
+}
+
+SEC("tracepoint/xfs/xfs_map_blocks_alloc")
+int tp_xfs_map_blocks_alloc(void *ctx)
+{
+	return tp_imap(ctx, AL_WB_CONVERT);
+}
+
+SEC("tracepoint/xfs/xfs_map_blocks_found")
+int tp_xfs_map_blocks_found(void *ctx)
+{
+	return tp_imap(ctx, AL_WB_FOUND);
+}
+
+SEC("tracepoint/xfs/xfs_delalloc_enospc")
+int tp_xfs_delalloc_enospc(void *ctx)
+{
+	count_alloc(tp_dev(ctx, TPF_XFS_ENOSPC_DEV), AL_DELALLOC_ENOSPC, 0);
+	return 0;
+}
+#endif
+
 /* ---- Background inode inactivation (inodegc) -------------------------------------------------- */
 
 /* xfs_inodegc_worker begins (a kworker of the xfs-inodegc workqueue; 6.1 fires this once it has

@@ -257,7 +257,14 @@ def bpftrace_prelude():
         ).stdout
         _vmlinux_typedefs = {name for name in MODULE_TYPEDEFS if f"TYPEDEF '{name}'" in dump}
     if _modules_without_btf():
-        every = {**MODULE_TYPEDEFS, "dev_t": "unsigned int"}
+        kernel_ints = {
+            "u8": "unsigned char",
+            "u16": "unsigned short",
+            "u32": "unsigned int",
+            "u64": "unsigned long long",
+            "sector_t": "unsigned long long",
+        }
+        every = {**MODULE_TYPEDEFS, "dev_t": "unsigned int", **kernel_ints}
         return "".join(f"#define {name} {ctype}\n" for name, ctype in every.items())
     return "".join(
         f"#define {name} {ctype}\n" for name, ctype in MODULE_TYPEDEFS.items() if name not in _vmlinux_typedefs

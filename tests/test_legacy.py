@@ -38,5 +38,9 @@ def test_record_offsets_follow_the_c_enum_and_this_kernels_formats():
     filesystems.load_modules(["ext4", "xfs", "btrfs"])
     found = tp_fields.offsets()
     for (_, tracepoint, field, size), off in zip(tp_fields.FIELDS, found):
-        assert tp_fields.record_layout(tracepoint)[field] == (off, size), (tracepoint, field)
+        layout = tp_fields.record_layout(tracepoint).get(field)
+        if layout is None or layout[1] != size:  # e.g. 5.10's ext4_da_reserve_space has no reserve_blocks
+            assert off == 0, (tracepoint, field, layout)
+            continue
+        assert layout == (off, size), (tracepoint, field)
         assert off >= 8  # past the common fields: 0 would mean absent

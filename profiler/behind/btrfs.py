@@ -330,6 +330,7 @@ class Figures:
         self.events, self.hists, self.resv, self.frames = events, hists, resv, frames
         # btrfs_finish_ordered_extent (6.5) unseen: completions unknown, not 0.
         self.finish_unseen = "on_oe_finish" in left_out
+        self.tickets_unseen = "on_reserve_ticket" in left_out  # 5.10: no btrfs_reserve_ticket
 
     def of(self, event: str) -> list[dict[str, Any]]:
         return [e for e in self.events if e["event"] == event]
@@ -423,12 +424,17 @@ class Figures:
             side = t.setdefault("reserve" if r["reserve"] else "release", {"count": 0, "bytes": 0})
             side["count"] += r["count"]
             side["bytes"] += r["bytes"]
-        return {
+        ticket_figures = {
             "tickets": sum(e["count"] for e in tickets),
             "ticket_bytes": sum(e["bytes"] for e in tickets),
             "ticket_wait_ns": sum(e["total_ns"] for e in tickets),
             "ticket_wait": self.hist("ticket_wait"),
             "tickets_by_kind": by_kind,
+        }
+        if self.tickets_unseen:  # unknown, never a wrong 0
+            ticket_figures = dict.fromkeys(ticket_figures)
+        return {
+            **ticket_figures,
             "flush_space": flushes,
             "flushes_triggered": triggers,
             "space_reservation": resv,
@@ -660,7 +666,7 @@ def report_lines(section: dict[str, Any], fs: dict[str, Any]) -> list[str]:
         f"     {oe['added']} ordered extents ({_kib(oe['avg_bytes'] or 0)} avg"
         + (f", added -> removed avg {_us(life['avg_ns'])}" if life else "")
         + "); "
-        f"{r['tickets']} reservation tickets"
+        + ("reservation tickets unknown on this kernel" if r["tickets"] is None else f"{r['tickets']} reservation tickets")
         + (
             f" ({_us(r['ticket_wait_ns'])} waited, max {_us(r['ticket_wait']['max_ns'])})"
             if r["tickets"] and r["ticket_wait"]

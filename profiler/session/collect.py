@@ -64,7 +64,7 @@ FIGURES = {
 }
 # Programs of which a kernel has one or the other (a tracepoint renamed): the one it lacks is no
 # figure lost while its alternative loaded. io_uring_submit_sqe became io_uring_submit_req in 6.4.
-# On 5.10 the jbd2 programs and those placing calls are classic tracepoints, tp_<event> for
+# On 5.10 the programs on module tracepoints have classic tracepoint twins, tp_<event> for
 # on_<event> (compat.h's tp_record; bpf/ext4.bpf.c, xfs.bpf.c, btrfs.bpf.c).
 ALTERNATIVES = {
     "syscalls:on_uring_submit_req": "syscalls:on_uring_submit_sqe",
@@ -102,8 +102,21 @@ ALTERNATIVES = {
             "free_inode",
         )
     },
-    "btrfs:on_sync_file": "btrfs:tp_btrfs_sync_file",
-    "btrfs:on_transaction_commit": "btrfs:tp_btrfs_transaction_commit",
+    **{
+        f"btrfs:on_{short}": f"btrfs:tp_btrfs_{event}"
+        for short, event in (
+            ("sync_file", "sync_file"),
+            ("transaction_commit", "transaction_commit"),
+            ("oe_add", "ordered_extent_add"),
+            ("oe_start", "ordered_extent_start"),
+            ("oe_remove", "ordered_extent_remove"),
+            ("flush_space", "flush_space"),
+            ("trigger_flush", "trigger_flush"),
+            ("space_reservation", "space_reservation"),
+        )
+    },
+    "ext4:on_fc_commit_start": "ext4:tp_ext4_fc_commit_start",
+    "ext4:on_fc_commit_stop": "ext4:tp_ext4_fc_commit_stop",
     "ext4:on_remove_space": "ext4:tp_ext4_ext_remove_space",
     "ext4:on_remove_space_done": "ext4:tp_ext4_ext_remove_space_done",
     "xfs:on_log_force": "xfs:tp_xfs_log_force",
@@ -121,12 +134,14 @@ ALTERNATIVES = {
         )
     },
     **{
+        f"xfs:on_{e}": f"xfs:tp_xfs_{e}"
+        for e in ("iomap_alloc", "map_blocks_alloc", "map_blocks_found", "delalloc_enospc")
+    },
+    **{
         f"xfs:place_xfs_{e}": f"xfs:tp_place_xfs_{e}"
         for e in ("lookup", "getattr", "setattr", "create", "remove", "rename", "link")
     },
 }
-# A program whose twin gives part of its figures: {program: (twin, the figures still lost)}.
-PART_ALTERNATIVES = {"btrfs:on_space_reservation": ("btrfs:tp_place_space_reservation", "btrfs space reservations")}
 
 
 def _requests(rqs: "Map", name_of: Any) -> list[dict[str, Any]]:
@@ -276,16 +291,12 @@ class Collector:
         tables = {m.OBJECT: getattr(m, "FIGURES", {}) for m in behind.MODULES}
         tables["syscalls"] = FIGURES
         out = []
-        loaded = {f"{o.name}:{p}" for o in self.objects for p in o.programs}
         for o in self.objects:
             left_out = set(self.left_out(o.name))
             for prog, why in o.skipped.items():
                 if prog not in left_out:
                     continue
                 figures = tables.get(o.name, {}).get(prog, f"{o.name} figures fed by {prog}")
-                twin, still_lost = PART_ALTERNATIVES.get(f"{o.name}:{prog}", (None, None))
-                if twin in loaded:
-                    figures = still_lost
                 out.append({"figures": figures, "probe": f"{o.name}:{prog}", "why": why})
         return out
 
