@@ -666,7 +666,8 @@ def report_lines(section: dict[str, Any], fs: dict[str, Any]) -> list[str]:
         f"     {oe['added']} ordered extents ({_kib(oe['avg_bytes'] or 0)} avg"
         + (f", added -> removed avg {_us(life['avg_ns'])}" if life else "")
         + "); "
-        + ("reservation tickets unknown on this kernel" if r["tickets"] is None else f"{r['tickets']} reservation tickets")
+        + ("reservation tickets unknown on this kernel" if r["tickets"] is None else f"{r['tickets']} reservation")
+        + ("" if r["tickets"] is None else " tickets")
         + (
             f" ({_us(r['ticket_wait_ns'])} waited, max {_us(r['ticket_wait']['max_ns'])})"
             if r["tickets"] and r["ticket_wait"]
