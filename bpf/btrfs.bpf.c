@@ -354,7 +354,7 @@ static __always_inline __u32 ordered_type(unsigned long flags)
 static __always_inline void oe_added(__u32 dev, unsigned long flags, __u64 num_bytes, __u64 root, __u64 ino,
                                      __u64 file_offset)
 {
-	struct oe_key key = {.dev = dev, .root = root, .ino = ino, .file_offset = file_offset};
+	struct oe_key key = { .dev = dev, .root = root, .ino = ino, .file_offset = file_offset };
 	struct oe_val val = {};
 
 	count_event(dev, BT_OE_ADD, ordered_type(flags), -1, num_bytes, 0);
@@ -366,7 +366,7 @@ static __always_inline void oe_added(__u32 dev, unsigned long flags, __u64 num_b
 
 static __always_inline void oe_removed(__u32 dev, __u64 num_bytes, __u64 root, __u64 ino, __u64 file_offset)
 {
-	struct oe_key key = {.dev = dev, .root = root, .ino = ino, .file_offset = file_offset};
+	struct oe_key key = { .dev = dev, .root = root, .ino = ino, .file_offset = file_offset };
 	struct oe_val *added;
 
 	count_event(dev, BT_OE_REMOVE, 0, -1, num_bytes, 0);
@@ -578,8 +578,8 @@ int tp_btrfs_ordered_extent_add(void *ctx)
 	__u32 dev;
 
 	if (tp_record(ctx, &r, TPF_BTRFS_OE_FSID, 6) && (dev = tp_fsid_dev(&r, TPF_BTRFS_OE_FSID)))
-		oe_added(dev, tp_u64(&r, TPF_BTRFS_OE_FLAGS), tp_u64(&r, TPF_BTRFS_OE_LEN), tp_u64(&r, TPF_BTRFS_OE_ROOT),
-		         tp_u64(&r, TPF_BTRFS_OE_INO), tp_u64(&r, TPF_BTRFS_OE_OFFSET));
+		oe_added(dev, tp_u64(&r, TPF_BTRFS_OE_FLAGS), tp_u64(&r, TPF_BTRFS_OE_LEN),
+		         tp_u64(&r, TPF_BTRFS_OE_ROOT), tp_u64(&r, TPF_BTRFS_OE_INO), tp_u64(&r, TPF_BTRFS_OE_OFFSET));
 	return 0;
 }
 
@@ -601,8 +601,8 @@ int tp_btrfs_ordered_extent_remove(void *ctx)
 	__u32 dev;
 
 	if (tp_record(ctx, &r, TPF_BTRFS_OE_FSID, 6) && (dev = tp_fsid_dev(&r, TPF_BTRFS_OE_FSID)))
-		oe_removed(dev, tp_u64(&r, TPF_BTRFS_OE_LEN), tp_u64(&r, TPF_BTRFS_OE_ROOT), tp_u64(&r, TPF_BTRFS_OE_INO),
-		           tp_u64(&r, TPF_BTRFS_OE_OFFSET));
+		oe_removed(dev, tp_u64(&r, TPF_BTRFS_OE_LEN), tp_u64(&r, TPF_BTRFS_OE_ROOT),
+		           tp_u64(&r, TPF_BTRFS_OE_INO), tp_u64(&r, TPF_BTRFS_OE_OFFSET));
 	return 0;
 }
 

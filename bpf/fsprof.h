@@ -547,8 +547,8 @@ enum tp_field {
 	TPF_XFS_IMAP_DEV,
 	TPF_XFS_IMAP_STARTBLOCK,
 	TPF_XFS_IMAP_BLOCKCOUNT,
-	TPF_XFS_ENOSPC_DEV, /* xfs_delalloc_enospc */
-	TPF_EXT4_FC_START_DEV, /* ext4_fc_commit_start */
+	TPF_XFS_ENOSPC_DEV,     /* xfs_delalloc_enospc */
+	TPF_EXT4_FC_START_DEV,  /* ext4_fc_commit_start */
 	TPF_EXT4_FC_STOP_NBLKS, /* ext4_fc_commit_stop */
 	TPF_EXT4_FC_STOP_REASON,
 	N_TP_FIELDS,
