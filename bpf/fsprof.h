@@ -11,10 +11,13 @@
  * storage is missing (docs/kernels.md, "5.10"). */
 #include <bpf/bpf_core_read.h>
 #ifdef FSPROF_LEGACY
-/* The current task as a plain pointer: its fields are read with probe reads. */
+#define FSPROF_IS_LEGACY 1
+/* The current task (and 5.10's io_uring request, a tp_btf argument it does not type) as a plain
+ * pointer: its fields are read with probe reads. */
 #define current_task() ((struct task_struct *)bpf_get_current_task())
 #define CUR(p, ...) BPF_CORE_READ(p, __VA_ARGS__)
 #else
+#define FSPROF_IS_LEGACY 0
 /* The current task as a BTF pointer: its fields are plain loads. */
 #define current_task() bpf_get_current_task_btf()
 #define CUR(p, ...) (___arrow(p, __VA_ARGS__))

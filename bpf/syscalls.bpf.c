@@ -1356,20 +1356,21 @@ static __always_inline __u32 uring_path_dev(struct task_struct *task, struct io_
 }
 
 /* io_uring_submit_req (6.4 on) and io_uring_submit_sqe (before) fire in io_submit_sqe() right
- * after io_init_req(): the opcode and the SQE's fd are set, req->file not yet (6.1 to 6.18). */
-static __always_inline void uring_submit(struct io_kiocb *req)
+ * after io_init_req(): the opcode and the SQE's fd are set, req->file not yet (6.1 to 6.18); on
+ * 5.10 (5.15's io_uring, backported to 5.10.162) io_init_req has set req->file. `key` names the
+ * request until its completion: its pointer, or on 5.10 its ring and user_data (uring_key). */
+static __always_inline void uring_submit(struct io_kiocb *req, __u64 key)
 {
 	struct task_struct *task = current_task();
 	struct inflight *op;
 	struct filter *f;
 	struct uring_req r = {};
-	__u64 key = (__u64)req;
 	__u8 opcode;
 
 	/* The opcode first: a plain load, where the tracing filter costs a hash lookup. */
 	if (!req)
 		return;
-	opcode = req->opcode;
+	opcode = CUR(req, opcode); /* 5.10 gives req as a plain pointer */
 	if ((!uring_on_file(opcode) && !uring_by_path(opcode)) || !(f = get_filter()) || !is_traced(f))
 		return;
 	r.opcode = opcode;
@@ -1380,11 +1381,16 @@ static __always_inline void uring_submit(struct io_kiocb *req)
 			r.place = URING_BY_RESULT;
 		else if (!r.dev) /* an absolute path: no path walk here, so not placed */
 			return;
-	} else if (req->flags & URING_FIXED_FILE) {
-		r.place = URING_BY_FIXED;
 	} else {
-		r.dev = fd_dev(task, req->cqe.fd);
-		if (!r.dev) /* not a file on a filesystem (a socket, a pipe) or no file at all */
+#ifdef FSPROF_LEGACY
+		r.dev = file_dev(BPF_CORE_READ(req, file)); /* by fd or registered slot alike */
+#else
+		if (req->flags & URING_FIXED_FILE)
+			r.place = URING_BY_FIXED;
+		else
+			r.dev = fd_dev(task, req->cqe.fd);
+#endif
+		if (!r.dev && r.place != URING_BY_FIXED) /* not a file on a filesystem (a socket, a pipe) or no file */
 			return;
 	}
 	if (f->dev && r.dev && r.dev != f->dev && r.place != URING_BY_RESULT)
@@ -1403,16 +1409,33 @@ static __always_inline void uring_submit(struct io_kiocb *req)
 SEC("tp_btf/io_uring_submit_req")
 int BPF_PROG(on_uring_submit_req, struct io_kiocb *req)
 {
-	uring_submit(req);
+	uring_submit(req, (__u64)req);
 	return 0;
 }
 
+#ifdef FSPROF_LEGACY
+/* 5.10's completion tracepoint has no request, only its ring and user_data: those two name it
+ * from submission to completion. Requests in flight at once with the same user_data on one ring
+ * are one (the last submitted) to fsprof; fio and liburing's users give each its own. */
+static __always_inline __u64 uring_key(void *ring, __u64 user_data)
+{
+	return ((__u64)ring * 0x9E3779B97F4A7C15ULL) ^ user_data;
+}
+
+SEC("tp_btf/io_uring_submit_sqe")
+int BPF_PROG(on_uring_submit_sqe, void *ring, struct io_kiocb *req, u8 opcode, u64 user_data)
+{
+	uring_submit(req, uring_key(ring, user_data));
+	return 0;
+}
+#else
 SEC("tp_btf/io_uring_submit_sqe")
 int BPF_PROG(on_uring_submit_sqe, struct io_kiocb *req)
 {
-	uring_submit(req);
+	uring_submit(req, (__u64)req);
 	return 0;
 }
+#endif
 
 /* A request's filesystem once it is being run or done: an open's is its new fd's (in the fd table
  * the process shares with its io-wq workers; none when it installed a registered file slot, res
@@ -1423,32 +1446,24 @@ static __always_inline __u32 uring_req_dev(struct io_kiocb *req, struct uring_re
 
 	if (r->place == URING_BY_RESULT && res > 0)
 		dev = fd_dev(current_task(), res);
-	else if (r->place == URING_BY_FIXED)
+	else if (r->place == URING_BY_FIXED && req)
 		dev = file_dev(BPF_CORE_READ(req, file));
 	return dev ?: r->dev;
 }
 
-/* Fired when the request's CQE is filled, in the context that posts it (the submitter's task work,
- * an io-wq worker, or inline). req is a plain pointer here (NULL: an auxiliary CQE); its second
- * place in the prototype of 6.1 to 6.18 alike. Its result is req->cqe.res in all of them. */
-SEC("tp_btf/io_uring_complete")
-int BPF_PROG(on_uring_complete, void *ring, void *req_ptr)
+/* A followed request's completion: its submission-to-completion time and bytes. req is NULL on
+ * 5.10 (whose requests are never placed by a registered file at completion). */
+static __always_inline void uring_completed(struct io_kiocb *req, __u64 key, int res)
 {
-	struct io_kiocb *req = req_ptr;
-	__u64 key = (__u64)req_ptr, now;
-	struct filter *f;
-	struct uring_req *r;
+	struct uring_req *r = bpf_map_lookup_elem(&uring_reqs, &key);
 	struct op_key k = {};
+	struct filter *f;
 	struct hist *h;
-	int res;
+	__u64 now;
 
-	if (!req_ptr)
-		return 0;
-	r = bpf_map_lookup_elem(&uring_reqs, &key);
 	if (!r)
-		return 0;
+		return;
 	now = bpf_ktime_get_ns();
-	res = BPF_CORE_READ(req, cqe.res);
 	k.dev = uring_req_dev(req, r, res);
 	k.nr = r->opcode;
 	k.phase = r->phase;
@@ -1459,8 +1474,29 @@ int BPF_PROG(on_uring_complete, void *ring, void *req_ptr)
 			__sync_fetch_and_add(&h->ret_sum, res);
 	}
 	bpf_map_delete_elem(&uring_reqs, &key);
+}
+
+#ifdef FSPROF_LEGACY
+SEC("tp_btf/io_uring_complete")
+int BPF_PROG(on_uring_complete, void *ring, u64 user_data, int res)
+{
+	uring_completed(NULL, uring_key(ring, user_data), res);
 	return 0;
 }
+#else
+/* Fired when the request's CQE is filled, in the context that posts it (the submitter's task work,
+ * an io-wq worker, or inline). req is a plain pointer here (NULL: an auxiliary CQE); its second
+ * place in the prototype of 6.1 to 6.18 alike. Its result is req->cqe.res in all of them. */
+SEC("tp_btf/io_uring_complete")
+int BPF_PROG(on_uring_complete, void *ring, void *req_ptr)
+{
+	struct io_kiocb *req = req_ptr;
+
+	if (req_ptr)
+		uring_completed(req, (__u64)req_ptr, BPF_CORE_READ(req, cqe.res));
+	return 0;
+}
+#endif
 
 /* A traced io_uring_enter starts waiting for completions: io_cqring_wait, after running the
  * completions already due, found fewer CQEs than asked for (5.10 to 6.18: same place, same
@@ -1484,7 +1520,8 @@ static __always_inline struct uring_req *uring_work_of(struct task_struct *task,
 	struct io_worker *worker;
 	struct io_wq_work *work;
 
-	if (!bpf_core_field_exists(task->worker_private))
+	/* On 5.10 requests are keyed by ring and user_data, which a worker's work item does not give. */
+	if (FSPROF_IS_LEGACY || !bpf_core_field_exists(task->worker_private))
 		return NULL;
 	worker = (struct io_worker *)BPF_CORE_READ(task, worker_private);
 	work = worker ? BPF_CORE_READ(worker, cur_work) : NULL;
@@ -1504,8 +1541,9 @@ static __always_inline struct rq_classes *uring_rqs_of(struct task_struct *task,
 
 	if (!r)
 		return NULL;
-	/* A registered file's device: the request has its file once it is being issued. */
-	k.dev = r->dev ? r->dev : file_dev(BPF_CORE_READ((struct io_kiocb *)req, file));
+	/* A registered file's device: the request has its file once it is being issued (never on 5.10,
+	 * whose keys are no pointers and whose requests have their file's device from submission). */
+	k.dev = r->dev || FSPROF_IS_LEGACY ? r->dev : file_dev(BPF_CORE_READ((struct io_kiocb *)req, file));
 	f = get_filter();
 	if (!k.dev || (f && f->dev && k.dev != f->dev))
 		return NULL;

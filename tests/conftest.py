@@ -263,6 +263,7 @@ def bpftrace_prelude():
             "u32": "unsigned int",
             "u64": "unsigned long long",
             "sector_t": "unsigned long long",
+            "bool": "_Bool",
         }
         every = {**MODULE_TYPEDEFS, "dev_t": "unsigned int", **kernel_ints}
         return "".join(f"#define {name} {ctype}\n" for name, ctype in every.items())

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import behind, filesystems, signals
 from ..trace import maps, syscalls
-from ..trace.bpf import BpfObject, close_all, create_maps, detach_all
+from ..trace.bpf import LEGACY_FIGURES_LOST, BpfObject, close_all, create_maps, detach_all, legacy_kernel
 from ..errors import FsprofError
 
 if TYPE_CHECKING:
@@ -298,6 +298,8 @@ class Collector:
                     continue
                 figures = tables.get(o.name, {}).get(prog, f"{o.name} figures fed by {prog}")
                 out.append({"figures": figures, "probe": f"{o.name}:{prog}", "why": why})
+        if legacy_kernel():
+            out += LEGACY_FIGURES_LOST
         return out
 
     # Who is traced.

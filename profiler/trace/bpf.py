@@ -63,17 +63,22 @@ def object_path(name: str) -> Path:
     return (BUILD_DIR / "legacy" if legacy_kernel() else BUILD_DIR) / f"{name}.bpf.o"
 
 
-# Programs of the legacy objects left out on 5.10 ("object:program"): its io_uring tracepoints pass
-# the ring before the request (and Debian's 5.10 has a backported io_uring whose request layout
-# fsprof does not read); the XFS work items' types are in module xfs, which has no BTF there.
-_URING_510 = "io_uring requests are not followed before 5.11 (5.10's tracepoints and requests have another form)"
+# Programs of the legacy objects left out on 5.10 ("object:program"): the XFS work items' types are
+# in module xfs, which has no BTF there.
 _XFS_WORK_510 = "XFS's work item types are in module xfs, which has no BTF on this kernel (module BTF came in 5.11)"
 LEGACY_LEFT_OUT = {
-    "syscalls:on_uring_submit_sqe": _URING_510,
-    "syscalls:on_uring_complete": _URING_510,
     "xfs:on_work_start": _XFS_WORK_510,
     "xfs:on_work_end": _XFS_WORK_510,
 }
+# Figures the legacy objects cannot give though their programs load (Collector.unavailable).
+LEGACY_FIGURES_LOST = [
+    {
+        "figures": "io-wq workers' off-CPU time and block requests per io_uring request",
+        "probe": "syscalls:on_sched_switch",
+        "why": "on 5.10 an io_uring request is followed by its ring and user_data (its completion "
+        "tracepoint has no request), which an io-wq worker's work item does not give",
+    }
+]
 
 LOG_DIR = Path(os.environ.get("FSPROF_LOG_DIR", "/var/tmp/fsprof/logs"))
 
