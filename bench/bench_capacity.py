@@ -68,18 +68,20 @@ def read_ctxt():
 
 
 def map_memlock(pid):
-    """Bytes of BPF map memory the process holds (the kernel's memlock figure per map fd)."""
-    total = 0
+    """Bytes of BPF map memory the process holds: the kernel's memlock figure of each map, counted
+    once however many of the process's objects hold an fd on it (the shared maps)."""
+    per_map = {}
     for fd in os.listdir(f"/proc/{pid}/fd"):
         try:
             if os.readlink(f"/proc/{pid}/fd/{fd}") != "anon_inode:bpf-map":
                 continue
-            for line in Path(f"/proc/{pid}/fdinfo/{fd}").read_text().splitlines():
-                if line.startswith("memlock:"):
-                    total += int(line.split()[1])
-        except OSError:
+            fields = dict(
+                line.split(":", 1) for line in Path(f"/proc/{pid}/fdinfo/{fd}").read_text().splitlines() if ":" in line
+            )
+            per_map[fields["map_id"].strip()] = int(fields["memlock"])
+        except (OSError, KeyError, ValueError):
             continue
-    return total
+    return sum(per_map.values())
 
 
 def engine_argv(args, seconds):

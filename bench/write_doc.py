@@ -426,6 +426,21 @@ WHY_NOTE = [
     'would resolve against the minimised BTF the objects load with ("Start, continued" above), '
     "not the kernel's. Python's part of record's start is about 95 ms (30 to start the "
     "interpreter, 65 of imports spread over many modules, none above 10 ms).",
+    "Map memory (2026-11-29, thirteenth session; each map's memlock counted once by its id, "
+    "`bpftool map show id N` for each map fd of the recording): the soak "
+    "and capacity rows' \"BPF maps 227 MiB\" summed memlock per fd, and several objects hold an "
+    "fd on each shared map (the stack map, 33.5 MiB, four times), so it counted them up to four "
+    "times; the maps really took 111 MiB with ext4's objects and 124 MiB with all three "
+    "filesystems'. Of that, 40 MiB was the two stack maps (65,536 + 8,192 stacks of 64 frames), "
+    "and most of the rest histograms and aggregates sized far past what any run fills: the "
+    "kernel tree's untar on btrfs (the most varied bundled run) fills 2,032 stacks, 647 off-CPU "
+    "keys, 2,018 sample keys, 43 op histograms and 19 block keys. Now 16,384 + 8,192 stacks "
+    "(the same untar: 1,739 stacks, 103 spilled, none lost to a collision), 16,384 off-CPU and "
+    "sample keys, 512 op histograms, 256 of each other histogram map: 57 MiB with all three "
+    "filesystems (tests/test_loader.py holds it under 64 MiB), 47 MiB in the soak "
+    "(`bench/bench_soak.py`, ext4), RSS flat after the second window (61.7 -> 62.3 MiB). A full "
+    "map is counted in `drops` (ops_full, offcpu_full, samples_full, block_full...), and "
+    "continuous mode empties the stack maps once a quarter of the main one is used.",
 ]
 
 

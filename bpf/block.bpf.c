@@ -53,7 +53,7 @@ struct {
 /* Per (device, class, phase); 9.6 KiB a value, shared and updated with atomic adds like op_hist. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024);
+	__uint(max_entries, 256);
 	__type(key, struct blk_key);
 	__type(value, struct blk_val);
 } blk_stats SEC(".maps");

@@ -124,7 +124,7 @@ struct {
 /* Shared (not per-CPU) with atomic adds, as op_hist: a struct hist is 4.7 KiB. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024);
+	__uint(max_entries, 256);
 	__type(key, struct bh_key);
 	__type(value, struct hist);
 } bt_hists SEC(".maps");

@@ -59,7 +59,7 @@ struct {
  * only the few colliding stacks use, and its id carries SPILL_STACK_BIT (get_stack below). */
 struct {
 	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
-	__uint(max_entries, 65536);
+	__uint(max_entries, 16384);
 	__uint(key_size, sizeof(__u32));
 	__uint(value_size, MAX_STACK_DEPTH * sizeof(__u64));
 } stacks SEC(".maps");
@@ -275,7 +275,7 @@ struct {
  * with atomic adds (pauses are few). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024);
+	__uint(max_entries, 256);
 	__type(key, struct throttle_key);
 	__type(value, struct pause_val);
 } pause_slept SEC(".maps");

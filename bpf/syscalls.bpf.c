@@ -33,7 +33,7 @@ struct {
 /* FILTER_PID: processes to trace (tgid). Userspace seeds the workload; forks of traced processes join. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
+	__uint(max_entries, 16384);
 	__type(key, __u32);
 	__type(value, __u8);
 } traced_tgids SEC(".maps");
@@ -180,7 +180,7 @@ static __always_inline struct inflight *inflight_of(struct task_struct *task)
  * demand (which can fail under a burst of new keys). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 2048);
+	__uint(max_entries, 512);
 	__type(key, struct op_key);
 	__type(value, struct hist);
 } op_hist SEC(".maps");
@@ -202,7 +202,7 @@ struct {
  * (on 2 CPUs, more with more), against 3 ms. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
+	__uint(max_entries, 16384);
 	__type(key, struct off_key);
 	__type(value, struct off_val);
 } offcpu SEC(".maps");
@@ -211,7 +211,7 @@ struct {
  * preallocated per-CPU hash of this size took 40-80 ms to create at every start. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
+	__uint(max_entries, 16384);
 	__type(key, struct sample_key);
 	__type(value, __u64);
 } samples SEC(".maps");
@@ -239,7 +239,7 @@ struct {
  * buffer to take one in (512 bytes: more than a BPF stack holds). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 8192);
+	__uint(max_entries, 2048);
 	__type(key, __u32);
 	__type(value, struct stack_ips);
 } tail_stacks SEC(".maps");
@@ -1245,7 +1245,7 @@ struct {
  * writes that completed. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024);
+	__uint(max_entries, 256);
 	__type(key, struct op_key);
 	__type(value, struct hist);
 } uring_hist SEC(".maps");

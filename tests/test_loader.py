@@ -254,6 +254,22 @@ def test_no_map_grows_with_the_cpu_count():
     assert sum(per_cpu.values()) <= 16 * 1024, per_cpu
 
 
+MAP_MEMORY_BUDGET = 64 << 20  # issue 32's target for the continuous soak (docs/benchmarks.md)
+
+
+def test_map_memory_stays_within_its_budget():
+    """Every map is preallocated (allocating under sched_switch's run-queue lock fails), so what
+    the maps are sized for is what a recording holds from its first second: all filesystems'
+    objects together must stay within the budget. Several objects share a map (one fd each), so
+    each map is counted once, by id."""
+    from profiler.session.collect import Collector
+
+    with Collector():
+        memlock = {m["map_id"]: int(m["memlock"]) for m in own_fdinfo("map")}
+    assert len(memlock) > 40
+    assert sum(memlock.values()) <= MAP_MEMORY_BUDGET, sorted(memlock.values(), reverse=True)[:10]
+
+
 def kernel_program_ids():
     return {p["id"] for p in kernel_programs()}
 

@@ -5,8 +5,8 @@ asked, sent to a Pyroscope-compatible ingest URL.
 
 Bounded by construction: every window drains the stack-keyed BPF maps (Collector.snapshot with
 drain); the syscall histograms and block/journal counters are keyed by filesystem and syscall
-only; the stack maps are emptied whenever the stacks seen since they were last emptied pass half
-their size; the metrics keep the series of filesystems mounted now; the profile directory keeps
+only; the stack maps are emptied whenever the stacks seen since they were last emptied pass a
+quarter of the main map's size (beyond that, more collide than its spill map holds); the metrics keep the series of filesystems mounted now; the profile directory keeps
 the newest --pprof-keep files. Filesystems mounted or unmounted are picked up at the next window;
 a filesystem type whose BPF object is not loaded yet (its module loaded since) makes the programs
 be loaded again, the counters carrying on. The target is pointed at again every window (a cgroup
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 DEFAULT_WINDOW = "15s"
 DEFAULT_LISTEN = "127.0.0.1:9478"
 DEFAULT_PPROF_KEEP = 240  # an hour of 15 s windows
-STACK_MAP_ENTRIES = 65536  # bpf/shared_maps.h stacks
 PHASES = ["continuous"]
 PROFILE_TYPES = (("off_cpu", "nanoseconds"), ("on_cpu", "nanoseconds"), ("workers_off_cpu", "nanoseconds"))
 PPROF_PREFIX = "fsprof-"
@@ -388,7 +387,7 @@ def one_window(
         totals.keep_filesystems({metrics.fs_labels(e) for e in entries})
     gen.last_entries = entries
     gen.stacks_seen |= {r["stack"] for r in raw["offcpu"] + raw["samples"] + raw["workers"]}
-    if len(gen.stacks_seen) > STACK_MAP_ENTRIES // 2:
+    if len(gen.stacks_seen) > c.stacks.max_entries // 4:
         c.forget_stacks()
         gen.stacks_seen = set()
     return entries

@@ -157,6 +157,7 @@ class Map:
         self.name = name
         self.fd = lib.bpf_map__fd(handle)
         self.percpu = lib.bpf_map__type(handle) in _PERCPU_TYPES
+        self.max_entries = lib.bpf_map__max_entries(handle)
         self.key_type, self.value_type = key_type, value_type
         for what, ctype, size, type_id in (
             ("key", key_type, lib.bpf_map__key_size(handle), lib.bpf_map__btf_key_type_id(handle)),
