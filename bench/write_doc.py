@@ -428,7 +428,7 @@ WHY_NOTE = [
     "interpreter, 65 of imports spread over many modules, none above 10 ms).",
     "Map memory (2026-11-29, thirteenth session; each map's memlock counted once by its id, "
     "`bpftool map show id N` for each map fd of the recording): the soak "
-    "and capacity rows' \"BPF maps 227 MiB\" summed memlock per fd, and several objects hold an "
+    'and capacity rows\' "BPF maps 227 MiB" summed memlock per fd, and several objects hold an '
     "fd on each shared map (the stack map, 33.5 MiB, four times), so it counted them up to four "
     "times; the maps really took 111 MiB with ext4's objects and 124 MiB with all three "
     "filesystems'. Of that, 40 MiB was the two stack maps (65,536 + 8,192 stacks of 64 frames), "

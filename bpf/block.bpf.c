@@ -91,6 +91,8 @@ struct rq_info {
 	__u8 ended;       /* its last completion was seen; block_io_done follows */
 	__u16 pad[3];
 	char who[SUBMITTER_LEN];
+	__u64 device_ns;       /* issue to the device's completion, once device_done */
+	struct rq_owner owner; /* who made it (shared_maps.h rq_owners), taken at its first issue */
 };
 
 /* struct request pointer -> its rq_info. Entries of requests that never complete (rare error
@@ -287,6 +289,23 @@ int BPF_PROG(on_rq_insert, struct request *rq)
 	return 0;
 }
 
+/* Who made the request: recorded under its first bio by syscalls.bpf.c's add_request (a traced
+ * syscall, an io_uring request, a filesystem worker's window). One lookup per issue; a request
+ * whose first bio is not the one it was made with (a front merge) keeps no owner. */
+static __always_inline void take_owner(struct rq_info *info, struct request *rq)
+{
+	__u64 bio = (__u64)rq->bio;
+	struct rq_owner *o;
+
+	if (info->owner.kind || !bio)
+		return;
+	o = bpf_map_lookup_elem(&rq_owners, &bio);
+	if (!o)
+		return;
+	info->owner = *o;
+	bpf_map_delete_elem(&rq_owners, &bio);
+}
+
 /* Handed to the driver: counted here (phase current now), and its queue time ends. */
 SEC("tp_btf/block_rq_issue")
 int BPF_PROG(on_rq_issue, struct request *rq)
@@ -324,6 +343,7 @@ int BPF_PROG(on_rq_issue, struct request *rq)
 	}
 	info->issue_ns = now;
 	info->phase = phase;
+	take_owner(info, rq);
 	v = stats_of(dev, info->cls, phase);
 	if (!v)
 		return 0;
@@ -393,6 +413,7 @@ int BPF_PROG(on_rq_complete, struct request *rq, blk_status_t error, unsigned in
 	now = bpf_ktime_get_ns(); /* after the filter: reading the clock costs 50-80 ns in a VM */
 	if (info->issue_ns && !info->device_done) {
 		info->device_done = 1;
+		info->device_ns = now - info->issue_ns;
 		v = stats_of(info->dev, info->cls, info->phase);
 		if (v) {
 			__sync_fetch_and_add(&v->completed, 1);
@@ -402,6 +423,8 @@ int BPF_PROG(on_rq_complete, struct request *rq, blk_status_t error, unsigned in
 	if ((rq->rq_flags & flush_seq) && op_of(rq->cmd_flags) != REQ_OP_VALUE(REQ_OP_FLUSH))
 		return 0; /* more to come */
 	info->ended = 1;
+	if (info->owner.kind && info->device_done && info->born_ns && info->born_ns <= now)
+		rq_owner_add(&info->owner, info->device_ns, now - info->born_ns);
 	if (!info->issue_ns) {
 		info->phase = current_phase();
 		v = stats_of(info->dev, info->cls, info->phase);

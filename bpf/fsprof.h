@@ -196,6 +196,16 @@ enum worker_kind {
 	N_WORKER_KINDS,
 };
 
+/* The times of block requests that have ended, summed (block.bpf.c's rq_owner_add): from the
+ * device's issue to its completion, and from the request's start to its last completion (queue,
+ * device, and a cache flush the kernel ran before it for REQ_PREFLUSH). */
+struct rq_times {
+	__u64 device_ns;
+	__u64 life_ns;
+	__u32 timed; /* how many */
+	__u32 pad;
+};
+
 struct worker_window {
 	__u64 start_ns;
 	__u64 out_ns; /* switched out inside the window; 0 while on CPU */
@@ -209,6 +219,7 @@ struct worker_window {
 				* takes its part as the difference between two readings) */
 	__u32 id;                      /* the work's own number: a jbd2 commit's transaction tid; 0: none */
 	__u16 requests[N_BLK_CLASSES]; /* block requests made inside it so far, by class */
+	struct rq_times rq_times;      /* of those that have ended (block.bpf.c, at their last completion) */
 	__u64 switches;                /* the thread's nvcsw + nivcsw when the window began */
 	__u64 offcpu_ns;               /* off CPU inside the window so far, runnable or not */
 	__u32 switches_seen;           /* its off-CPU intervals on_switch timed, switch-out to switch-in */
@@ -225,6 +236,7 @@ struct work_seen {
 	__u32 id;
 	__u16 kind; /* enum worker_kind; 0: the waker was in no window and had closed none just before */
 	__u16 requests[N_BLK_CLASSES];
+	struct rq_times rq_times; /* of its requests that had ended by then */
 };
 
 /* worker_last's value: a window its worker closed, and the worker's voluntary context switches
@@ -293,6 +305,30 @@ struct sample_key {
 struct rq_classes {
 	__u64 count[N_BLK_CLASSES];
 	__u64 bytes[N_BLK_CLASSES];
+	/* Of those whose last completion was seen (block.bpf.c): how many, and their times (struct
+	 * rq_times). Where the owner is not known at issue (a front merge made a later bio the
+	 * request's first), a request is counted above and not here. */
+	__u64 timed[N_BLK_CLASSES];
+	__u64 device_ns[N_BLK_CLASSES];
+	__u64 life_ns[N_BLK_CLASSES];
+};
+
+/* Who made a block request, kept from its first bio (block_getrq, in the maker's context) to its
+ * issue (block.bpf.c), where it moves into the request's record; its times are added to the
+ * owner's rq_classes at its last completion. */
+enum rq_owner_kind {
+	OWNER_NONE = 0,
+	OWNER_OP,     /* op_rqs[key]: a traced syscall's own bio */
+	OWNER_URING,  /* uring_rqs[key]: issued for an io_uring request */
+	OWNER_WORKER, /* worker_runs[key as a worker_run_key], and the window tid's started at window_ns */
+};
+
+struct rq_owner {
+	struct op_key key; /* OWNER_WORKER: the same 8 bytes as its struct worker_run_key */
+	__u32 tid;
+	__u16 kind;
+	__u16 cls; /* the class it was counted in */
+	__u64 window_ns;
 };
 
 /* What a filesystem worker did in its windows, per (dev, kind, phase) of the window: how many

@@ -247,6 +247,84 @@ static __always_inline struct worker_run *worker_run_of(struct worker_window *w)
 	return lookup_or_init(&worker_runs, &key, &zero_worker_run, DROP_WORKER_FULL);
 }
 
+/* ---- block requests by who made them (counted by syscalls.bpf.c, timed by block.bpf.c) ---- */
+
+const struct rq_classes zero_rqs = {};
+
+/* Block requests each (filesystem, syscall, phase) made from its own bios: a per-op figure that
+ * counts nothing done before or after the calls, nor by other threads. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 512);
+	__type(key, struct op_key);
+	__type(value, struct rq_classes);
+} op_rqs SEC(".maps");
+
+/* The block requests of io_uring requests, per (filesystem, opcode, phase): those the submitting
+ * thread made while issuing one inside io_uring_enter, and those an io-wq worker made while
+ * running one. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, struct op_key);
+	__type(value, struct rq_classes);
+} uring_rqs SEC(".maps");
+
+_Static_assert(sizeof(struct op_key) == sizeof(struct worker_run_key), "rq_owner keeps either key");
+
+/* A request's first bio -> who made it (struct rq_owner), from block_getrq to the request's issue.
+ * LRU: a bio made on a device block.bpf.c does not trace is never taken. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, struct rq_owner);
+} rq_owners SEC(".maps");
+
+static __always_inline void rq_times_add(struct rq_times *t, __u64 device_ns, __u64 life_ns)
+{
+	__sync_fetch_and_add(&t->device_ns, device_ns);
+	__sync_fetch_and_add(&t->life_ns, life_ns);
+	__sync_fetch_and_add(&t->timed, 1);
+}
+
+/* A request of class cls that `owner` made has ended: its times go to the owner's rq_classes and,
+ * for a worker's, to the window that made it (open, or the worker's last closed one: its waiters
+ * read them there). */
+static __always_inline void rq_owner_add(struct rq_owner *owner, __u64 device_ns, __u64 life_ns)
+{
+	__u16 cls = owner->cls;
+	struct rq_classes *rqs = NULL;
+	struct worker_window *w;
+	struct worker_run *run;
+	struct work_last *last;
+
+	if (cls >= N_BLK_CLASSES)
+		return;
+	if (owner->kind == OWNER_OP) {
+		rqs = bpf_map_lookup_elem(&op_rqs, &owner->key);
+	} else if (owner->kind == OWNER_URING) {
+		rqs = bpf_map_lookup_elem(&uring_rqs, &owner->key);
+	} else if (owner->kind == OWNER_WORKER) {
+		run = bpf_map_lookup_elem(&worker_runs, &owner->key);
+		if (run)
+			rqs = &run->rqs;
+		w = bpf_map_lookup_elem(&worker_windows, &owner->tid);
+		if (w && w->start_ns == owner->window_ns) {
+			rq_times_add(&w->rq_times, device_ns, life_ns);
+		} else {
+			last = bpf_map_lookup_elem(&worker_last, &owner->tid);
+			if (last && last->seen.start_ns == owner->window_ns)
+				rq_times_add(&last->seen.rq_times, device_ns, life_ns);
+		}
+	}
+	if (!rqs)
+		return;
+	__sync_fetch_and_add(&rqs->timed[cls], 1);
+	__sync_fetch_and_add(&rqs->device_ns[cls], device_ns);
+	__sync_fetch_and_add(&rqs->life_ns[cls], life_ns);
+}
+
 /* ---- dirty throttling pauses (writeback.bpf.c announces them, on_switch times their sleep) ---- */
 
 #define TASK_RUNNING_STATE 0
@@ -418,6 +496,7 @@ static __always_inline __u64 worker_end(void)
 	done.seen.id = w->id;
 	done.seen.kind = w->kind;
 	__builtin_memcpy(done.seen.requests, w->requests, sizeof(done.seen.requests));
+	done.seen.rq_times = w->rq_times;
 	done.nvcsw = CUR(current_task(), nvcsw);
 	bpf_map_update_elem(&worker_last, &tid, &done, BPF_ANY);
 	worker_forget(tid);

@@ -216,15 +216,6 @@ struct {
 	__type(value, __u64);
 } samples SEC(".maps");
 
-/* Block requests each (filesystem, syscall, phase) made from its own bios: a per-op figure that
- * counts nothing done before or after the calls, nor by other threads. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 2048);
-	__type(key, struct op_key);
-	__type(value, struct rq_classes);
-} op_rqs SEC(".maps");
-
 /* Stack sampling: the blocked intervals of each (filesystem, syscall, phase) whose stacks were
  * walked. An op's calls are all walked until it has this many (stack_sampling.first), so that a
  * kind of wait met rarely is seen in full rather than estimated from a handful. */
@@ -263,7 +254,6 @@ struct {
 static const struct exemplar_set no_exemplars = {};
 
 const __u64 zero_count = 0;
-const struct rq_classes zero_rqs = {};
 const __u8 one = 1;
 
 static __always_inline __u32 file_dev(struct file *file)
@@ -892,6 +882,7 @@ static __always_inline void waker_work(struct work_seen *out, __u64 now)
 		out->id = w->id;
 		out->kind = w->kind;
 		__builtin_memcpy(out->requests, w->requests, sizeof(out->requests));
+		out->rq_times = w->rq_times;
 		return;
 	}
 	last = bpf_map_lookup_elem(&worker_last, &tid);
@@ -1067,7 +1058,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	return 0;
 }
 
-static __always_inline struct rq_classes *uring_rqs_of(struct task_struct *task, __u64 req);
+static __always_inline struct rq_classes *uring_rqs_of(struct task_struct *task, __u64 req, struct op_key *k);
 
 /* A bio of the current thread becomes a new request (made = 1) or joins one (made = 0): the
  * request counts once, its bytes are its bios'. Under the io_uring request the thread is issuing
@@ -1081,6 +1072,8 @@ static __always_inline void add_request(struct bio *bio, __u64 made)
 	struct rq_classes *rqs = NULL;
 	struct worker_window *w = NULL;
 	struct worker_run *run;
+	struct rq_owner owner = {};
+	__u64 bio_ptr = (__u64)bio;
 	__u32 tid, bytes;
 	__u16 cls;
 
@@ -1088,17 +1081,27 @@ static __always_inline void add_request(struct bio *bio, __u64 made)
 		return;
 	/* Most requests on the machine are neither: find where it counts before reading the bio. */
 	op = inflight_of(task);
+	owner.kind = OWNER_URING;
 	if (op && op->uring_req)
-		rqs = uring_rqs_of(task, op->uring_req);
+		rqs = uring_rqs_of(task, op->uring_req, &owner.key);
 	else if (!op && (CUR(task, flags) & PF_IO_WORKER_FLAG))
-		rqs = uring_rqs_of(task, 0);
+		rqs = uring_rqs_of(task, 0, &owner.key);
 	if (!rqs && op) {
+		owner.kind = OWNER_OP;
+		owner.key = op->op;
 		rqs = lookup_or_init(&op_rqs, &op->op, &zero_rqs, DROP_OPS_FULL);
 	} else if (!rqs && open_count(&workers_open) > 0) {
 		tid = (__u32)bpf_get_current_pid_tgid();
 		w = bpf_map_lookup_elem(&worker_windows, &tid);
-		if (w && (run = worker_run_of(w)))
+		if (w && (run = worker_run_of(w))) {
 			rqs = &run->rqs;
+			owner.kind = OWNER_WORKER;
+			owner.key.dev = w->dev; /* a worker_run_key: dev, kind, phase */
+			owner.key.nr = w->kind;
+			owner.key.phase = w->phase;
+			owner.tid = tid;
+			owner.window_ns = w->start_ns;
+		}
 	}
 	if (!rqs)
 		return;
@@ -1106,8 +1109,12 @@ static __always_inline void add_request(struct bio *bio, __u64 made)
 	cls = blk_classify(bio->bi_opf, bytes);
 	if (cls >= N_BLK_CLASSES)
 		return;
-	if (made)
+	if (made) {
 		__sync_fetch_and_add(&rqs->count[cls], 1);
+		/* Timed by block.bpf.c from the request's issue, where this bio is its first. */
+		owner.cls = cls;
+		bpf_map_update_elem(&rq_owners, &bio_ptr, &owner, BPF_ANY);
+	}
 	__sync_fetch_and_add(&rqs->bytes[cls], bytes);
 	if (w && made) /* the window's own, for the waiters it wakes (struct work_seen) */
 		w->requests[cls]++;
@@ -1282,16 +1289,6 @@ struct {
 	__type(key, struct uring_off_key);
 	__type(value, struct off_val);
 } uring_offcpu SEC(".maps");
-
-/* The block requests of io_uring requests, per (filesystem, opcode, phase): those the submitting
- * thread made while issuing one inside io_uring_enter, and those an io-wq worker made while
- * running one. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024);
-	__type(key, struct op_key);
-	__type(value, struct rq_classes);
-} uring_rqs SEC(".maps");
 
 /* REQ_F_FIXED_FILE (bit 0 of req->flags, IOSQE_FIXED_FILE_BIT): cqe.fd indexes the registered
  * files, not the fd table. */
@@ -1533,23 +1530,22 @@ static __always_inline struct uring_req *uring_work_of(struct task_struct *task,
 
 /* The block requests' counters of the io_uring request req (0: the one the io-wq worker task is
  * running), or NULL if it is not one fsprof follows or lies outside the filesystem filter. */
-static __always_inline struct rq_classes *uring_rqs_of(struct task_struct *task, __u64 req)
+static __always_inline struct rq_classes *uring_rqs_of(struct task_struct *task, __u64 req, struct op_key *k)
 {
 	struct uring_req *r = req ? bpf_map_lookup_elem(&uring_reqs, &req) : uring_work_of(task, &req);
-	struct op_key k = {};
 	struct filter *f;
 
 	if (!r)
 		return NULL;
 	/* A registered file's device: the request has its file once it is being issued (never on 5.10,
 	 * whose keys are no pointers and whose requests have their file's device from submission). */
-	k.dev = r->dev || FSPROF_IS_LEGACY ? r->dev : file_dev(BPF_CORE_READ((struct io_kiocb *)req, file));
+	k->dev = r->dev || FSPROF_IS_LEGACY ? r->dev : file_dev(BPF_CORE_READ((struct io_kiocb *)req, file));
 	f = get_filter();
-	if (!k.dev || (f && f->dev && k.dev != f->dev))
+	if (!k->dev || (f && f->dev && k->dev != f->dev))
 		return NULL;
-	k.nr = r->opcode;
-	k.phase = r->phase;
-	return lookup_or_init(&uring_rqs, &k, &zero_rqs, DROP_OPS_FULL);
+	k->nr = r->opcode;
+	k->phase = r->phase;
+	return lookup_or_init(&uring_rqs, k, &zero_rqs, DROP_OPS_FULL);
 }
 
 static __always_inline void uring_worker_out(struct task_struct *prev, void *ctx, bool runnable, __u64 now)

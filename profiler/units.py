@@ -92,3 +92,11 @@ def fmt_time(
         return shown(MS, ms_digits, "ms")
     fine = fine_below is not None and size < fine_below / per
     return shown(US, us_digits + 1 if fine else us_digits, "us")
+
+
+def fmt_bytes(b: float) -> str:
+    """'4.0 KiB', '55.4 MiB', '512 B'."""
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if b >= scale:
+            return f"{b / scale:.1f} {unit}"
+    return f"{b:.0f} B"

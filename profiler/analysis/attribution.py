@@ -359,13 +359,14 @@ def attribute_worker(
 
 
 def merge_requests(parts: Iterable[dict[str, dict[str, int]]]) -> dict[str, dict[str, int]]:
-    """{class: {count, bytes}} summed over several."""
+    """{class: {count, bytes, ...}} summed over several (maps.requests_of: older runs have count
+    and bytes only)."""
     out: dict[str, dict[str, int]] = {}
     for part in parts:
         for cls, v in part.items():
-            e = out.setdefault(cls, {"count": 0, "bytes": 0})
-            e["count"] += v["count"]
-            e["bytes"] += v["bytes"]
+            e = out.setdefault(cls, {})
+            for key, n in v.items():
+                e[key] = e.get(key, 0) + n
     return out
 
 

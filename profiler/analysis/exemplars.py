@@ -38,6 +38,8 @@ def _work(work: dict[str, Any], call_start: int) -> dict[str, Any]:
         "end_at_ns": work["end_ns"] - call_start if work["end_ns"] else None,
         "blocked_ns": work["blocked_ns"],
         "requests": work["requests"],
+        # Older runs: none. Of the requests, those that had ended by the wakeup, and their times.
+        **({"request_times": work["request_times"]} if work.get("request_times", {}).get("timed") else {}),
     }
 
 

@@ -64,6 +64,8 @@ class RqInfo(c.Structure):
         ("ended", c.c_uint8),
         ("pad", c.c_uint16 * 3),
         ("who", c.c_char * SUBMITTER_LEN),
+        ("device_ns", c.c_uint64),
+        ("owner", maps.RqOwner),
     ]
 
 
@@ -352,13 +354,6 @@ def _unknown_without(device, left_out):
 _us = partial(units.fmt_time, ms_from=10 * units.MS, missing="-")
 
 
-def _size(b):
-    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if b >= scale:
-            return f"{b / scale:.1f} {unit}"
-    return f"{b:.0f} B"
-
-
 def _per(x):
     return "n/a" if x is None else f"{x:.2f}"
 
@@ -388,7 +383,7 @@ def _class_rows(d, fsyncs=0):
             who = _who(d["submitters"].get(cls, []))
         if s["lost"]:
             who += f" [{s['lost']} completions untraced]"
-        size = _size(s["avg_bytes"]) if s["count"] and cls != "flush" else "-"
+        size = units.fmt_bytes(s["avg_bytes"]) if s["count"] and cls != "flush" else "-"
         q, dv = s["queue"], s["device"]
         rows.append(
             f"     {label:<42} {s['count']:>7} {size:>10} {_us(q['avg_ns'] if q['count'] else None):>10} "
@@ -417,8 +412,8 @@ def report_lines(section: dict[str, Any], fs: dict[str, Any]) -> list[str]:
             f"{_per(e['fsyncs_per_flush'])} fsyncs, {_per(e['requests_per_flush'])} requests asking; "
             "write amplification "
             + (
-                f"{amp:.2f} ({_size(e['device_bytes_written'])} on {name} / "
-                f"{_size(e['bytes_written_by_syscalls'])} written by syscalls)"
+                f"{amp:.2f} ({units.fmt_bytes(e['device_bytes_written'])} on {name} / "
+                f"{units.fmt_bytes(e['bytes_written_by_syscalls'])} written by syscalls)"
                 if amp is not None
                 else "n/a"
             )

@@ -44,6 +44,9 @@ SHARED_MAPS = (
     ("pauses_open", c.c_uint32, c.c_int64),
     ("pause_slept", maps.ThrottleKey, maps.PauseVal),
     ("unplaced_calls", c.c_uint32, c.c_uint32),
+    ("op_rqs", maps.OpKey, maps.RqClasses),
+    ("uring_rqs", maps.OpKey, maps.RqClasses),
+    ("rq_owners", c.c_uint64, maps.RqOwner),
 )
 
 
@@ -147,8 +150,7 @@ ALTERNATIVES = {
 def _requests(rqs: "Map", name_of: Any) -> list[dict[str, Any]]:
     """[{dev, op, phase, requests}] of a per-op block requests map (op_rqs, uring_rqs)."""
     return [
-        {"dev": k.dev, "op": name_of(k.nr), "phase": k.phase, "requests": maps.requests_of(v.count, v.bytes)}
-        for k, v in rqs.items()
+        {"dev": k.dev, "op": name_of(k.nr), "phase": k.phase, "requests": maps.requests_of(v)} for k, v in rqs.items()
     ]
 
 
@@ -215,8 +217,8 @@ class Collector:
             self.workers_open = shared["workers_open"]
             self.worker_offcpu = shared["worker_offcpu"]
             self.worker_runs = shared["worker_runs"]
-            self.op_rqs = m("op_rqs", maps.OpKey, maps.RqClasses)
-            self.uring_rqs = m("uring_rqs", maps.OpKey, maps.RqClasses)
+            self.op_rqs = shared["op_rqs"]
+            self.uring_rqs = shared["uring_rqs"]
             self.waits_walked = m("waits_walked", maps.OpKey, c.c_uint64)
             self.op_hist = m("op_hist", maps.OpKey, maps.Hist)
             self.uring_hist = m("uring_hist", maps.OpKey, maps.Hist)
@@ -456,7 +458,7 @@ class Collector:
                 "unseen_windows": v.unseen_windows,
                 "unseen_ns": v.unseen_ns,
                 "kind": maps.WORKER_KINDS[k.kind] if k.kind < len(maps.WORKER_KINDS) else str(k.kind),
-                "requests": maps.requests_of(v.rqs.count, v.rqs.bytes),
+                "requests": maps.requests_of(v.rqs),
             }
             for k, v in read(self.worker_runs)
         ]

@@ -6,10 +6,11 @@ asked, sent to a Pyroscope-compatible ingest URL.
 Bounded by construction: every window drains the stack-keyed BPF maps (Collector.snapshot with
 drain); the syscall histograms and block/journal counters are keyed by filesystem and syscall
 only; the stack maps are emptied whenever the stacks seen since they were last emptied pass a
-quarter of the main map's size (beyond that, more collide than its spill map holds); the metrics keep the series of filesystems mounted now; the profile directory keeps
-the newest --pprof-keep files. Filesystems mounted or unmounted are picked up at the next window;
-a filesystem type whose BPF object is not loaded yet (its module loaded since) makes the programs
-be loaded again, the counters carrying on. The target is pointed at again every window (a cgroup
+quarter of the main map's size (beyond that, more collide than its spill map holds); the
+metrics keep the series of filesystems mounted now; the profile directory keeps the newest
+--pprof-keep files. Filesystems mounted or unmounted are picked up at the next window; a
+filesystem type whose BPF object is not loaded yet (its module loaded since) makes the programs be
+loaded again, the counters carrying on. The target is pointed at again every window (a cgroup
 re-opened by its path, a process's children found again). SIGHUP does both at once; SIGTERM and
 Ctrl-C stop after detaching everything.
 """

@@ -2,7 +2,6 @@
 field by field at open (btf_layout.py), so a change on one side without the other fails at once."""
 
 import ctypes as c
-from collections.abc import Iterable
 from typing import Any
 
 from . import tp_fields
@@ -175,6 +174,12 @@ class WorkerKey(c.Structure):
     ]
 
 
+class RqTimes(c.Structure):
+    """struct rq_times: the summed times of block requests that have ended."""
+
+    _fields_ = [("device_ns", c.c_uint64), ("life_ns", c.c_uint64), ("timed", c.c_uint32), ("pad", c.c_uint32)]
+
+
 class WorkerWindow(c.Structure):
     _fields_ = [
         ("start_ns", c.c_uint64),
@@ -188,6 +193,7 @@ class WorkerWindow(c.Structure):
         ("blocked_ns", c.c_uint64),
         ("id", c.c_uint32),
         ("requests", c.c_uint16 * len(BLK_CLASSES)),
+        ("rq_times", RqTimes),
         ("switches", c.c_uint64),
         ("offcpu_ns", c.c_uint64),
         ("switches_seen", c.c_uint32),
@@ -205,6 +211,7 @@ class WorkSeen(c.Structure):
         ("id", c.c_uint32),
         ("kind", c.c_uint16),
         ("requests", c.c_uint16 * len(BLK_CLASSES)),
+        ("rq_times", RqTimes),
     ]
 
 
@@ -235,7 +242,25 @@ class SampleKey(c.Structure):
 class RqClasses(c.Structure):
     """struct rq_classes: block requests by enum blk_class."""
 
-    _fields_ = [("count", c.c_uint64 * len(BLK_CLASSES)), ("bytes", c.c_uint64 * len(BLK_CLASSES))]
+    _fields_ = [
+        ("count", c.c_uint64 * len(BLK_CLASSES)),
+        ("bytes", c.c_uint64 * len(BLK_CLASSES)),
+        ("timed", c.c_uint64 * len(BLK_CLASSES)),
+        ("device_ns", c.c_uint64 * len(BLK_CLASSES)),
+        ("life_ns", c.c_uint64 * len(BLK_CLASSES)),
+    ]
+
+
+class RqOwner(c.Structure):
+    """struct rq_owner: who made a block request (read by block.bpf.c only)."""
+
+    _fields_ = [
+        ("key", OpKey),
+        ("tid", c.c_uint32),
+        ("kind", c.c_uint16),
+        ("cls", c.c_uint16),
+        ("window_ns", c.c_uint64),
+    ]
 
 
 class WorkerRunKey(c.Structure):
@@ -252,9 +277,14 @@ class WorkerRun(c.Structure):
     ]
 
 
-def requests_of(counts: Iterable[int], sizes: Iterable[int]) -> dict[str, dict[str, int]]:
-    """{class: {count, bytes}} of the classes with requests."""
-    return {cls: {"count": n, "bytes": b} for cls, n, b in zip(BLK_CLASSES, counts, sizes) if n}
+def requests_of(rqs: RqClasses) -> dict[str, dict[str, int]]:
+    """{class: {count, bytes, timed, device_ns, life_ns}} of the classes with requests: timed of
+    them ended with their owner known, device_ns and life_ns their summed times (struct rq_times)."""
+    return {
+        cls: {"count": n, "bytes": b, "timed": t, "device_ns": d, "life_ns": life}
+        for cls, n, b, t, d, life in zip(BLK_CLASSES, rqs.count, rqs.bytes, rqs.timed, rqs.device_ns, rqs.life_ns)
+        if n
+    }
 
 
 class Filter(c.Structure):
@@ -392,6 +422,12 @@ def work_of(seen: Any) -> dict[str, Any] | None:
         "end_ns": seen.end_ns or None,  # still open when it woke the waiter
         "blocked_ns": seen.blocked_ns,
         "requests": {cls: n for cls, n in zip(BLK_CLASSES, seen.requests) if n},
+        # Of its requests that had ended when it woke the waiter: how many, and their summed times.
+        "request_times": {
+            "timed": seen.rq_times.timed,
+            "device_ns": seen.rq_times.device_ns,
+            "life_ns": seen.rq_times.life_ns,
+        },
     }
 
 

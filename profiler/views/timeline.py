@@ -163,6 +163,8 @@ def add_work(
             "blocked_ns": work["blocked_ns"],
             "requests": requests_words({cls: n for cls, n in work["requests"].items() if n}) or "none",
             "open_at_wakeup": int(work["end_at_ns"] is None),
+            # Its requests that had ended by the wakeup: how many, their summed times.
+            **{f"requests_{k}": v for k, v in work.get("request_times", {}).items()},
         },
         flow=flow,
     )

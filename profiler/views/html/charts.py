@@ -7,7 +7,7 @@ from html import escape
 
 from ... import units
 from ...trace.hist import slot_range
-from ..report import requests_words, work_name
+from ..report import request_times_words, requests_words, work_name
 
 PERCENTILES = (("p50", "p50_ns", "6 0"), ("p95", "p95_ns", "4 3"), ("p99", "p99_ns", "2 2"), ("max", "max_ns", "1 3"))
 LABEL_W, PLOT_W, SIDE_W = 130, 520, 300  # px: row label, plot area, figures on the right
@@ -224,7 +224,7 @@ def call_timeline(name, op, call, colours):
         end = work["end_at_ns"] if work["end_at_ns"] is not None else w["at_ns"] + w["ns"]
         x0, x1 = max(work["start_at_ns"], 0), min(max(end, 0), ns)
         name = work_name(work)
-        rqs = requests_words(work["requests"]) or "no requests"
+        rqs = (requests_words(work["requests"]) + request_times_words(work)) or "no requests"
         out.append(
             f'<rect class="work" x="{LABEL_W + x0 * px:.2f}" y="{top + bar_h + 3}"'
             f' width="{max((x1 - x0) * px, 0.5):.2f}" height="{work_h}" fill="{colours(w["cause"])}"'
