@@ -423,8 +423,13 @@ int BPF_PROG(on_rq_complete, struct request *rq, blk_status_t error, unsigned in
 	if ((rq->rq_flags & flush_seq) && op_of(rq->cmd_flags) != REQ_OP_VALUE(REQ_OP_FLUSH))
 		return 0; /* more to come */
 	info->ended = 1;
-	if (info->owner.kind && info->device_done && info->born_ns && info->born_ns <= now)
-		rq_owner_add(&info->owner, info->device_ns, now - info->born_ns);
+	/* A request never issued itself (an empty cache flush: the queue's own flush request did its
+	 * device work) is timed here from start to end, with no device time of its own. One issued
+	 * and not seen to complete on the device (counted lost) is not timed. */
+	if (!info->issue_ns)
+		take_owner(info, rq);
+	if (info->owner.kind && (info->device_done || !info->issue_ns) && info->born_ns && info->born_ns <= now)
+		rq_owner_add(&info->owner, info->device_done ? info->device_ns : 0, now - info->born_ns);
 	if (!info->issue_ns) {
 		info->phase = current_phase();
 		v = stats_of(info->dev, info->cls, info->phase);

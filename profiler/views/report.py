@@ -87,7 +87,10 @@ def class_counts_words(by_class: dict[str, Any]) -> str:
         parts = [fmt_bytes(v["bytes"])] if v.get("bytes") else []
         if v.get("timed"):
             t = v["timed"]
-            each = f"{fmt_ns(v['device_ns'] / t)} on the device, {fmt_ns(v['life_ns'] / t)} from start to end, each"
+            if v["device_ns"]:
+                each = f"{fmt_ns(v['device_ns'] / t)} on the device, {fmt_ns(v['life_ns'] / t)} from start to end, each"
+            else:  # an empty cache flush: the queue's own flush request did its device work
+                each = f"{fmt_ns(v['life_ns'] / t)} from start to end, each, served by the queue's flushes"
             parts.append(each if t == v["count"] else f"{t} ended: {each}")
         words.append(f"{v['count']} {cls.replace('_', ' ')}" + (f" ({'; '.join(parts)})" if parts else ""))
     return ", ".join(words)
