@@ -389,8 +389,10 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 		bpf_map_update_elem(&unplaced_calls, &tid, &none, BPF_ANY);
 	}
 	deferred = *src == DEV_SRC_RET_FD || *src == DEV_SRC_RET_FD_AT || unplaced;
-	/* With a filesystem filter, operations known to be elsewhere are not followed at all. */
-	if (f->dev && key.dev != f->dev && !deferred)
+	/* With a filesystem filter, operations known to be elsewhere are not followed at all. One on
+	 * no filesystem (io_uring_enter, sync) is: the io_uring requests it issues inline count their
+	 * block requests under it (add_request), and its own figures stay under no filesystem. */
+	if (f->dev && key.dev != f->dev && !deferred && *src != DEV_SRC_GLOBAL)
 		return 0;
 	key.nr = nr;
 	key.phase = current_phase();

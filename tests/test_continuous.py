@@ -472,3 +472,41 @@ def test_a_cgroup_made_again_is_followed(tmp_path):
         if cgroup.exists():
             cgroup.rmdir()
     assert sample(text, "fsprof_syscall_latency_seconds_count", mountpoint=sfs.mountpoint, op="fsync") == 50
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("fio") is None, reason="fio is not installed")
+def test_io_uring_requests_are_ops_of_their_own(tmp_path):
+    """io_uring requests are ops in continuous mode as in a run (issue 35): their latency histogram
+    by opcode, the block requests they made with their device and start-to-end times, and the io-wq
+    workers' time by cause, each against fio's own count of its writes and fsyncs."""
+    from test_io_uring import FSYNC_EVERY, WRITES, fio_argv
+
+    with undo.Changes() as changes:
+        sfs = scratch.provision(changes, scratch.FsConfig("ext4"), tmp_path / "scratch")
+        port = free_port()
+        rec = start_continuous("--mount", sfs.mountpoint, "--listen", f"127.0.0.1:{port}")
+        try:
+            fio_json = tmp_path / "fio.json"
+            subprocess.run(fio_argv(fio_json), cwd=sfs.mountpoint, check=True, capture_output=True)
+            time.sleep(2.5)  # two windows: the last requests' figures are in
+            text = scrape(port)
+        finally:
+            stop(rec)
+    writes = json.loads(fio_json.read_text())["jobs"][0]["write"]["total_ios"]
+    assert writes == WRITES
+    ours = {"mountpoint": sfs.mountpoint, "op": "io_uring write"}
+    assert sample(text, "fsprof_io_uring_latency_seconds_count", **ours) == writes, text
+    assert sample(text, "fsprof_io_uring_latency_seconds_count", mountpoint=sfs.mountpoint, op="io_uring fsync") >= (
+        writes // FSYNC_EVERY
+    )
+    # Direct 4 KiB writes: one request each, timed (all but one whose completion was missed, counted lost).
+    made = {**ours, "class": "sync_write"}
+    assert sample(text, "fsprof_op_block_requests_total", **made) == writes
+    assert sample(text, "fsprof_op_block_requests_timed_total", **made) >= writes - 2
+    device = sample(text, "fsprof_op_block_request_device_seconds_total", **made)
+    life = sample(text, "fsprof_op_block_request_life_seconds_total", **made)
+    assert 0 < device <= life <= sample(text, "fsprof_io_uring_latency_seconds_sum", **ours), text
+    # The FSYNCs ran in io-wq workers, waiting on the journal's commits.
+    io_wq = sample(text, "fsprof_io_uring_io_wq_time_seconds_total", mountpoint=sfs.mountpoint, op="io_uring fsync")
+    assert io_wq > 0, text

@@ -4,9 +4,9 @@ grow while fsprof runs. docs/continuous.md lists every metric and its labels.
 
 Labels, and why their number is bounded: a filesystem is (fstype, device, mountpoint) of a mount
 that exists now (a filesystem unmounted loses its series at the next window); op is one of the
-syscalls fsprof traces (profiler/trace/syscalls.py); cause one of profiler/causes.py; class one of
-the block request classes (trace/maps.py BLK_CLASSES); reason one of the drop reasons; program one
-of fsprof's BPF programs. Nothing is labelled by pid, path, stack or time.
+syscalls fsprof traces (profiler/trace/syscalls.py) or an io_uring opcode ("io_uring write");
+cause one of profiler/causes.py; class one of the block request classes (trace/maps.py
+BLK_CLASSES); reason one of the drop reasons; program one of fsprof's BPF programs. Nothing is labelled by pid, path, stack or time.
 """
 
 import threading
@@ -45,6 +45,26 @@ METRICS = {
     "fsprof_op_block_requests": (
         "counter",
         "Block requests the traced processes' syscalls made from their own bios inside the calls, by op and class",
+    ),
+    "fsprof_op_block_requests_timed": (
+        "counter",
+        "Of those block requests (syscalls' and io_uring requests'), the ones seen to end with their maker known",
+    ),
+    "fsprof_op_block_request_device_seconds": (
+        "counter",
+        "Device time (issue to completion) of those timed block requests, by op and class",
+    ),
+    "fsprof_op_block_request_life_seconds": (
+        "counter",
+        "Start-to-end time of those timed block requests (queue, device, a cache flush run before one), by op and class",
+    ),
+    "fsprof_io_uring_latency_seconds": (
+        "histogram",
+        "Submission to completion of the traced processes' io_uring requests on this filesystem, by opcode",
+    ),
+    "fsprof_io_uring_io_wq_time_seconds": (
+        "counter",
+        "Off-CPU time of the io-wq workers running the io_uring requests, by opcode and cause",
     ),
     "fsprof_worker_windows": (
         "counter",
@@ -85,13 +105,17 @@ def cumulative_figures(entry: dict[str, Any]) -> dict[tuple[str, tuple[str, ...]
     grow while one set of BPF programs stays loaded)."""
     fl = fs_labels(entry)
     out: dict[tuple[str, tuple[str, ...]], float] = {}
-    for op, h in entry["syscalls"].items():
-        labels = fl + (op,)
-        log2 = h["log2_ns"]
-        for k in BUCKET_LOG2:
-            out[("fsprof_syscall_latency_seconds_bucket", labels + (_le(k),))] = sum(log2[:k])
-        out[("fsprof_syscall_latency_seconds_count", labels)] = h["count"]
-        out[("fsprof_syscall_latency_seconds_sum", labels)] = h["total_ns"] * NS
+    for family, histograms in (
+        ("fsprof_syscall_latency_seconds", entry["syscalls"]),
+        ("fsprof_io_uring_latency_seconds", entry.get("io_uring", {})),
+    ):
+        for op, h in histograms.items():
+            labels = fl + (op,)
+            log2 = h["log2_ns"]
+            for k in BUCKET_LOG2:
+                out[(f"{family}_bucket", labels + (_le(k),))] = sum(log2[:k])
+            out[(f"{family}_count", labels)] = h["count"]
+            out[(f"{family}_sum", labels)] = h["total_ns"] * NS
     behind = entry["behind"]
     journal = behind.get("ext4", {}).get("journal", {}).get("all")
     if journal:
@@ -110,9 +134,16 @@ def cumulative_figures(entry: dict[str, Any]) -> dict[tuple[str, tuple[str, ...]
             v = classes.get(cls, {"count": 0, "bytes": 0})
             out[("fsprof_block_requests", dl + (cls,))] = v["count"]
             out[("fsprof_block_bytes", dl + (cls,))] = v["bytes"]
-    for op, b in entry["attribution"].items():
-        for cls, v in b.get("requests", {}).items():
-            out[("fsprof_op_block_requests", fl + (op, cls))] = v["count"]
+    made = {op: b.get("requests", {}) for op, b in entry["attribution"].items()}
+    made.update(entry.get("io_uring_block_requests", {}))  # "io_uring write": its requests, as an op's
+    for op, by_class in made.items():
+        for cls, v in by_class.items():
+            labels = fl + (op, cls)
+            out[("fsprof_op_block_requests", labels)] = v["count"]
+            if "timed" in v:
+                out[("fsprof_op_block_requests_timed", labels)] = v["timed"]
+                out[("fsprof_op_block_request_device_seconds", labels)] = v["device_ns"] * NS
+                out[("fsprof_op_block_request_life_seconds", labels)] = v["life_ns"] * NS
     return out
 
 
@@ -147,6 +178,10 @@ def window_figures(entry: dict[str, Any]) -> dict[tuple[str, tuple[str, ...]], f
         for cause, ns in b["causes"].items()
         if ns > 0
     }
+    for op, b in entry.get("io_uring_io_wq", {}).items():
+        for cause, ns in b["causes"].items():
+            if ns > 0:
+                out[("fsprof_io_uring_io_wq_time_seconds", fl + (op, cause))] = ns * NS
     for kind, w in entry["behind"].get("workers", {}).items():
         w = w.get("all", {})
         if "windows" not in w:
@@ -244,6 +279,11 @@ LABELS = {
     "fsprof_block_requests": FS_LABELS + ("class",),
     "fsprof_block_bytes": FS_LABELS + ("class",),
     "fsprof_op_block_requests": FS_LABELS + ("op", "class"),
+    "fsprof_op_block_requests_timed": FS_LABELS + ("op", "class"),
+    "fsprof_op_block_request_device_seconds": FS_LABELS + ("op", "class"),
+    "fsprof_op_block_request_life_seconds": FS_LABELS + ("op", "class"),
+    "fsprof_io_uring_latency_seconds": FS_LABELS + ("op",),
+    "fsprof_io_uring_io_wq_time_seconds": FS_LABELS + ("op", "cause"),
     "fsprof_worker_windows": FS_LABELS + ("worker",),
     "fsprof_worker_seconds": FS_LABELS + ("worker",),
     "fsprof_worker_cpu_seconds": FS_LABELS + ("worker",),
