@@ -123,3 +123,33 @@ def test_runs_without_a_journal_commit_compare(dio):
     explains the runs (it once failed on the missing per-commit figure)."""
     proc = run_fsprof("compare", *map(str, dio["dirs"]), "--op", "pwrite64")
     assert proc.returncode == 0 and "Per pwrite64 call" in proc.stdout, proc.stderr
+
+
+def test_a_faster_device_is_the_evidence_of_a_shorter_direct_io_wait(dio, tmp_path):
+    """Planted: the same direct writes with the scratch loop device over the host's page cache
+    (--loop-io buffered), whose writes end when the page cache has them, against one doing direct
+    I/O to the disk. compare ranks the direct I/O wait first, and its evidence is the device time
+    of the requests the calls made: each shorter, their number the same."""
+    proc = run_fsprof(
+        "run",
+        "--fs",
+        "ext4",
+        "--loop-io",
+        "buffered",
+        "--scratch-dir",
+        str(tmp_path / "scratch"),
+        "-o",
+        str(tmp_path / "buffered"),
+        "--",
+        *[a.format(out=tmp_path / "fio.json") for a in FIO],
+    )
+    assert proc.returncode == 0, proc.stderr
+    proc = run_fsprof("compare", str(dio["dirs"][0]), str(tmp_path / "buffered"), "--op", "pwrite64", "--json")
+    assert proc.returncode == 0, proc.stderr
+    (cmp,) = json.loads(proc.stdout)
+    assert cmp["causes"][0]["cause"] == "direct I/O wait" and cmp["causes"][0]["diff_us"] < 0, cmp["causes"]
+    device = "sync write requests made in its calls: us on the device, each"
+    assert device in cmp["evidence_by_cause"]["causes"]["direct I/O wait"], cmp["evidence_by_cause"]
+    direct, buffered = cmp["evidence"][device]
+    assert buffered < 0.7 * direct, cmp["evidence"][device]
+    assert "sync write requests made in its calls, per pwrite64" in cmp["evidence_by_cause"]["steady"]

@@ -121,6 +121,7 @@ def evidence(fs: dict[str, Any], op: str, per_call: bool = False) -> dict[str, f
                 out[f"{class_words(cls)} requests made in its calls, per {op}"] = (
                     b["requests"].get(cls, {}).get("count", 0) / n
                 )
+            out.update(_request_times(b["requests"].get(cls, {}), f"{class_words(cls)} requests made in its calls"))
     workers = fs.get("behind", {}).get("workers", {})
     for cause, waits in b.get("waits", {}).items() if n else ():
         out[f"times blocked in {cause}, per {op}"] = waits / n
@@ -132,6 +133,7 @@ def evidence(fs: dict[str, Any], op: str, per_call: bool = False) -> dict[str, f
                     out[f"{class_words(cls)} requests per {kind} (the work that ends its {cause})"] = (
                         w["requests"].get(cls, {}).get("count", 0) / w["windows"]
                     )
+                out.update(_request_times(w["requests"].get(cls, {}), f"{class_words(cls)} requests of the {kind}"))
     secs = fs.get("elapsed_s") or 0
     counts = _device_counts(fs)
     # Where no call's requests were counted (a kernel without block_getrq, an older run), whether
@@ -154,6 +156,19 @@ def evidence(fs: dict[str, Any], op: str, per_call: bool = False) -> dict[str, f
         section = fs.get("behind", {}).get(module.NAME)
         if fn and section:
             out.update(fn(section, fs, op))
+    return out
+
+
+def _request_times(v: dict[str, int], what: str) -> dict[str, float]:
+    """The mean times of the timed requests of one class (maps.requests_of), in us: on the device
+    (none for an empty cache flush, which the queue's own flush request serves) and from start to
+    end (queue, device, and a cache flush run before a PREFLUSH write)."""
+    t = v.get("timed")
+    if not t:
+        return {}
+    out = {f"{what}: us from start to end, each": v["life_ns"] / t / 1e3}
+    if v["device_ns"]:
+        out[f"{what}: us on the device, each"] = v["device_ns"] / t / 1e3
     return out
 
 
