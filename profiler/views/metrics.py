@@ -6,7 +6,8 @@ Labels, and why their number is bounded: a filesystem is (fstype, device, mountp
 that exists now (a filesystem unmounted loses its series at the next window); op is one of the
 syscalls fsprof traces (profiler/trace/syscalls.py) or an io_uring opcode ("io_uring write");
 cause one of profiler/causes.py; class one of the block request classes (trace/maps.py
-BLK_CLASSES); reason one of the drop reasons; program one of fsprof's BPF programs. Nothing is labelled by pid, path, stack or time.
+BLK_CLASSES); reason one of the drop reasons; program one of fsprof's BPF programs. Nothing is
+labelled by pid, path, stack or time.
 """
 
 import threading
@@ -56,7 +57,7 @@ METRICS = {
     ),
     "fsprof_op_block_request_life_seconds": (
         "counter",
-        "Start-to-end time of those timed block requests (queue, device, a cache flush run before one), by op and class",
+        "Start-to-end time of those timed block requests (queue, device, a cache flush before one), by op and class",
     ),
     "fsprof_io_uring_latency_seconds": (
         "histogram",
