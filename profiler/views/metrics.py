@@ -139,12 +139,12 @@ def cumulative_figures(entry: dict[str, Any]) -> dict[tuple[str, tuple[str, ...]
     made.update(entry.get("io_uring_block_requests", {}))  # "io_uring write": its requests, as an op's
     for op, by_class in made.items():
         for cls, v in by_class.items():
-            labels = fl + (op, cls)
-            out[("fsprof_op_block_requests", labels)] = v["count"]
+            by = fl + (op, cls)
+            out[("fsprof_op_block_requests", by)] = v["count"]
             if "timed" in v:
-                out[("fsprof_op_block_requests_timed", labels)] = v["timed"]
-                out[("fsprof_op_block_request_device_seconds", labels)] = v["device_ns"] * NS
-                out[("fsprof_op_block_request_life_seconds", labels)] = v["life_ns"] * NS
+                out[("fsprof_op_block_requests_timed", by)] = v["timed"]
+                out[("fsprof_op_block_request_device_seconds", by)] = v["device_ns"] * NS
+                out[("fsprof_op_block_request_life_seconds", by)] = v["life_ns"] * NS
     return out
 
 
