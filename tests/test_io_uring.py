@@ -187,6 +187,17 @@ def test_an_io_uring_fsync_is_explained_like_a_syscall_fsync(tmp_path, fs):
     fsync_work = causes.get(commit, 0) + causes.get("data writeback wait", 0) + causes.get("cache flush", 0)
     assert fsync_work > 0.8 * blocked, causes
     assert "io_uring fsync in io-wq workers: " in run_fsprof("report", str(tmp_path / "run")).stdout
+    # The off-CPU flame graph draws the workers' stacks under the request's opcode, each cause's
+    # subtree weighing what the attribution says (µs, rounded per cause).
+    folded = (tmp_path / "run" / "flamegraphs" / f"{fs}.off-cpu.all.folded").read_text().splitlines()
+    drawn: dict[str, int] = {}
+    for line in folded:
+        path, weight = line.rsplit(" ", 1)
+        frames = path.split(";")
+        if frames[1] == "[io_uring fsync]":
+            drawn[frames[2].strip("[]")] = drawn.get(frames[2].strip("[]"), 0) + int(weight)
+    assert {c for c, ns in causes.items() if ns >= 1000} <= drawn.keys() <= causes.keys(), (drawn, causes)
+    assert all(abs(drawn[c] - causes[c] / 1000) <= 1 for c in drawn), (drawn, causes)
 
 
 PATH_OPS = 200

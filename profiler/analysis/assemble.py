@@ -183,6 +183,10 @@ def _trace(raw, recs, stacks):
             {k: r[k] for k in ("phase", "kind", "stack", "runnable", "count", "total_ns", "estimated_ns") if k in r}
             for r in recs["workers"]
         ],
+        # io-wq workers' off-CPU time inside io_uring requests, by the request's opcode.
+        "io_wq": [
+            {k: r[k] for k in ("phase", "op", "stack", "runnable", "count", "total_ns")} for r in recs["uring_offcpu"]
+        ],
         "stacks": {str(k): v for k, v in stacks.items()},
     }
 

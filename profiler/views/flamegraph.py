@@ -4,7 +4,8 @@ Every graph is rooted at synthetic frames [filesystem];[syscall];[cause], the ca
 same rules the attribution tables use, so a cause lines up across filesystems and its subtree
 weighs what the attribution says. Kinds (see docs/flamegraphs.md):
 
-  off-cpu   blocked and runnable time of the traced threads under their switch-out stacks, µs
+  off-cpu   blocked and runnable time of the traced threads under their switch-out stacks, and
+            of the io-wq workers running their io_uring requests (under "[io_uring fsync]"), µs
   on-cpu    wall − off-CPU time of each (syscall, phase) split by its perf samples exactly as
             attribution.attribute splits it, µs
   off-wake  blocked time: blocked stack, "--", the waker's stack (innermost first: bcc
@@ -96,10 +97,11 @@ def _selected(rec, phase_index):
 
 def offcpu_stacks(fs: dict[str, Any], phase_index: int | None = None) -> dict[tuple[str, ...], int]:
     """Every off-CPU interval of the traced threads (blocked and runnable), classified as the
-    attribution classifies it."""
+    attribution classifies it; and the io-wq workers' inside io_uring requests, under the
+    request's opcode ("io_uring fsync"), classified as a syscall's (older runs have none)."""
     out: dict[tuple[str, ...], int]
     rules, out = attribution.rules_for(fs["fs"]), {}
-    for rec in fs["trace"]["offcpu"]:
+    for rec in fs["trace"]["offcpu"] + fs["trace"].get("io_wq", []):
         if _selected(rec, phase_index):
             frames = _frames(fs, rec["stack"]) or []
             cause, _ = attribution.classify_off(rules, rec, frames)
@@ -247,8 +249,13 @@ def phase_index(fs: dict[str, Any], phase: str | None) -> int | None:
 
 
 def op_counts(fs: dict[str, Any], phase: str | None = ALL_PHASES) -> dict[str, int]:
+    """{op: its count}: the syscalls', and over the whole run the io_uring requests' by opcode
+    (their histograms are not kept per phase)."""
     ops = fs["syscalls"] if phase in (None, ALL_PHASES) else fs["phases"][phase]["syscalls"]
-    return {op: h["count"] for op, h in ops.items()}
+    counts = {op: h["count"] for op, h in ops.items()}
+    if phase in (None, ALL_PHASES):
+        counts.update({op: h["count"] for op, h in fs.get("io_uring", {}).items()})
+    return counts
 
 
 def workload_text(result: dict[str, Any]) -> str:
