@@ -18,7 +18,8 @@ Reads result.json files only.
 
 Its parts with a seam of their own are apart: workload.py (the workload's time), evidence.py (the
 counts behind each cause), decompose.py (a difference as contributions of causes), band.py (one
-latency band, --band) and testbed.py (where the test bed can make the difference).
+latency band, --band), testbed.py (where the test bed can make the difference) and uring.py (the
+io_uring requests by opcode).
 """
 
 import json
@@ -35,6 +36,7 @@ from .band import compare_band
 from .testbed import test_bed_notes
 from .decompose import MIN_SHARE, MIN_US, decompose, expanded_causes
 from .evidence import Group, elsewhere_pairs, evidence_pairs, assign_evidence, mechanism, owns_the_device
+from .uring import uring_pairs
 
 if TYPE_CHECKING:
     from ..work_unit import Unit
@@ -217,6 +219,13 @@ def main_op(groups: list[Group], op: str | None = None) -> str:
     return max(common or ops, key=ops.__getitem__)
 
 
+def _op_share(fs: dict[str, Any], op: str) -> float | None:
+    """The op's calls' wall time over the workload's elapsed time (thread time: over 1 with
+    concurrent threads)."""
+    wall = fs["attribution"].get(op, {}).get("wall_ns", 0)
+    return wall / 1e9 / fs["elapsed_s"] if fs.get("elapsed_s") else None
+
+
 def _ratio(a, b):
     return b / a if a else float("inf")
 
@@ -296,6 +305,8 @@ def compare_pair(base: Group, other: Group, op: str, unit: "Unit | None" = None)
         "p50_us": [base.mean(p50), other.mean(p50)],
         "p99_us": [base.mean(p99), other.mean(p99)],
         "elapsed_s": [base.mean(lambda fs: fs["elapsed_s"]), other.mean(lambda fs: fs["elapsed_s"])],
+        # The op's calls' share of the workload's time: a small one is said, not taken for the answer.
+        "op_share": [g.mean(lambda fs: _op_share(fs, op)) for g in (base, other)],
         **decompose(causes, b - a, threshold),
         "phases": phase_times(base, other),
         "settings_differ": settings_difference(base, other),
@@ -308,6 +319,8 @@ def compare_pair(base: Group, other: Group, op: str, unit: "Unit | None" = None)
             for g in (base, other)
         ],
         **dict(zip(("elsewhere", "elsewhere_not_linkable", "kernel_threads"), elsewhere_pairs(base, other, op))),
+        # What the io_uring requests were made of, per opcode: io_uring_enter's waits are theirs.
+        "io_uring": uring_pairs(base, other),
     }
     cmp["evidence_by_cause"] = assign_evidence(cmp)
     return cmp

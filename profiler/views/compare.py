@@ -54,6 +54,7 @@ def _fmt_count(n):
     return f"{n:,.0f}" if n == int(n) or n >= 100 else f"{n:.1f}"
 
 
+MINOR_OP_SHARE = 0.05  # an op whose calls took less of the workload's time is said to be minor
 WORKLOAD_LISTED = 8  # the workload's largest parts listed one by one, the rest together
 WORKLOAD_MIN_SHARE = 0.01  # and only those of at least 1% of the difference
 
@@ -126,17 +127,51 @@ def _workload_lines(cmp):
     return lines
 
 
+def _uring_lines(cmp):
+    """The io_uring requests behind io_uring_enter's waits, per opcode and per request."""
+    rows = cmp.get("io_uring") or []
+    if not rows:
+        return []
+    show = lambda pair, fmt: " vs ".join("-" if v is None else fmt(v) for v in reversed(pair))  # noqa: E731
+    lines = [f"  io_uring requests ({cmp['other']} vs {cmp['base']}; io_uring_enter's waits are theirs):"]
+    for r in rows:
+        parts = [
+            f"{show(r['count'], _fmt_count)}, {show(r['us'], _fmt_us)} each from submission to completion "
+            f"(p99 {show(r['p99_us'], _fmt_us)})"
+        ]
+        if r["io_wq_us"]:
+            parts.append(
+                "in io-wq workers, per request: "
+                + ", ".join(f"{c} {show(v, _fmt_us)}" for c, v in r["io_wq_us"].items())
+            )
+        for cls, v in r["requests"].items():
+            times = [f"{show(v['device_us'], _fmt_us)} on the device"] if any(v["device_us"]) else []
+            times += [f"{show(v['life_us'], _fmt_us)} from start to end"] if any(v["life_us"]) else []
+            parts.append(
+                f"{class_words(cls)} requests {show(v['per_request'], _fmt_n)} per request"
+                + (f", each {' and '.join(times)}" if times else "")
+            )
+        lines.append(f"    {r['op']}: " + "; ".join(parts) + ".")
+    return lines
+
+
 def sentences(cmp: dict[str, Any]) -> list[str]:
     """The comparison as sentences built from its figures: the workload first, then the op."""
     a, b = cmp["us_per_op"]
     op, base, other = cmp["op"], cmp["base"], cmp["other"]
     p50a, p50b = cmp["p50_us"]
-    lines = _workload_lines(cmp)
+    lines = _workload_lines(cmp) + _uring_lines(cmp)
     lines.append(
         f"  Per {op} call: {cmp['ratio']:.2f}x {base}'s ({_fmt_us(b)} vs "
         f"{_fmt_us(a)}; p50 {_fmt_us(p50b)} vs {_fmt_us(p50a)}, p99 {_fmt_us(cmp['p99_us'][1])} vs "
         f"{_fmt_us(cmp['p99_us'][0])})."
     )
+    share = cmp.get("op_share") or [None, None]
+    if None not in share and max(share) < MINOR_OP_SHARE:
+        lines.append(
+            f"  These {op} calls took {share[1]:.1%} vs {share[0]:.1%} of the workload's time: the difference "
+            "is elsewhere" + (" (the io_uring requests above)" if cmp.get("io_uring") else "") + "; --op names another."
+        )
     differ = cmp.get("workloads_differ")
     if differ:
         lines.append(
