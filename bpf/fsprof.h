@@ -276,6 +276,20 @@ struct exemplar_wait {
 	struct work_seen work; /* the worker window of its waker, if it was one */
 };
 
+/* The block requests a call made from its own bios (by class), and the times of those that had
+ * ended by its exit: what its own I/O took (an XFS fsync's iclog write, btrfs's tree-log writes, a
+ * direct write). Kept per thread in call_rqs (shared_maps.h) while the call runs. */
+struct own_rqs {
+	__u16 requests[N_BLK_CLASSES];
+	__u16 pad[3];
+	struct rq_times times;
+};
+
+struct call_rqs {
+	__u64 call_ns; /* the call's start_ns: a later call of the thread starts afresh */
+	struct own_rqs own;
+};
+
 struct exemplar {
 	__u64 start_ns;
 	__u64 end_ns;
@@ -285,6 +299,7 @@ struct exemplar {
 	__u32 tid;
 	__u32 waits; /* blocked intervals, all of them; the longest EXEMPLAR_WAITS are in wait[] */
 	struct exemplar_wait wait[EXEMPLAR_WAITS];
+	struct own_rqs own; /* its own block requests */
 };
 
 struct exemplar_set {
@@ -327,8 +342,8 @@ struct rq_owner {
 	struct op_key key; /* OWNER_WORKER: the same 8 bytes as its struct worker_run_key */
 	__u32 tid;
 	__u16 kind;
-	__u16 cls; /* the class it was counted in */
-	__u64 window_ns;
+	__u16 cls;       /* the class it was counted in */
+	__u64 window_ns; /* OWNER_WORKER: its window's start_ns; OWNER_OP: its call's (call_rqs) */
 };
 
 /* What a filesystem worker did in its windows, per (dev, kind, phase) of the window: how many

@@ -281,6 +281,16 @@ struct {
 	__type(value, struct rq_owner);
 } rq_owners SEC(".maps");
 
+/* tid -> the block requests of the syscall it is in (struct call_rqs): counted by add_request,
+ * timed by block.bpf.c, read into the call's exemplar at its exit. LRU: a thread that exits
+ * leaves its entry to be evicted. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct call_rqs);
+} call_rqs SEC(".maps");
+
 static __always_inline void rq_times_add(struct rq_times *t, __u64 device_ns, __u64 life_ns)
 {
 	__sync_fetch_and_add(&t->device_ns, device_ns);
@@ -302,6 +312,10 @@ static __always_inline void rq_owner_add(struct rq_owner *owner, __u64 device_ns
 	if (cls >= N_BLK_CLASSES)
 		return;
 	if (owner->kind == OWNER_OP) {
+		struct call_rqs *call = bpf_map_lookup_elem(&call_rqs, &owner->tid);
+
+		if (call && call->call_ns == owner->window_ns)
+			rq_times_add(&call->own.times, device_ns, life_ns);
 		rqs = bpf_map_lookup_elem(&op_rqs, &owner->key);
 	} else if (owner->kind == OWNER_URING) {
 		rqs = bpf_map_lookup_elem(&uring_rqs, &owner->key);

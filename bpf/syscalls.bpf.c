@@ -605,6 +605,7 @@ static __always_inline void exemplar_unlock(struct exemplar_set *set, struct op_
 static __always_inline int keep_exemplar_in(struct op_key *key, struct inflight *op, __u64 now, long ret)
 {
 	struct exemplar_set *set;
+	struct call_rqs *call;
 	struct exemplar *e;
 	struct op_key k;
 	__u64 ns, fastest = ~0ULL;
@@ -638,6 +639,11 @@ static __always_inline int keep_exemplar_in(struct op_key *key, struct inflight 
 		e->tid = (__u32)bpf_get_current_pid_tgid();
 		e->waits = op->ex_waits;
 		__builtin_memcpy(e->wait, op->ex_wait, sizeof(e->wait));
+		call = bpf_map_lookup_elem(&call_rqs, &e->tid);
+		if (call && call->call_ns == op->start_ns)
+			e->own = call->own;
+		else
+			__builtin_memset(&e->own, 0, sizeof(e->own));
 		fastest = ~0ULL;
 		for (int i = 0; i < EXEMPLARS; i++) {
 			if (i >= kept)
@@ -1062,6 +1068,22 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 
 static __always_inline struct rq_classes *uring_rqs_of(struct task_struct *task, __u64 req, struct op_key *k);
 
+/* The call of thread tid that started at call_ns made a request of class cls (struct call_rqs). */
+static __always_inline void count_call_request(__u32 tid, __u64 call_ns, __u16 cls)
+{
+	struct call_rqs *call = bpf_map_lookup_elem(&call_rqs, &tid), fresh = { .call_ns = call_ns };
+
+	if (!call || call->call_ns != call_ns) {
+		if (bpf_map_update_elem(&call_rqs, &tid, &fresh, BPF_ANY))
+			return;
+		call = bpf_map_lookup_elem(&call_rqs, &tid);
+		if (!call)
+			return;
+	}
+	if (cls < N_BLK_CLASSES)
+		call->own.requests[cls]++;
+}
+
 /* A bio of the current thread becomes a new request (made = 1) or joins one (made = 0): the
  * request counts once, its bytes are its bios'. Under the io_uring request the thread is issuing
  * inside io_uring_enter or running as an io-wq worker, else under the traced syscall the thread is
@@ -1091,6 +1113,8 @@ static __always_inline void add_request(struct bio *bio, __u64 made)
 	if (!rqs && op) {
 		owner.kind = OWNER_OP;
 		owner.key = op->op;
+		owner.tid = (__u32)bpf_get_current_pid_tgid();
+		owner.window_ns = op->start_ns;
 		rqs = lookup_or_init(&op_rqs, &op->op, &zero_rqs, DROP_OPS_FULL);
 	} else if (!rqs && open_count(&workers_open) > 0) {
 		tid = (__u32)bpf_get_current_pid_tgid();
@@ -1113,6 +1137,8 @@ static __always_inline void add_request(struct bio *bio, __u64 made)
 		return;
 	if (made) {
 		__sync_fetch_and_add(&rqs->count[cls], 1);
+		if (owner.kind == OWNER_OP)
+			count_call_request(owner.tid, owner.window_ns, cls);
 		/* Timed by block.bpf.c from the request's issue, where this bio is its first. */
 		owner.cls = cls;
 		bpf_map_update_elem(&rq_owners, &bio_ptr, &owner, BPF_ANY);

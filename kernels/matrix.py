@@ -53,6 +53,8 @@ ORACLE_TESTS = [
     "tests/test_tail.py::test_the_tail_keeps_its_stacks_when_sampling_passes_the_calls_over",
     "tests/test_tail.py::test_the_exemplars_are_the_slowest_calls_and_the_freeze_is_first[ext4]",
     "tests/test_tail.py::test_an_fsyncs_commit_wait_names_the_commit_it_waited_for",
+    # A slow fsync's own requests timed (XFS: the iclog write it issues itself).
+    "tests/test_tail.py::test_a_slow_calls_own_requests_are_timed_as_bpftrace_times_them[xfs]",
     # io_uring requests before 6.4 (io_uring_submit_sqe; on 5.10 followed by ring and user_data),
     # the btrfs twins' oracle on 5.10 (ordered extents, delalloc reservations).
     "tests/test_io_uring.py::test_io_uring_requests_are_counted_where_submission_is_io_uring_submit_sqe",

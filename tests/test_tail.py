@@ -221,3 +221,62 @@ def test_an_fsyncs_commit_wait_names_the_commit_it_waited_for(tmp_path, barrier)
         # From its start to its end: with barriers, the commit block's cache flush ran before it.
         assert times["life_ns"] >= times["device_ns"], times
     assert statistics.median(edges) <= near, sorted(edges)
+
+
+# Each fsync's own requests (block_getrq in its thread, inside the call), timed from their issue to
+# the device's completion, by (thread, the call's start): @n and @device_ns. Not an empty cache
+# flush: never issued itself, it has no device time (the queue's flush request, issued at its
+# sector 0, would pass for it here).
+OWN_ORACLE = r"""BEGIN { printf("ready\n"); }
+tracepoint:syscalls:sys_enter_fsync { @start[tid] = nsecs; }
+tracepoint:syscalls:sys_exit_fsync { delete(@start[tid]); }
+tracepoint:block:block_getrq /@start[tid] && args->nr_sector > 0/ {
+  @rq_tid[args->dev, args->sector] = tid; @rq_start[args->dev, args->sector] = @start[tid]; }
+tracepoint:block:block_rq_issue /@rq_tid[args->dev, args->sector]/ { @issue[args->dev, args->sector] = nsecs; }
+tracepoint:block:block_rq_complete /@issue[args->dev, args->sector]/ {
+  $t = @rq_tid[args->dev, args->sector]; $s = @rq_start[args->dev, args->sector];
+  @n[$t, $s] = count(); @device_ns[$t, $s] = sum(nsecs - @issue[args->dev, args->sector]);
+  delete(@issue[args->dev, args->sector]); delete(@rq_tid[args->dev, args->sector]);
+  delete(@rq_start[args->dev, args->sector]); }
+END { clear(@start); clear(@rq_tid); clear(@rq_start); clear(@issue); }"""
+
+
+@pytest.mark.parametrize("fs_name", ["ext4", "xfs", "btrfs"])
+def test_a_slow_calls_own_requests_are_timed_as_bpftrace_times_them(tmp_path, fs_name):
+    """What a slow fsync's own I/O took: XFS's fsync writes its log's iclog itself (a PREFLUSH
+    write: the cache flush before it is most of its log force wait), btrfs's writes its tree log.
+    Each exemplar fsync's own requests (issued ones: an empty cache flush is served by the
+    queue's) and their summed device time equal a bpftrace oracle's for the same call (thread,
+    start within 50 us x TIME_SCALE squared); from start to end they took at least that."""
+    oracle = bpftrace_start(OWN_ORACLE)
+    try:
+        by_fs, _, stdout = fsprof_run(tmp_path, "own", "--fs", fs_name, "--workload", "fsync-loop", "--count", "300")
+    finally:
+        seen = bpftrace_output(oracle)
+    theirs: dict[tuple[int, int], dict[str, int]] = {}
+    for name, tid, start, value in re.findall(r"@(n|device_ns)\[(\d+), (\d+)\]: (\d+)", seen):
+        theirs.setdefault((int(tid), int(start)), {})[name] = int(value)
+    near = 50_000 * TIME_SCALE**2
+    checked = 0
+    for call in by_fs[fs_name]["exemplars"]["fsync"]:
+        own = call.get("own_requests")
+        if not own:
+            continue
+        issued = sum(n for cls, n in own["requests"].items() if cls != "flush")
+        match = [
+            v for (tid, start), v in theirs.items() if tid == call["tid"] and abs(start - call["start_ns"]) <= near
+        ]
+        if not issued:
+            assert not match, (call, match)
+            continue
+        assert len(match) == 1, (call, [k for k in theirs if k[0] == call["tid"]][:5])
+        (seen_call,) = match
+        assert own["timed"] >= issued == seen_call["n"], (own, seen_call)
+        assert abs(own["device_ns"] - seen_call["device_ns"]) <= max(0.03 * seen_call["device_ns"], near * issued), (
+            own,
+            seen_call,
+        )
+        assert own["life_ns"] >= own["device_ns"], own
+        checked += 1
+    assert checked >= 8, by_fs[fs_name]["exemplars"]["fsync"][:2]
+    assert "its own block requests: " in stdout

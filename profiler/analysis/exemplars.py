@@ -73,6 +73,8 @@ def _call(rules: attribution.Rules, call: dict[str, Any], stacks: dict[int, list
         "blocked_intervals": call["waits"],
         "runnable_ns": call["runq_ns"],
         "cpu_ns": max(call["ns"] - call["blocked_ns"] - call["runq_ns"], 0),
+        # The block requests it made itself, and what those that ended by its exit took.
+        **({"own_requests": call["own_requests"]} if call.get("own_requests") else {}),
     }
 
 

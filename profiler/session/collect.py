@@ -47,6 +47,7 @@ SHARED_MAPS = (
     ("op_rqs", maps.OpKey, maps.RqClasses),
     ("uring_rqs", maps.OpKey, maps.RqClasses),
     ("rq_owners", c.c_uint64, maps.RqOwner),
+    ("call_rqs", c.c_uint32, maps.CallRqs),
 )
 
 

@@ -394,6 +394,16 @@ class ExemplarWait(c.Structure):
     ]
 
 
+class OwnRqs(c.Structure):
+    """struct own_rqs: a call's own block requests by class, and the times of those that ended."""
+
+    _fields_ = [("requests", c.c_uint16 * len(BLK_CLASSES)), ("pad", c.c_uint16 * 3), ("times", RqTimes)]
+
+
+class CallRqs(c.Structure):
+    _fields_ = [("call_ns", c.c_uint64), ("own", OwnRqs)]
+
+
 class Exemplar(c.Structure):
     _fields_ = [
         ("start_ns", c.c_uint64),
@@ -404,6 +414,7 @@ class Exemplar(c.Structure):
         ("tid", c.c_uint32),
         ("waits", c.c_uint32),
         ("wait", ExemplarWait * EXEMPLAR_WAITS),
+        ("own", OwnRqs),
     ]
 
 
@@ -458,9 +469,24 @@ def exemplars_of(kept: Any) -> list[dict[str, Any]]:
                 ),
                 key=lambda w: -w["ns"],
             ),
+            "own_requests": own_requests_of(e.own),
         }
         for e in calls
     ]
+
+
+def own_requests_of(own: Any) -> dict[str, Any] | None:
+    """A call's own block requests (struct own_rqs): {"requests": {class: n}, "timed",
+    "device_ns", "life_ns"}; None when it made none."""
+    requests = {cls: n for cls, n in zip(BLK_CLASSES, own.requests) if n}
+    if not requests:
+        return None
+    return {
+        "requests": requests,
+        "timed": own.times.timed,
+        "device_ns": own.times.device_ns,
+        "life_ns": own.times.life_ns,
+    }
 
 
 class StackIps(c.Structure):

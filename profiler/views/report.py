@@ -300,8 +300,12 @@ def slowest_calls(exemplars: dict[str, list[dict[str, Any]]], ops: int = 3, call
             parts.append(f"CPU {fmt_ns(call['cpu_ns'])}")
             if call["runnable_ns"]:
                 parts.append(f"runnable {fmt_ns(call['runnable_ns'])}")
+            own = call.get("own_requests")
+            mine = (
+                f"; its own block requests: {requests_words(own['requests'])}{request_times_words(own)}" if own else ""
+            )
             lines.append(
-                f"     {fmt_ns(call['ns'])} (thread {call['tid']}, phase {call['phase']}) = " + " + ".join(parts)
+                f"     {fmt_ns(call['ns'])} (thread {call['tid']}, phase {call['phase']}) = " + " + ".join(parts) + mine
             )
     return lines
 
@@ -325,15 +329,18 @@ def requests_words(requests: dict[str, int]) -> str:
 
 
 def request_times_words(work: dict[str, Any]) -> str:
-    """' (those 2 took 5.9 ms from start to end, 190 us of it on the device)' of an exemplar
-    wait's work whose requests had ended by the wakeup (the rest of a request's life is its queue
-    and, for a preflush write, the cache flush the kernel ran before it); else ''."""
-    t = work.get("request_times")
+    """' (those 2, summed: 5.9 ms from start to end, 190 us on the device)' of an exemplar
+    wait's work (or a call's own requests) whose requests had ended by the wakeup (the rest of a
+    request's life is its queue and, for a preflush write, the cache flush the kernel ran before
+    it); else ''."""
+    t = work.get("request_times", work)  # a work's, or a call's own requests (the same fields)
     if not t or not t.get("timed"):
         return ""
     n = t["timed"]
-    those = "it" if n == 1 else f"those {n}"
-    return f" ({those} took {fmt_ns(t['life_ns'])} from start to end, {fmt_ns(t['device_ns'])} of it on the device)"
+    if n == 1:
+        device = f"{fmt_ns(t['device_ns'])} of it on the device" if t["device_ns"] else "served by the queue's flushes"
+        return f" (it took {fmt_ns(t['life_ns'])} from start to end, {device})"
+    return f" (those {n}, summed: {fmt_ns(t['life_ns'])} from start to end, {fmt_ns(t['device_ns'])} on the device)"
 
 
 def work_words(wait: dict[str, Any]) -> str:
