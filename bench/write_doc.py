@@ -441,6 +441,16 @@ WHY_NOTE = [
     "(`bench/bench_soak.py`, ext4), RSS flat after the second window (61.7 -> 62.3 MiB). A full "
     "map is counted in `drops` (ops_full, offcpu_full, samples_full, block_full...), and "
     "continuous mode empties the stack maps once a quarter of the main one is used.",
+    "Who made each block request (2026-11-29, thirteenth session; `bench/bench_overhead.py --rounds "
+    "1 --workloads fsync-b0 --tracers fsprof,fsprof-sampled,bpftrace --stats-rounds 2`, on 9588289 a"
+    "nd then on 5511e7f, one after the other): recording a request's maker at `block_getrq` (`rq_own"
+    "ers`, and the call's own count in `call_rqs`), taking it at issue and adding its times at its l"
+    "ast completion cost on_getrq 520 ns a run (it was under the table's top ten before), on_rq_issu"
+    "e 359 -> 424 ns, on_rq_complete 246 -> 372 ns: about 0.5 µs per block request, which fsync-b0 m"
+    "akes about one of per request. The BPF time per request of those runs: full 17.1 -> 17.1 µs (3."
+    "39x -> 2.90x the script's, which itself moved 5.1 -> 5.9 µs), sampled 9.0 -> 11.5 µs (1.76x -> "
+    "1.94x): one round each, within what rounds spread by here, and over issue 32's 1.0x target as b"
+    "efore.",
 ]
 
 
