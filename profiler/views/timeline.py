@@ -110,6 +110,15 @@ def add_call(tl: Timeline, fs_track: int, label: str, op: str, call: dict[str, A
             "runnable_ns": call["runnable_ns"],
             "blocked_intervals": call["blocked_intervals"],
             "other_blocked_ns": call["other_blocked_ns"],
+            # Its own block requests and what those that ended took (summed).
+            **(
+                {
+                    "own_requests": requests_words(call["own_requests"]["requests"]),
+                    **{f"own_requests_{k}": call["own_requests"][k] for k in ("timed", "device_ns", "life_ns")},
+                }
+                if call.get("own_requests")
+                else {}
+            ),
         },
     )
     for w in call["waits"]:

@@ -207,7 +207,12 @@ def call_timeline(name, op, call, colours):
         f'<rect class="base" x="{LABEL_W}" y="{top}" width="{PLOT_W}" height="{bar_h}" fill="#e8e8e8">'
         f"<title>{escape(label)}: CPU {escape(fmt_ns(call['cpu_ns']))}, runnable "
         f"{escape(fmt_ns(call['runnable_ns']))}, shorter waits {escape(fmt_ns(call['other_blocked_ns']))}"
-        "</title></rect>",
+        + (
+            f"; its own block requests: {escape(requests_words(own['requests']) + request_times_words(own))}"
+            if (own := call.get("own_requests"))
+            else ""
+        )
+        + "</title></rect>",
     ]
     for w in call["waits"]:
         x, wd = LABEL_W + w["at_ns"] * px, max(w["ns"] * px, 0.5)
