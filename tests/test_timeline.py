@@ -61,6 +61,8 @@ def test_the_timeline_holds_each_slow_call_its_waits_and_the_commit_that_ended_t
         track, _, _, name, args, _, _ = by_span[(f"thread {call['tid']}", start, end)]
         assert tracks[track][1] == fs_track
         assert (args["ret"], args["cpu_ns"]) == (call["ret"], call["cpu_ns"])
+        own = call.get("own_requests")  # an fsync's data write: its own
+        assert args.get("own_requests_device_ns") == (own["device_ns"] if own else None), (args, own)
         assert name.startswith(op + " ")
         in_call = [s for s in slices if s[0] == track and start <= s[1] and s[2] <= end and s[1:3] != (start, end)]
         assert sorted((s[1] - start, s[2] - s[1], s[3]) for s in in_call) == sorted(
