@@ -302,7 +302,8 @@ static __always_inline void take_owner(struct rq_info *info, struct request *rq)
 	o = bpf_map_lookup_elem(&rq_owners, &bio);
 	if (!o)
 		return;
-	info->owner = *o;
+	if (o->dev == info->dev)
+		info->owner = *o;
 	bpf_map_delete_elem(&rq_owners, &bio);
 }
 
@@ -394,6 +395,8 @@ int BPF_PROG(on_rq_merge, struct request *rq)
 	if (v)
 		__sync_fetch_and_add(&v->merged, 1);
 	bpf_map_delete_elem(&rqs, &ptr);
+	ptr = (__u64)rq->bio; /* its maker's entry goes with it (never taken at an issue) */
+	bpf_map_delete_elem(&rq_owners, &ptr);
 	return 0;
 }
 

@@ -344,6 +344,9 @@ struct rq_owner {
 	__u16 kind;
 	__u16 cls;       /* the class it was counted in */
 	__u64 window_ns; /* OWNER_WORKER: its window's start_ns; OWNER_OP: its call's (call_rqs) */
+	__u32 dev;       /* the disk the bio was made for: a stale entry (a bio address reused for a
+	                  * request nobody traced made) must not pass for the owner of another disk's */
+	__u32 pad;
 };
 
 /* What a filesystem worker did in its windows, per (dev, kind, phase) of the window: how many

@@ -1140,6 +1140,9 @@ static __always_inline void add_request(struct bio *bio, __u64 made)
 		if (owner.kind == OWNER_OP)
 			count_call_request(owner.tid, owner.window_ns, cls);
 		/* Timed by block.bpf.c from the request's issue, where this bio is its first. */
+		struct gendisk *disk = bio_disk(bio);
+
+		owner.dev = disk ? disk_devt(disk) : 0;
 		owner.cls = cls;
 		bpf_map_update_elem(&rq_owners, &bio_ptr, &owner, BPF_ANY);
 	}

@@ -146,6 +146,15 @@ def assert_commit_cpu_within_the_kernels(fs):
     assert j["thread"]["cpu_ns"] <= allowed, (fs["label"], j["thread"], threads, fs.get("steal_ns"))
 
 
+def requests_untimed_at_most(drops):
+    """How many block requests fsprof may count and not time in a run with these drops: those
+    whose issue or completion program the kernel skipped (another BPF program ran on that CPU:
+    seen under load) or that found no room in its request map."""
+    return sum(n for k, n in drops.items() if k.startswith("block:") and k.endswith(" skipped")) + drops.get(
+        "rq_full", 0
+    )
+
+
 def blocked_ns(b):
     """Of a breakdown (an op's, a worker's), the off-CPU time it was blocked: not the run-queue
     time after a wakeup (cpu contention), which grows on a busy machine and which no wait cause

@@ -12,7 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TIME_SCALE, blocked_ns, bpftrace_output, bpftrace_start, run_fsprof
+from conftest import (
+    TIME_SCALE,
+    blocked_ns,
+    bpftrace_output,
+    bpftrace_skipped,
+    bpftrace_start,
+    requests_untimed_at_most,
+    run_fsprof,
+)
 from profiler.analysis.attribution import OTHER_WAIT
 from profiler.trace.maps import EXEMPLARS
 
@@ -251,13 +259,19 @@ def test_a_slow_calls_own_requests_are_timed_as_bpftrace_times_them(tmp_path, fs
     oracle = bpftrace_start(OWN_ORACLE)
     try:
         by_fs, _, stdout = fsprof_run(tmp_path, "own", "--fs", fs_name, "--workload", "fsync-loop", "--count", "300")
+        # The oracle's own misses: a classic tracepoint's program is not run while another BPF
+        # program runs on that CPU (6.7+ count them); a call it missed a probe of is not compared.
+        unseen = sum(
+            bpftrace_skipped(p)
+            for p in ("sys_enter_fsync", "sys_exit_fsync", "block_getrq", "block_rq_issue", "block_rq_complete")
+        )
     finally:
         seen = bpftrace_output(oracle)
     theirs: dict[tuple[int, int], dict[str, int]] = {}
     for name, tid, start, value in re.findall(r"@(n|device_ns)\[(\d+), (\d+)\]: (\d+)", seen):
         theirs.setdefault((int(tid), int(start)), {})[name] = int(value)
     near = 50_000 * TIME_SCALE**2
-    checked = 0
+    checked = missed = 0
     for call in by_fs[fs_name]["exemplars"]["fsync"]:
         own = call.get("own_requests")
         if not own:
@@ -269,9 +283,14 @@ def test_a_slow_calls_own_requests_are_timed_as_bpftrace_times_them(tmp_path, fs
         if not issued:
             assert not match, (call, match)
             continue
-        assert len(match) == 1, (call, [k for k in theirs if k[0] == call["tid"]][:5])
+        if len(match) != 1 or issued != match[0]["n"]:
+            unseen -= 1  # one of the oracle's misses, or a failure once they are used up
+            assert unseen >= 0, (call, match, [k for k in theirs if k[0] == call["tid"]][:5])
+            continue
         (seen_call,) = match
-        assert own["timed"] >= issued == seen_call["n"], (own, seen_call)
+        if own["timed"] < issued:  # a completion the kernel did not run fsprof's program for
+            missed += issued - own["timed"]
+            continue
         assert abs(own["device_ns"] - seen_call["device_ns"]) <= max(0.03 * seen_call["device_ns"], near * issued), (
             own,
             seen_call,
@@ -279,4 +298,5 @@ def test_a_slow_calls_own_requests_are_timed_as_bpftrace_times_them(tmp_path, fs
         assert own["life_ns"] >= own["device_ns"], own
         checked += 1
     assert checked >= 8, by_fs[fs_name]["exemplars"]["fsync"][:2]
+    assert missed <= requests_untimed_at_most(by_fs[fs_name]["drops"]), by_fs[fs_name]["drops"]
     assert "its own block requests: " in stdout

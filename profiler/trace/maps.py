@@ -260,6 +260,8 @@ class RqOwner(c.Structure):
         ("kind", c.c_uint16),
         ("cls", c.c_uint16),
         ("window_ns", c.c_uint64),
+        ("dev", c.c_uint32),
+        ("pad", c.c_uint32),
     ]
 
 
