@@ -243,9 +243,10 @@ def test_io_uring_path_requests_are_placed_by_their_dirfd_or_new_fd(tmp_path, fs
 def test_compare_explains_io_uring_requests_per_opcode(tmp_path):
     """Planted: the same io_uring workload (direct writes, an FSYNC every 64) on ext4 with barriers
     and without. The workload's time is io_uring_enter's waits, so compare sets the requests side
-    by side per opcode: the FSYNCs are slower with barriers, and only that side made cache flush
-    requests; the writes made one request each on both. The one placed syscall (fallocate) is said
-    to be a minor part of the workload's time, not taken for the answer."""
+    by side per opcode: without barriers no FSYNC made a cache flush or waited for one; the writes
+    made one request each on both. (How much slower the FSYNCs are with barriers is the disk's:
+    1.2x to 4x here, less on a loaded machine.) The one placed syscall (fallocate) is said to be a
+    minor part of the workload's time, not taken for the answer."""
     runs = []
     for barrier in ("1", "0"):
         out = tmp_path / f"barrier{barrier}"
@@ -262,8 +263,10 @@ def test_compare_explains_io_uring_requests_per_opcode(tmp_path):
     write, fsync = rows["io_uring write"], rows["io_uring fsync"]
     assert write["count"] == [WRITES, WRITES] and write["requests"]["sync_write"]["per_request"] == [1.0, 1.0], write
     assert min(fsync["count"]) >= WRITES // FSYNC_EVERY, fsync
-    assert fsync["us"][0] > 1.2 * fsync["us"][1], fsync  # barrier=1 is the base
+    assert all(fsync["us"]) and all(fsync["p99_us"]), fsync
+    # barrier=1 is the base, barrier=0 the other side.
     assert not (fsync["requests"].get("flush", {}).get("per_request") or [0, 0])[1], fsync["requests"]
+    assert not (fsync["io_wq_us"].get("cache flush") or [0, 0])[1], fsync["io_wq_us"]
     text = run_fsprof("compare", *runs).stdout
     assert "io_uring requests (" in text and "    io_uring fsync: " in text, text
     assert f"These {cmp['op']} calls took" in text, text
