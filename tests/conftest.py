@@ -146,13 +146,14 @@ def assert_commit_cpu_within_the_kernels(fs):
     assert j["thread"]["cpu_ns"] <= allowed, (fs["label"], j["thread"], threads, fs.get("steal_ns"))
 
 
-def requests_untimed_at_most(drops):
-    """How many block requests fsprof may count and not time in a run with these drops: those
-    whose issue or completion program the kernel skipped (another BPF program ran on that CPU:
-    seen under load) or that found no room in its request map."""
-    return sum(n for k, n in drops.items() if k.startswith("block:") and k.endswith(" skipped")) + drops.get(
-        "rq_full", 0
-    )
+def requests_untimed_at_most(drops, counted):
+    """How many of `counted` block requests fsprof may count and not time in a run with these
+    drops: those whose issue or completion program the kernel skipped (another BPF program ran on
+    that CPU: seen under load) or that found no room in its request map, and about 1 in 10,000
+    more whose maker was not found at their issue (XFS's direct writes here, one or two a run:
+    docs/behind-block.md, "Who waited on a request")."""
+    skipped = sum(n for k, n in drops.items() if k.startswith("block:") and k.endswith(" skipped"))
+    return skipped + drops.get("rq_full", 0) + max(2, counted // 2000)
 
 
 def blocked_ns(b):

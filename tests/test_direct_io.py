@@ -9,7 +9,15 @@ import json
 
 import pytest
 
-from conftest import TIME_SCALE, blocked_ns, bpftrace_output, bpftrace_start, requests_untimed_at_most, run_fsprof
+from conftest import (
+    TIME_SCALE,
+    blocked_ns,
+    bpftrace_output,
+    bpftrace_skipped,
+    bpftrace_start,
+    requests_untimed_at_most,
+    run_fsprof,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]
 FIO = [
@@ -69,13 +77,16 @@ def dio(tmp_path_factory):
                 "--",
                 *[a.format(out=fio_out) for a in FIO],
             )
+            # The oracle's own misses: its classic tracepoint programs are not run while another
+            # BPF program runs on that CPU (a completion interrupt during one of fsprof's).
+            skipped = sum(bpftrace_skipped(p) for p in ("block_getrq", "block_rq_issue", "block_rq_complete"))
         finally:
             seen = oracle_of(bpftrace_output(oracle))
         assert proc.returncode == 0, proc.stderr
         (entry,) = json.loads((tmp / fs / "result.json").read_text())["filesystems"]
         major, minor = map(int, entry["device"]["dev"].split(":"))
         entries[fs] = entry, json.loads(fio_out.read_text())["jobs"][0]["write"]["total_ios"]
-        entries[fs, "oracle"] = seen.get(major << 20 | minor, (0, 0))
+        entries[fs, "oracle"] = seen.get(major << 20 | minor, (0, 0)) + (skipped,)
     entries["dirs"] = [tmp / fs for fs in ("ext4", "xfs", "btrfs")]
     return entries
 
@@ -100,7 +111,7 @@ def test_the_requests_calls_made_are_timed_as_bpftrace_times_them(dio, fs):
     equal an oracle's over fio's 4 KiB requests on the device under test. Where the filesystem fell
     back to buffered writes, the calls made no requests to time."""
     entry, fio_writes = dio[fs]
-    n, device_ns = dio[fs, "oracle"]
+    n, device_ns, oracle_skipped = dio[fs, "oracle"]
     made = entry["attribution"]["pwrite64"].get("requests", {}).get("sync_write")
     if not made:
         assert entry["attribution"]["pwrite64"]["causes"].get("direct I/O fallen back to buffered"), entry[
@@ -110,7 +121,8 @@ def test_the_requests_calls_made_are_timed_as_bpftrace_times_them(dio, fs):
     # The oracle also sees any 4 KiB request fio made outside its writes (one or two, of its layout).
     # A request whose issue or completion program the kernel skipped is counted and not timed.
     untimed = made["count"] - made["timed"]
-    assert n - 3 <= made["count"] <= n and untimed <= requests_untimed_at_most(entry["drops"]), (made, n)
+    assert n - 3 <= made["count"] <= n + oracle_skipped, (made, n, oracle_skipped)
+    assert untimed <= requests_untimed_at_most(entry["drops"], made["count"]), (made, entry["drops"])
     per_request, oracle_per_request = made["device_ns"] / made["timed"], device_ns / n
     assert abs(per_request - oracle_per_request) <= 0.02 * TIME_SCALE * oracle_per_request, (made, n, device_ns)
     # Start to end holds the device time: a direct write barely queues on a loop device.
