@@ -159,9 +159,15 @@ def test_the_exemplars_are_the_slowest_calls_and_the_freeze_is_first(tmp_path, f
 
 # Into maps, printed at the end: a printf at the tracepoint (perf output) put 30 us, and 300 us
 # under the suite's load, between the oracle's clock reading and fsprof's.
-# And each commit's requests (block_getrq in the committing thread, between the two), timed from
-# their issue to the device's completion: @rqs and @device_ns by transaction.
 JBD2_ORACLE = r"""BEGIN { printf("ready\n"); }
+tracepoint:jbd2:jbd2_start_commit { @start[args->dev, args->transaction] = nsecs; }
+tracepoint:jbd2:jbd2_end_commit { @end[args->dev, args->transaction] = nsecs; }"""
+
+# The same, and each commit's requests (block_getrq in the committing thread, between the two),
+# timed from their issue to the device's completion: @rqs and @device_ns by transaction. Host
+# only: under TCG this oracle lost most commits' edges (5.10, 6.12; not 6.1), while the one above
+# keeps them.
+JBD2_RQ_ORACLE = r"""BEGIN { printf("ready\n"); }
 tracepoint:jbd2:jbd2_start_commit { @start[args->dev, args->transaction] = nsecs; @tx[tid] = args->transaction; }
 tracepoint:jbd2:jbd2_end_commit { @end[args->dev, args->transaction] = nsecs; delete(@tx[tid]); }
 tracepoint:block:block_getrq /@tx[tid]/ { @rq_tx[args->dev, args->sector] = @tx[tid]; }
@@ -192,8 +198,6 @@ def test_an_fsyncs_commit_wait_names_the_commit_it_waited_for(tmp_path, barrier)
     for edge, dev_t, tid, ns in re.findall(r"@(start|end)\[(\d+), (\d+)\]: (\d+)", seen):
         if int(dev_t) == scratch_dev:
             commits.setdefault(int(tid), {})[edge] = int(ns)
-    requests = {int(tx): int(n) for tx, n in re.findall(r"@rqs\[(\d+)\]: (\d+)", seen)}
-    device_ns = {int(tx): int(ns) for tx, ns in re.findall(r"@device_ns\[(\d+)\]: (\d+)", seen)}
     # The window's edges and the oracle's are clock reads of two programs on one tracepoint: an
     # interrupt taken between them, with the softirqs run on its exit, parts them (144 us once, in
     # a full make test), up to MAX_SOFTIRQ_TIME (2 ms) before the kernel hands softirqs to
@@ -224,15 +228,6 @@ def test_an_fsyncs_commit_wait_names_the_commit_it_waited_for(tmp_path, barrier)
         assert work["blocked_ns"] <= work["end_at_ns"] - work["start_at_ns"]
         flushes = work["requests"].get("preflush_write", 0) + work["requests"].get("fua_write", 0)
         assert (flushes >= 1) if barrier == "1" else (flushes == 0), work["requests"]
-        # Its requests, timed: those that had ended by the wakeup (all, as jbd2 waits for its
-        # writes before it ends the commit) took the device time the oracle saw that commit's take.
-        times = work.get("request_times")
-        assert times and times["timed"] == sum(work["requests"].values()) == requests.get(work["id"]), (work, requests)
-        assert abs(times["device_ns"] - device_ns[work["id"]]) <= max(
-            0.02 * device_ns[work["id"]], near * times["timed"]
-        ), (times, device_ns[work["id"]])
-        # From its start to its end: with barriers, the commit block's cache flush ran before it.
-        assert times["life_ns"] >= times["device_ns"], times
     assert unseen <= len(commit_waits) // 4, (unseen, len(commit_waits))
     assert statistics.median(edges) <= near, sorted(edges)
 
@@ -306,3 +301,34 @@ def test_a_slow_calls_own_requests_are_timed_as_bpftrace_times_them(tmp_path, fs
     assert checked >= 8, by_fs[fs_name]["exemplars"]["fsync"][:2]
     assert missed <= requests_untimed_at_most(by_fs[fs_name]["drops"], 0), by_fs[fs_name]["drops"]
     assert "its own block requests: " in stdout
+
+
+def test_a_commits_requests_are_timed_as_bpftrace_times_them(tmp_path):
+    """The jbd2 commit an exemplar fsync waited for says what its requests took: those that had
+    ended by the wakeup (all: jbd2 waits for its writes before it ends the commit), their number
+    and summed device time equal to a bpftrace oracle's for that transaction's requests; from start
+    to end at least that (with barriers, the commit block's cache flush ran before it). Not in the
+    kernel rows: under TCG this oracle lost most commits' edges."""
+    oracle = bpftrace_start(JBD2_RQ_ORACLE)
+    try:
+        by_fs, _, _ = fsprof_run(tmp_path, "commits", "--fs", "ext4", "--count", "200")
+    finally:
+        seen = bpftrace_output(oracle)
+    requests = {int(tx): int(n) for tx, n in re.findall(r"@rqs\[(\d+)\]: (\d+)", seen)}
+    device_ns = {int(tx): int(ns) for tx, ns in re.findall(r"@device_ns\[(\d+)\]: (\d+)", seen)}
+    near = 50_000 * TIME_SCALE**2
+    works = [
+        w["work"]
+        for c in by_fs["ext4"]["exemplars"]["fsync"]
+        for w in c["waits"]
+        if w["cause"] == "journal commit wait" and w.get("work")
+    ]
+    checked = [work for work in works if work["id"] in requests]
+    assert len(checked) >= 0.75 * len(works) > 0, (len(checked), len(works))
+    for work in checked:
+        times = work.get("request_times")
+        assert times and times["timed"] == sum(work["requests"].values()) == requests[work["id"]], (work, requests)
+        assert abs(times["device_ns"] - device_ns[work["id"]]) <= max(
+            0.02 * device_ns[work["id"]], near * times["timed"]
+        ), (times, device_ns[work["id"]])
+        assert times["life_ns"] >= times["device_ns"], times
