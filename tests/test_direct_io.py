@@ -121,7 +121,9 @@ def test_the_requests_calls_made_are_timed_as_bpftrace_times_them(dio, fs):
     # The oracle also sees any 4 KiB request fio made outside its writes (one or two, of its layout).
     # A request whose issue or completion program the kernel skipped is counted and not timed.
     untimed = made["count"] - made["timed"]
-    assert n - 3 <= made["count"] <= n + oracle_skipped, (made, n, oracle_skipped)
+    # The oracle's classic tracepoint programs also miss a completion now and then uncounted (1 or
+    # 2 in 10,000 in a full make test).
+    assert n - 3 <= made["count"] <= n + oracle_skipped + max(2, n // 2000), (made, n, oracle_skipped)
     assert untimed <= requests_untimed_at_most(entry["drops"], made["count"]), (made, entry["drops"])
     per_request, oracle_per_request = made["device_ns"] / made["timed"], device_ns / n
     assert abs(per_request - oracle_per_request) <= 0.02 * TIME_SCALE * oracle_per_request, (made, n, device_ns)
