@@ -105,9 +105,10 @@ def test_a_spec_workloads_unit_is_compares_default(tmp_path):
     assert "; 200 vs 200 fsyncs: " in text.splitlines()[0], text
 
 
-def planted_pair(tmp_path, size_gib, spec_name=None):
+def planted_pair(tmp_path, size_gib, spec_name=None, argv=lambda name: ["sh", f"{name}/script.sh"]):
     """Two runs of the stored ext4 fsyncs; the second's fsyncs wait 2 ms more each for space
-    reservation on a filesystem of size_gib, 70% full of 1 GiB at the end."""
+    reservation on a filesystem of size_gib, 70% full of 1 GiB at the end. argv(run name): the
+    command each run ran."""
     with gzip.open(STORED) as f:
         stored = json.load(f)
     ext4 = next(fs for fs in stored["filesystems"] if fs["label"] == "ext4")
@@ -121,10 +122,10 @@ def planted_pair(tmp_path, size_gib, spec_name=None):
         fsync["causes"]["space reservation"] = added
         fs["elapsed_s"] += added / 1e9
         fs["space"] = {"size_bytes": size_gib << 30, "used_bytes_start": 0, "used_bytes_end": 700 << 20}
-        result = {**stored, "filesystems": [fs], "workload": {"name": "command", "argv": ["sh", f"{name}/script.sh"]}}
+        result = {**stored, "filesystems": [fs], "workload": {"name": "command", "argv": argv(name)}}
         if spec_name and name == "a":
             result["spec"] = {"file": "s.toml", "config": "c", "workload": spec_name}
-        (tmp_path / name).mkdir()
+        (tmp_path / name).mkdir(parents=True)
         (tmp_path / name / "result.json").write_text(json.dumps(result))
         dirs.append(tmp_path / name)
     proc = run_fsprof("compare", *map(str, dirs), "--op", "fsync", "--json")
@@ -139,6 +140,16 @@ def test_space_waits_on_a_small_filesystem_carry_a_test_bed_note(tmp_path):
     assert any("a 1.0 GiB filesystem, 68% full at the end" in n for n in cmp["test_bed_notes"]), cmp["test_bed_notes"]
     # A spec's name for the command is not what it ran: the commands are named, not "script".
     assert cmp["workloads_differ"]["name"] == ["sh a/script.sh", "sh b/script.sh"], cmp["workloads_differ"]
+
+
+def test_fio_runs_that_differ_only_in_where_fio_writes_its_figures_ran_one_workload(tmp_path):
+    """fio --output=a/fio.json vs --output=b/fio.json (each run's figures beside its own run) is
+    one workload; a job option that differs is not."""
+    job = ["--name=w", "--rw=randwrite", "--bs=4k", "--fsync=1"]
+    same = planted_pair(tmp_path / "same", 16, argv=lambda n: ["fio", f"--output={n}/fio.json", "--output-format", "json", *job])
+    assert same["workloads_differ"] is None, same["workloads_differ"]
+    other = planted_pair(tmp_path / "other", 16, argv=lambda n: ["fio", f"--output={n}/fio.json", *job, f"--size={n == 'a' and 4 or 8}m"])
+    assert other["workloads_differ"]["words"] == [["--size=4m"], ["--size=8m"]], other["workloads_differ"]
 
 
 def test_space_waits_on_a_large_filesystem_carry_none(tmp_path):
@@ -192,7 +203,7 @@ def planted_tails(tmp_path, slow_ms):
             fsync["causes"]["filesystem frozen"] = 40_000_000
             fsync["wall_ns"] += 40_000_000
             fsync["tail"] = {"waits": 1, "ns": 40_000_000, "causes": {"filesystem frozen": 40_000_000}}
-        (tmp_path / name).mkdir()
+        (tmp_path / name).mkdir(parents=True)
         (tmp_path / name / "result.json").write_text(json.dumps({**stored, "filesystems": [fs]}))
         dirs.append(tmp_path / name)
     return dirs

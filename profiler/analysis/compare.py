@@ -107,8 +107,9 @@ def namesakes(paths: Sequence[str | Path], fs_filter: set[str] | None = None) ->
 
 
 def _workload_of(result):
-    w = result["workload"]
-    return json.dumps({k: w.get(k) for k in ("name", "args", "argv")}, sort_keys=True)
+    """What identifies a run's workload: the bundled workload or command and its words, the
+    options that only name where the tool writes its own output left out."""
+    return json.dumps([result["workload"]["name"], _command_words(result)])
 
 
 def _workload_name(result):
@@ -136,11 +137,35 @@ def _plain_runs(paths):
     )
 
 
+# Options of known tools that only say where (or in which format) the tool writes its own figures:
+# two runs differing only in them ran the same workload. fio's --output=a.json vs --output=b.json
+# is the usual case: each run writes its figures beside its own run directory.
+OUTPUT_ONLY_OPTIONS = {
+    "fio": ("--output", "--output-format", "--write_bw_log", "--write_lat_log", "--write_iops_log", "--write_hist_log"),
+    "pgbench": ("--log-prefix",),
+}
+
+
+def _without_output_options(words):
+    tool = Path(words[0]).name if words else ""
+    options = OUTPUT_ONLY_OPTIONS.get(tool, ())
+    kept, skip = [], False
+    for word in words:
+        if skip:
+            skip = False
+        elif word in options:
+            skip = True  # "--output FILE": its value is the next word
+        elif word.split("=", 1)[0] not in options:
+            kept.append(word)
+    return kept
+
+
 def _command_words(result):
     """What a run ran, as words: the command, or the bundled workload and its options; never the
-    name a spec gave it (the same script named once by a spec is not another workload)."""
+    name a spec gave it (the same script named once by a spec is not another workload), nor where
+    a known tool wrote its own output (OUTPUT_ONLY_OPTIONS)."""
     w = result["workload"]
-    return list(w["argv"]) if "argv" in w else [w["name"], *w.get("args", [])]
+    return _without_output_options(list(w["argv"]) if "argv" in w else [w["name"], *w.get("args", [])])
 
 
 def workload_difference(results: list[dict[str, Any]]) -> dict[str, Any]:
