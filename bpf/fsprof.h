@@ -302,6 +302,26 @@ struct exemplar {
 	struct own_rqs own; /* its own block requests */
 };
 
+/* An io_uring request from its submission to its completion (syscalls.bpf.c), in uring_reqs
+ * (shared_maps.h): where it is placed, and what its exemplar needs. */
+struct uring_req {
+	__u64 start_ns;
+	__u32 dev;
+	__u16 phase;
+	__u8 opcode;
+	__u8 place;  /* syscalls.bpf.c's enum uring_place */
+	__u32 tid;   /* the thread that submitted it */
+	__u32 waits; /* its io-wq worker's blocked intervals in it */
+	__u64 blocked_ns;
+	__u64 runq_ns;
+	struct exemplar_wait wait; /* the longest of them */
+	struct own_rqs own;        /* the block requests it made, and the times of those that ended */
+};
+
+/* io_uring requests' exemplars share the exemplars map with syscalls': op_key.nr is this bit and
+ * the opcode (syscall numbers stay far below it). */
+#define URING_EXEMPLAR_NR 0x8000
+
 struct exemplar_set {
 	__u64 floor_ns; /* the fastest call kept once the set is full: a call no slower is not weighed */
 	__u32 busy;     /* a try-lock: one CPU updates the set, another skips its candidate */
@@ -343,7 +363,8 @@ struct rq_owner {
 	__u32 tid;
 	__u16 kind;
 	__u16 cls;       /* the class it was counted in */
-	__u64 window_ns; /* OWNER_WORKER: its window's start_ns; OWNER_OP: its call's (call_rqs) */
+	__u64 window_ns; /* OWNER_WORKER: its window's start_ns; OWNER_OP: its call's (call_rqs);
+	                  * OWNER_URING: the request's uring_reqs key */
 	__u32 dev;       /* the disk the bio was made for: a stale entry (a bio address reused for a
 	                  * request nobody traced made) must not pass for the owner of another disk's */
 	__u32 pad;

@@ -298,6 +298,16 @@ static __always_inline void rq_times_add(struct rq_times *t, __u64 device_ns, __
 	__sync_fetch_and_add(&t->timed, 1);
 }
 
+/* io_uring requests in flight (struct uring_req), keyed by the request's pointer (its ring and
+ * user_data on 5.10) from submission to completion: syscalls.bpf.c follows them, block.bpf.c adds
+ * the times of the block requests each made (an io_uring owner's window_ns is its key). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct uring_req);
+} uring_reqs SEC(".maps");
+
 /* A request of class cls that `owner` made has ended: its times go to the owner's rq_classes and,
  * for a worker's, to the window that made it (open, or the worker's last closed one: its waiters
  * read them there). */
@@ -318,6 +328,10 @@ static __always_inline void rq_owner_add(struct rq_owner *owner, __u64 device_ns
 			rq_times_add(&call->own.times, device_ns, life_ns);
 		rqs = bpf_map_lookup_elem(&op_rqs, &owner->key);
 	} else if (owner->kind == OWNER_URING) {
+		struct uring_req *r = bpf_map_lookup_elem(&uring_reqs, &owner->window_ns);
+
+		if (r && r->opcode == owner->key.nr) /* not a recycled request of another opcode */
+			rq_times_add(&r->own.times, device_ns, life_ns);
 		rqs = bpf_map_lookup_elem(&uring_rqs, &owner->key);
 	} else if (owner->kind == OWNER_WORKER) {
 		run = bpf_map_lookup_elem(&worker_runs, &owner->key);

@@ -602,23 +602,20 @@ static __always_inline void exemplar_unlock(struct exemplar_set *set, struct op_
 }
 #endif
 
-static __always_inline int keep_exemplar_in(struct op_key *key, struct inflight *op, __u64 now, long ret)
+/* The slot of key's set that a call of ns takes (its fastest kept call's), the set locked; NULL if
+ * the call is no slower than what the set keeps, or another CPU holds the set. The caller fills
+ * the slot, then calls exemplar_filled. */
+static __always_inline struct exemplar *exemplar_slot(struct exemplar_set **setp, struct op_key *k, __u64 ns)
 {
-	struct exemplar_set *set;
-	struct call_rqs *call;
-	struct exemplar *e;
-	struct op_key k;
-	__u64 ns, fastest = ~0ULL;
+	struct exemplar_set *set = lookup_or_init(&exemplars, k, &no_exemplars, DROP_OPS_FULL);
+	__u64 fastest = ~0ULL;
 	__u32 slot = 0, kept;
 
-	ns = now - op->start_ns;
-	k = *key; /* a copy on the stack: older verifiers take a map key from there */
-	set = lookup_or_init(&exemplars, &k, &no_exemplars, DROP_OPS_FULL);
 	if (!set || ns <= set->floor_ns)
-		return 0;
-	if (!exemplar_trylock(set, &k)) {
+		return NULL;
+	if (!exemplar_trylock(set, k)) {
 		count_drop(DROP_EXEMPLAR_BUSY);
-		return 0;
+		return NULL;
 	}
 	kept = exemplars_kept();
 	for (int i = 0; i < EXEMPLARS; i++) {
@@ -629,31 +626,55 @@ static __always_inline int keep_exemplar_in(struct op_key *key, struct inflight 
 			slot = i;
 		}
 	}
-	e = &set->call[slot & (EXEMPLARS - 1)];
-	if (fastest < ns) {
-		e->start_ns = op->start_ns;
-		e->end_ns = now;
-		e->runq_ns = op->ex_runq_ns;
-		e->blocked_ns = op->ex_blocked_ns;
-		e->ret = ret;
-		e->tid = (__u32)bpf_get_current_pid_tgid();
-		e->waits = op->ex_waits;
-		__builtin_memcpy(e->wait, op->ex_wait, sizeof(e->wait));
-		call = bpf_map_lookup_elem(&call_rqs, &e->tid);
-		if (call && call->call_ns == op->start_ns)
-			e->own = call->own;
-		else
-			__builtin_memset(&e->own, 0, sizeof(e->own));
-		fastest = ~0ULL;
-		for (int i = 0; i < EXEMPLARS; i++) {
-			if (i >= kept)
-				break;
-			if (set->call[i].end_ns - set->call[i].start_ns < fastest)
-				fastest = set->call[i].end_ns - set->call[i].start_ns;
-		}
-		set->floor_ns = fastest; /* 0 until every slot holds a call */
+	if (fastest >= ns) {
+		exemplar_unlock(set, k);
+		return NULL;
 	}
-	exemplar_unlock(set, &k);
+	*setp = set;
+	return &set->call[slot & (EXEMPLARS - 1)];
+}
+
+/* The set's new floor (0 until every slot holds a call), and its lock released. */
+static __always_inline void exemplar_filled(struct exemplar_set *set, struct op_key *k)
+{
+	__u64 fastest = ~0ULL;
+	__u32 kept = exemplars_kept();
+
+	for (int i = 0; i < EXEMPLARS; i++) {
+		if (i >= kept)
+			break;
+		if (set->call[i].end_ns - set->call[i].start_ns < fastest)
+			fastest = set->call[i].end_ns - set->call[i].start_ns;
+	}
+	set->floor_ns = fastest;
+	exemplar_unlock(set, k);
+}
+
+static __always_inline int keep_exemplar_in(struct op_key *key, struct inflight *op, __u64 now, long ret)
+{
+	struct exemplar_set *set = NULL;
+	struct call_rqs *call;
+	struct exemplar *e;
+	struct op_key k;
+
+	k = *key; /* a copy on the stack: older verifiers take a map key from there */
+	e = exemplar_slot(&set, &k, now - op->start_ns);
+	if (!e || !set)
+		return 0;
+	e->start_ns = op->start_ns;
+	e->end_ns = now;
+	e->runq_ns = op->ex_runq_ns;
+	e->blocked_ns = op->ex_blocked_ns;
+	e->ret = ret;
+	e->tid = (__u32)bpf_get_current_pid_tgid();
+	e->waits = op->ex_waits;
+	__builtin_memcpy(e->wait, op->ex_wait, sizeof(e->wait));
+	call = bpf_map_lookup_elem(&call_rqs, &e->tid);
+	if (call && call->call_ns == op->start_ns)
+		e->own = call->own;
+	else
+		__builtin_memset(&e->own, 0, sizeof(e->own));
+	exemplar_filled(set, &k);
 	return 0;
 }
 
@@ -901,6 +922,9 @@ static __always_inline void waker_work(struct work_seen *out, __u64 now)
 		out->kind = 0;
 }
 
+#define PF_IO_WORKER_FLAG 0x10 /* include/linux/sched.h, the same from 5.10 to 6.18 */
+static __always_inline void uring_worker_woken(struct task_struct *p, void *ctx);
+
 /* Runs in the waker's context: its stack and comm are the current task's. */
 SEC("tp_btf/sched_waking")
 int BPF_PROG(on_waking, struct task_struct *p)
@@ -911,6 +935,8 @@ int BPF_PROG(on_waking, struct task_struct *p)
 	if (!p)
 		return 0;
 	op = inflight_of(p);
+	if (!op && (p->flags & PF_IO_WORKER_FLAG))
+		uring_worker_woken(p, ctx);
 	if (!op || !op->out_ns || op->woken_ns)
 		return 0;
 	now = bpf_ktime_get_ns();
@@ -996,8 +1022,7 @@ static __always_inline void decide_stacks(struct inflight *op)
 	op->no_stacks = sampled_out(s, walked);
 }
 
-/* io-wq workers' switches (the io_uring section below) */
-#define PF_IO_WORKER_FLAG 0x10 /* include/linux/sched.h, the same from 5.10 to 6.18 */
+/* io-wq workers' switches: the io_uring section below */
 /* now: the switch's clock if on_switch read it already, else 0 */
 static __always_inline void uring_worker_out(struct task_struct *prev, void *ctx, bool runnable, __u64 now);
 static __always_inline void uring_worker_in(struct task_struct *next, __u64 now);
@@ -1066,7 +1091,8 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	return 0;
 }
 
-static __always_inline struct rq_classes *uring_rqs_of(struct task_struct *task, __u64 req, struct op_key *k);
+static __always_inline struct rq_classes *uring_rqs_of(struct task_struct *task, __u64 req, struct rq_owner *owner,
+                                                       struct uring_req **rp);
 
 /* The call of thread tid that started at call_ns made a request of class cls (struct call_rqs). */
 static __always_inline void count_call_request(__u32 tid, __u64 call_ns, __u16 cls)
@@ -1096,6 +1122,7 @@ static __always_inline void add_request(struct bio *bio, __u64 made)
 	struct rq_classes *rqs = NULL;
 	struct worker_window *w = NULL;
 	struct worker_run *run;
+	struct uring_req *ureq = NULL;
 	struct rq_owner owner = {};
 	__u64 bio_ptr = (__u64)bio;
 	__u32 tid, bytes;
@@ -1107,9 +1134,9 @@ static __always_inline void add_request(struct bio *bio, __u64 made)
 	op = inflight_of(task);
 	owner.kind = OWNER_URING;
 	if (op && op->uring_req)
-		rqs = uring_rqs_of(task, op->uring_req, &owner.key);
+		rqs = uring_rqs_of(task, op->uring_req, &owner, &ureq);
 	else if (!op && (CUR(task, flags) & PF_IO_WORKER_FLAG))
-		rqs = uring_rqs_of(task, 0, &owner.key);
+		rqs = uring_rqs_of(task, 0, &owner, &ureq);
 	if (!rqs && op) {
 		owner.kind = OWNER_OP;
 		owner.key = op->op;
@@ -1139,6 +1166,8 @@ static __always_inline void add_request(struct bio *bio, __u64 made)
 		__sync_fetch_and_add(&rqs->count[cls], 1);
 		if (owner.kind == OWNER_OP)
 			count_call_request(owner.tid, owner.window_ns, cls);
+		else if (ureq) /* the request's own, for its exemplar */
+			ureq->own.requests[cls]++;
 		/* Timed by block.bpf.c from the request's issue, where this bio is its first. */
 		struct gendisk *disk = bio_disk(bio);
 
@@ -1263,21 +1292,8 @@ enum uring_place {
 	URING_BY_RESULT = 2,
 };
 
-/* A submitted request until its completion. */
-struct uring_req {
-	__u64 start_ns;
-	__u32 dev;
-	__u16 phase;
-	__u8 opcode;
-	__u8 place; /* enum uring_place */
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u64);
-	__type(value, struct uring_req);
-} uring_reqs SEC(".maps");
+/* A submitted request until its completion: struct uring_req in uring_reqs (bpf/shared_maps.h:
+ * block.bpf.c times the block requests it made). */
 
 /* Submission-to-completion time per (filesystem, opcode, phase); ret_sum: bytes of reads and
  * writes that completed. */
@@ -1299,10 +1315,17 @@ struct uring_off_key {
 	__u32 runnable;
 };
 
-/* An io-wq worker switched out while working on a traced request, until it is back. */
+/* An io-wq worker switched out while working on a traced request, until it is back; who woke it,
+ * for the request's exemplar (its longest wait). */
 struct uring_out {
 	__u64 out_ns;
+	__u64 req; /* the request's uring_reqs key */
+	__u64 woken_ns;
 	struct uring_off_key key;
+	__s32 waker_stack;
+	__u32 pad;
+	char waker_comm[COMM_LEN];
+	struct work_seen work;
 };
 
 struct {
@@ -1328,7 +1351,7 @@ struct {
 /* The opcodes on an open file (io_issue_defs' needs_file, include/uapi/linux/io_uring.h):
  * READV, WRITEV, FSYNC, READ_FIXED, WRITE_FIXED, SYNC_FILE_RANGE, FALLOCATE, READ, WRITE, FADVISE,
  * READ_MULTISHOT, FTRUNCATE, READV_FIXED, WRITEV_FIXED. Only for these is cqe.fd the SQE's fd; the
- * by-path ones (OPENAT, STATX, UNLINKAT, ...) are not followed yet. */
+ * by-path ones (OPENAT, STATX, UNLINKAT, ...) are placed by their dirfd (uring_path_dev). */
 static __always_inline bool uring_on_file(__u8 opcode)
 {
 	switch (opcode) {
@@ -1345,19 +1368,24 @@ static __always_inline bool uring_on_file(__u8 opcode)
 }
 
 /* The opcodes that name a path (dirfd + path), by number: OPENAT 18, STATX 21, OPENAT2 28,
- * UNLINKAT 36, MKDIRAT 37. The request's prep (io_init_req, before the submission tracepoint) has
- * copied the path in (struct filename) and kept the dirfd, at the start of the request (its
- * io_cmd_data, in a union with req->file): struct io_open, io_statx, io_unlink, io_mkdir. */
+ * RENAMEAT 35, UNLINKAT 36, MKDIRAT 37, SYMLINKAT 38, LINKAT 39. The request's prep (io_init_req,
+ * before the submission tracepoint) has copied the path in (struct filename) and kept the dirfd,
+ * at the start of the request (its io_cmd_data, in a union with req->file): struct io_open,
+ * io_statx, io_rename, io_unlink, io_mkdir, io_link (SYMLINKAT and LINKAT; not in 5.10's
+ * backport, which stops at UNLINKAT). */
 #define URING_OPENAT 18
 #define URING_STATX 21
 #define URING_OPENAT2 28
+#define URING_RENAMEAT 35
 #define URING_UNLINKAT 36
 #define URING_MKDIRAT 37
+#define URING_SYMLINKAT 38
+#define URING_LINKAT 39
 
 static __always_inline bool uring_by_path(__u8 opcode)
 {
-	return opcode == URING_OPENAT || opcode == URING_STATX || opcode == URING_OPENAT2 || opcode == URING_UNLINKAT ||
-	       opcode == URING_MKDIRAT;
+	return opcode == URING_OPENAT || opcode == URING_STATX || opcode == URING_OPENAT2 ||
+	       (opcode >= URING_RENAMEAT && opcode <= URING_LINKAT);
 }
 
 /* The filesystem of a by-path request's relative path (0: an absolute path, or none). */
@@ -1379,6 +1407,26 @@ static __always_inline __u32 uring_path_dev(struct task_struct *task, struct io_
 	case URING_MKDIRAT:
 		return kernel_path_dev(task, BPF_CORE_READ((struct io_mkdir *)cmd, dfd),
 		                       BPF_CORE_READ((struct io_mkdir *)cmd, filename));
+	case URING_RENAMEAT: {
+		/* Both paths lie on one mount (else EXDEV): the new one's, else the old one's. */
+		struct io_rename *r = cmd;
+		__u32 dev = kernel_path_dev(task, BPF_CORE_READ(r, new_dfd), BPF_CORE_READ(r, newpath));
+
+		return dev ?: kernel_path_dev(task, BPF_CORE_READ(r, old_dfd), BPF_CORE_READ(r, oldpath));
+	}
+	case URING_SYMLINKAT:
+	case URING_LINKAT: {
+		struct io_link *l = cmd;
+		__u32 dev;
+
+		if (!bpf_core_type_exists(struct io_link))
+			return 0;
+		dev = kernel_path_dev(task, BPF_CORE_READ(l, new_dfd), BPF_CORE_READ(l, newpath));
+		/* A symlink's old path is its target: any string, not a path to place. */
+		if (dev || opcode == URING_SYMLINKAT)
+			return dev;
+		return kernel_path_dev(task, BPF_CORE_READ(l, old_dfd), BPF_CORE_READ(l, oldpath));
+	}
 	}
 	return 0;
 }
@@ -1424,6 +1472,7 @@ static __always_inline void uring_submit(struct io_kiocb *req, __u64 key)
 	if (f->dev && r.dev && r.dev != f->dev && r.place != URING_BY_RESULT)
 		return;
 	r.phase = current_phase();
+	r.tid = (__u32)bpf_get_current_pid_tgid();
 	r.start_ns = bpf_ktime_get_ns();
 	if (bpf_map_update_elem(&uring_reqs, &key, &r, BPF_ANY))
 		return;
@@ -1479,6 +1528,59 @@ static __always_inline __u32 uring_req_dev(struct io_kiocb *req, struct uring_re
 	return dev ?: r->dev;
 }
 
+/* A request among its (filesystem, opcode, phase)'s slowest, kept as an exemplar under
+ * URING_EXEMPLAR_NR | opcode: who submitted it, its io-wq worker's blocked intervals (the longest
+ * whole) and runnable time, and its own block requests. The rest of its time is not CPU: queued
+ * for a worker, on the device, or waiting to be posted. */
+static __always_inline int keep_uring_exemplar_in(struct op_key *key, __u64 req, __u64 now, int res)
+{
+	struct uring_req *r = bpf_map_lookup_elem(&uring_reqs, &req);
+	struct exemplar_set *set = NULL;
+	struct exemplar *e;
+	struct op_key k;
+
+	if (!r)
+		return 0;
+	k = *key;
+	k.nr = URING_EXEMPLAR_NR | r->opcode;
+	e = exemplar_slot(&set, &k, now - r->start_ns);
+	if (!e || !set)
+		return 0;
+	e->start_ns = r->start_ns;
+	e->end_ns = now;
+	e->runq_ns = r->runq_ns;
+	e->blocked_ns = r->blocked_ns;
+	e->ret = res;
+	e->tid = r->tid;
+	e->waits = r->waits;
+	__builtin_memset(e->wait, 0, sizeof(e->wait)); /* only the longest is kept: the others read 0 ns */
+	if (r->waits)
+		e->wait[0] = r->wait;
+	e->own = r->own;
+	exemplar_filled(set, &k);
+	return 0;
+}
+
+#ifndef FSPROF_LEGACY
+__noinline int keep_uring_exemplar(struct op_key *key, __u64 req, __u64 now, int res)
+{
+	return key ? keep_uring_exemplar_in(key, req, now, res) : 0;
+}
+
+#define KEEP_URING_EXEMPLAR(k, req, now, res) keep_uring_exemplar(k, req, now, res)
+#else
+/* Scalar arguments only (5.10): the key is rebuilt from them. */
+__noinline int keep_uring_exemplar(__u32 dev, __u32 nr_phase, __u64 req, __u64 now, int res)
+{
+	struct op_key k = { .dev = dev, .nr = nr_phase & 0xffff, .phase = nr_phase >> 16 };
+
+	return keep_uring_exemplar_in(&k, req, now, res);
+}
+
+#define KEEP_URING_EXEMPLAR(k, req, now, res) \
+	keep_uring_exemplar((k)->dev, (k)->nr | ((__u32)(k)->phase << 16), req, now, res)
+#endif
+
 /* A followed request's completion: its submission-to-completion time and bytes. req is NULL on
  * 5.10 (whose requests are never placed by a registered file at completion). */
 static __always_inline void uring_completed(struct io_kiocb *req, __u64 key, int res)
@@ -1496,10 +1598,11 @@ static __always_inline void uring_completed(struct io_kiocb *req, __u64 key, int
 	k.nr = r->opcode;
 	k.phase = r->phase;
 	f = get_filter();
-	if (k.dev && (!f || !f->dev || k.dev == f->dev)) {
-		h = hist_add(&uring_hist, &k, now > r->start_ns ? now - r->start_ns : 0, DROP_OPS_FULL);
+	if (k.dev && (!f || !f->dev || k.dev == f->dev) && now > r->start_ns) {
+		h = hist_add(&uring_hist, &k, now - r->start_ns, DROP_OPS_FULL);
 		if (h && res > 0)
 			__sync_fetch_and_add(&h->ret_sum, res);
+		KEEP_URING_EXEMPLAR(&k, key, now, res);
 	}
 	bpf_map_delete_elem(&uring_reqs, &key);
 }
@@ -1560,10 +1663,13 @@ static __always_inline struct uring_req *uring_work_of(struct task_struct *task,
 }
 
 /* The block requests' counters of the io_uring request req (0: the one the io-wq worker task is
- * running), or NULL if it is not one fsprof follows or lies outside the filesystem filter. */
-static __always_inline struct rq_classes *uring_rqs_of(struct task_struct *task, __u64 req, struct op_key *k)
+ * running), or NULL if it is not one fsprof follows or lies outside the filesystem filter. The
+ * owner gets its (filesystem, opcode, phase) and its key (window_ns), *rp its record. */
+static __always_inline struct rq_classes *uring_rqs_of(struct task_struct *task, __u64 req, struct rq_owner *owner,
+                                                       struct uring_req **rp)
 {
 	struct uring_req *r = req ? bpf_map_lookup_elem(&uring_reqs, &req) : uring_work_of(task, &req);
+	struct op_key *k = &owner->key;
 	struct filter *f;
 
 	if (!r)
@@ -1576,6 +1682,8 @@ static __always_inline struct rq_classes *uring_rqs_of(struct task_struct *task,
 		return NULL;
 	k->nr = r->opcode;
 	k->phase = r->phase;
+	owner->window_ns = req;
+	*rp = r;
 	return lookup_or_init(&uring_rqs, k, &zero_rqs, DROP_OPS_FULL);
 }
 
@@ -1599,9 +1707,56 @@ static __always_inline void uring_worker_out(struct task_struct *prev, void *ctx
 	o.key.stackid = get_stack(ctx);
 	if (o.key.stackid < 0)
 		count_drop(DROP_OFFCPU_STACK);
+	o.req = req;
+	o.waker_stack = -1;
 	o.out_ns = now ?: bpf_ktime_get_ns();
 	if (bpf_map_update_elem(&uring_workers_out, &tid, &o, BPF_ANY))
 		count_drop(DROP_OFFCPU_FULL);
+}
+
+/* An io-wq worker blocked in a followed request is woken (in the waker's context): who woke it. */
+static __always_inline void uring_worker_woken(struct task_struct *p, void *ctx)
+{
+	__u32 tid = p->pid;
+	struct uring_out *o = bpf_map_lookup_elem(&uring_workers_out, &tid);
+	__u64 now;
+
+	if (!o || o->key.runnable || o->woken_ns)
+		return;
+	now = bpf_ktime_get_ns();
+	o->waker_stack = get_stack(ctx);
+	if (o->waker_stack < 0)
+		count_drop(DROP_WAKER_STACK);
+	bpf_get_current_comm(o->waker_comm, COMM_LEN);
+	waker_work(&o->work, now);
+	o->woken_ns = bpf_ktime_get_ns();
+}
+
+/* The worker's interval into its request's record: blocked until its wakeup (all of it when none
+ * was seen), runnable after; the longest blocked one kept whole (one worker runs a request at a
+ * time: no other writer). */
+static __always_inline void uring_req_interval(struct uring_req *r, struct uring_out *o, __u64 now)
+{
+	__u64 woken = o->woken_ns && o->woken_ns <= now ? o->woken_ns : now, ns = woken - o->out_ns;
+
+	if (o->key.runnable) {
+		r->runq_ns += now - o->out_ns;
+		return;
+	}
+	r->runq_ns += now - woken;
+	r->blocked_ns += ns;
+	r->waits++;
+	if (ns <= r->wait.ns)
+		return;
+	r->wait.start_ns = o->out_ns;
+	r->wait.ns = ns;
+	r->wait.stack = o->key.stackid;
+	r->wait.waker_stack = o->woken_ns ? o->waker_stack : -1;
+	__builtin_memcpy(r->wait.waker_comm, o->waker_comm, COMM_LEN);
+	if (o->woken_ns)
+		r->wait.work = o->work;
+	else
+		r->wait.work.kind = 0;
 }
 
 static __always_inline void uring_worker_in(struct task_struct *next, __u64 now)
@@ -1609,6 +1764,7 @@ static __always_inline void uring_worker_in(struct task_struct *next, __u64 now)
 	__u32 tid = next->pid;
 	struct uring_out *o = bpf_map_lookup_elem(&uring_workers_out, &tid);
 	struct off_val *v, zero = {};
+	struct uring_req *r;
 
 	if (!o)
 		return;
@@ -1618,5 +1774,8 @@ static __always_inline void uring_worker_in(struct task_struct *next, __u64 now)
 		__sync_fetch_and_add(&v->count, 1);
 		__sync_fetch_and_add(&v->total_ns, now - o->out_ns);
 	}
+	r = bpf_map_lookup_elem(&uring_reqs, &o->req);
+	if (r && now >= o->out_ns)
+		uring_req_interval(r, o, now);
 	bpf_map_delete_elem(&uring_workers_out, &tid);
 }

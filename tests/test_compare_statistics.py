@@ -146,9 +146,13 @@ def test_fio_runs_that_differ_only_in_where_fio_writes_its_figures_ran_one_workl
     """fio --output=a/fio.json vs --output=b/fio.json (each run's figures beside its own run) is
     one workload; a job option that differs is not."""
     job = ["--name=w", "--rw=randwrite", "--bs=4k", "--fsync=1"]
-    same = planted_pair(tmp_path / "same", 16, argv=lambda n: ["fio", f"--output={n}/fio.json", "--output-format", "json", *job])
+    same = planted_pair(
+        tmp_path / "same", 16, argv=lambda n: ["fio", f"--output={n}/fio.json", "--output-format", "json", *job]
+    )
     assert same["workloads_differ"] is None, same["workloads_differ"]
-    other = planted_pair(tmp_path / "other", 16, argv=lambda n: ["fio", f"--output={n}/fio.json", *job, f"--size={n == 'a' and 4 or 8}m"])
+    other = planted_pair(
+        tmp_path / "other", 16, argv=lambda n: ["fio", f"--output={n}/fio.json", *job, f"--size={n == 'a' and 4 or 8}m"]
+    )
     assert other["workloads_differ"]["words"] == [["--size=4m"], ["--size=8m"]], other["workloads_differ"]
 
 

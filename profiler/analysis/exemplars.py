@@ -23,7 +23,10 @@ def explain(
         phase = names[rec["phase"]] if rec["phase"] < len(names) else str(rec["phase"])
         by_op.setdefault(rec["op"], []).extend({**call, "phase": phase} for call in rec["calls"])
     return {
-        op: [_call(rules, call, stacks) for call in sorted(calls, key=lambda c: -c["ns"])[:kept]]
+        op: [
+            _call(rules, call, stacks, uring=op.startswith("io_uring "))
+            for call in sorted(calls, key=lambda c: -c["ns"])[:kept]
+        ]
         for op, calls in sorted(by_op.items())
     }
 
@@ -43,7 +46,13 @@ def _work(work: dict[str, Any], call_start: int) -> dict[str, Any]:
     }
 
 
-def _call(rules: attribution.Rules, call: dict[str, Any], stacks: dict[int, list[str]]) -> dict[str, Any]:
+def _call(
+    rules: attribution.Rules, call: dict[str, Any], stacks: dict[int, list[str]], uring: bool = False
+) -> dict[str, Any]:
+    """One call explained. An io_uring request (uring): its waits and runnable time are its io-wq
+    worker's, and the rest is not CPU but outside the worker's waits (`elsewhere_ns`): queued for a
+    worker, issued inline and on the device, the worker on CPU, or its completion waiting to be
+    posted (docs/io_uring.md)."""
     waits = []
     for w in call["longest"]:
         frames = stacks.get(w["stack"], [])
@@ -72,7 +81,11 @@ def _call(rules: attribution.Rules, call: dict[str, Any], stacks: dict[int, list
         "other_blocked_ns": max(call["blocked_ns"] - shown, 0),
         "blocked_intervals": call["waits"],
         "runnable_ns": call["runq_ns"],
-        "cpu_ns": max(call["ns"] - call["blocked_ns"] - call["runq_ns"], 0),
+        **(
+            {"cpu_ns": 0, "elsewhere_ns": max(call["ns"] - call["blocked_ns"] - call["runq_ns"], 0)}
+            if uring
+            else {"cpu_ns": max(call["ns"] - call["blocked_ns"] - call["runq_ns"], 0)}
+        ),
         # The block requests it made itself, and what those that ended by its exit took.
         **({"own_requests": call["own_requests"]} if call.get("own_requests") else {}),
     }
@@ -81,6 +94,8 @@ def _call(rules: attribution.Rules, call: dict[str, Any], stacks: dict[int, list
 # A call's time outside its recorded waits: its shorter blocked intervals (only the longest are
 # kept whole), its time runnable off CPU, and its time on CPU.
 SHORTER_WAITS, RUNNABLE, ON_CPU = "shorter waits", "cpu contention", "on CPU"
+# An io_uring request's time outside its io-wq worker's waits (_call's elsewhere_ns).
+ELSEWHERE = "outside an io-wq worker's waits"
 
 
 def time_by_cause(call: dict[str, Any]) -> dict[str, int]:
@@ -88,7 +103,12 @@ def time_by_cause(call: dict[str, Any]) -> dict[str, int]:
     out: dict[str, int] = {}
     for w in call["waits"]:
         out[w["cause"]] = out.get(w["cause"], 0) + w["ns"]
-    rest = ((SHORTER_WAITS, call["other_blocked_ns"]), (RUNNABLE, call["runnable_ns"]), (ON_CPU, call["cpu_ns"]))
+    rest = (
+        (SHORTER_WAITS, call["other_blocked_ns"]),
+        (RUNNABLE, call["runnable_ns"]),
+        (ON_CPU, call["cpu_ns"]),
+        (ELSEWHERE, call.get("elsewhere_ns", 0)),
+    )
     for cause, ns in rest:
         if ns:
             out[cause] = out.get(cause, 0) + ns

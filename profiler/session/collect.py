@@ -48,6 +48,7 @@ SHARED_MAPS = (
     ("uring_rqs", maps.OpKey, maps.RqClasses),
     ("rq_owners", c.c_uint64, maps.RqOwner),
     ("call_rqs", c.c_uint32, maps.CallRqs),
+    ("uring_reqs", c.c_uint64, maps.UringReq),
 )
 
 
@@ -464,7 +465,14 @@ class Collector:
             for k, v in read(self.worker_runs)
         ]
         exemplars = [
-            {"dev": k.dev, "op": syscalls.name_of(k.nr), "phase": k.phase, "calls": maps.exemplars_of(v)}
+            {
+                "dev": k.dev,
+                "op": maps.uring_op_name(k.nr & ~maps.URING_EXEMPLAR_NR)
+                if k.nr & maps.URING_EXEMPLAR_NR
+                else syscalls.name_of(k.nr),
+                "phase": k.phase,
+                "calls": maps.exemplars_of(v),
+            }
             for k, v in read(self.exemplars)
         ]
         behind_raw = {name: probe.snapshot() for name, probe in self.probes.items()}

@@ -70,13 +70,20 @@ URING_OPS = {
     23: "write",
     24: "fadvise",
     28: "openat2",
+    35: "renameat",
     36: "unlinkat",
     37: "mkdirat",
+    38: "symlinkat",
+    39: "linkat",
     49: "read_multishot",
     55: "ftruncate",
     60: "readv_fixed",
     61: "writev_fixed",
 }
+
+
+# An io_uring request's exemplars are kept under this bit and its opcode (bpf/fsprof.h).
+URING_EXEMPLAR_NR = 0x8000
 
 
 def uring_op_name(opcode: int) -> str:
@@ -232,7 +239,16 @@ class UringOffKey(c.Structure):
 
 
 class UringOut(c.Structure):
-    _fields_ = [("out_ns", c.c_uint64), ("key", UringOffKey)]
+    _fields_ = [
+        ("out_ns", c.c_uint64),
+        ("req", c.c_uint64),
+        ("woken_ns", c.c_uint64),
+        ("key", UringOffKey),
+        ("waker_stack", c.c_int32),
+        ("pad", c.c_uint32),
+        ("waker_comm", c.c_char * COMM_LEN),
+        ("work", WorkSeen),
+    ]
 
 
 class SampleKey(c.Structure):
@@ -406,6 +422,24 @@ class CallRqs(c.Structure):
     _fields_ = [("call_ns", c.c_uint64), ("own", OwnRqs)]
 
 
+class UringReq(c.Structure):
+    """struct uring_req: an io_uring request in flight (bpf/fsprof.h)."""
+
+    _fields_ = [
+        ("start_ns", c.c_uint64),
+        ("dev", c.c_uint32),
+        ("phase", c.c_uint16),
+        ("opcode", c.c_uint8),
+        ("place", c.c_uint8),
+        ("tid", c.c_uint32),
+        ("waits", c.c_uint32),
+        ("blocked_ns", c.c_uint64),
+        ("runq_ns", c.c_uint64),
+        ("wait", ExemplarWait),
+        ("own", OwnRqs),
+    ]
+
+
 class Exemplar(c.Structure):
     _fields_ = [
         ("start_ns", c.c_uint64),
@@ -468,6 +502,7 @@ def exemplars_of(kept: Any) -> list[dict[str, Any]]:
                         "work": work_of(w.work),
                     }
                     for w in list(e.wait)[: min(e.waits, EXEMPLAR_WAITS)]
+                    if w.ns  # an io_uring request keeps only its longest wait: the others are empty
                 ),
                 key=lambda w: -w["ns"],
             ),

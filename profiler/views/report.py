@@ -290,23 +290,26 @@ def slowest_calls(exemplars: dict[str, list[dict[str, Any]]], ops: int = 3, call
     its time = its longest waits (cause, who ended it) + the rest."""
     lines = []
     for op, slowest in sorted(exemplars.items(), key=lambda kv: -kv[1][0]["ns"] if kv[1] else 0)[:ops]:
-        lines.append(f"   slowest {op} calls and why:")
+        lines.append(f"   slowest {op} {'requests' if op.startswith('io_uring ') else 'calls'} and why:")
         for call in slowest[:calls]:
             shown = [w for w in call["waits"] if w["ns"] >= 0.01 * call["ns"]]
             parts = [f"{wait_name(w)} {fmt_ns(w['ns'])} (ended by {w['ended_by']}{work_words(w)})" for w in shown]
-            rest = call["ns"] - sum(w["ns"] for w in shown) - call["cpu_ns"] - call["runnable_ns"]
+            elsewhere = call.get("elsewhere_ns")  # an io_uring request's: not CPU (exemplars.py)
+            rest = call["ns"] - sum(w["ns"] for w in shown) - call["cpu_ns"] - call["runnable_ns"] - (elsewhere or 0)
             if rest > 0:
                 parts.append(f"{call['blocked_intervals'] - len(shown)} shorter waits {fmt_ns(rest)}")
-            parts.append(f"CPU {fmt_ns(call['cpu_ns'])}")
+            if elsewhere is None:
+                parts.append(f"CPU {fmt_ns(call['cpu_ns'])}")
             if call["runnable_ns"]:
                 parts.append(f"runnable {fmt_ns(call['runnable_ns'])}")
+            if elsewhere is not None:
+                parts.append(f"outside an io-wq worker's waits {fmt_ns(elsewhere)}")
             own = call.get("own_requests")
             mine = (
                 f"; its own block requests: {requests_words(own['requests'])}{request_times_words(own)}" if own else ""
             )
-            lines.append(
-                f"     {fmt_ns(call['ns'])} (thread {call['tid']}, phase {call['phase']}) = " + " + ".join(parts) + mine
-            )
+            who = f"submitted by thread {call['tid']}" if elsewhere is not None else f"thread {call['tid']}"
+            lines.append(f"     {fmt_ns(call['ns'])} ({who}, phase {call['phase']}) = " + " + ".join(parts) + mine)
     return lines
 
 

@@ -107,6 +107,8 @@ def add_call(tl: Timeline, fs_track: int, label: str, op: str, call: dict[str, A
             "phase": call["phase"],
             "ret": call["ret"],
             "cpu_ns": call["cpu_ns"],
+            # An io_uring request's time outside its io-wq worker's waits (not CPU).
+            **({"elsewhere_ns": call["elsewhere_ns"]} if "elsewhere_ns" in call else {}),
             "runnable_ns": call["runnable_ns"],
             "blocked_intervals": call["blocked_intervals"],
             "other_blocked_ns": call["other_blocked_ns"],

@@ -1,7 +1,9 @@
 /* Path operations through io_uring, for tests/test_io_uring.py. In DIR (on the filesystem under
  * test), N times, one request at a time: MKDIRAT "dI" relative to a dirfd of DIR, OPENAT "fI"
  * (O_CREAT) relative to it, OPENAT of the same file by its absolute path, STATX of it relative and
- * absolute, UNLINKAT relative. Prints, per opcode, the requests that succeeded: "openat 2000".
+ * absolute, LINKAT "fI" to "lI" and SYMLINKAT "sI" to "fI" (relative), RENAMEAT "fI" to "gI"
+ * (relative) and "gI" to DIR/hI (an absolute new path), UNLINKAT of "hI", "lI" and "sI"
+ * (relative). Prints, per opcode, the requests that succeeded: "openat 2000".
  * Build: clang -O2 -o uring_paths uring_paths.c -luring */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -32,8 +34,9 @@ static int run(void)
 
 int main(int argc, char **argv)
 {
-	char dir[PATH_MAX], rel[64], abs[PATH_MAX + 64];
-	int n, dfd, fd, ok_mkdir = 0, ok_open = 0, ok_statx = 0, ok_unlink = 0;
+	char dir[PATH_MAX], rel[64], name[64], abs[PATH_MAX + 64];
+	int n, dfd, fd, ok_mkdir = 0, ok_open = 0, ok_statx = 0, ok_unlink = 0, ok_link = 0, ok_symlink = 0,
+	    ok_rename = 0;
 	struct statx stx;
 
 	if (argc != 3 || !realpath(argv[1], dir) || (n = atoi(argv[2])) <= 0) {
@@ -67,10 +70,28 @@ int main(int argc, char **argv)
 		io_uring_prep_statx(io_uring_get_sqe(&ring), AT_FDCWD, abs, 0, STATX_BASIC_STATS, &stx);
 		ok_statx += run() == 0;
 
-		io_uring_prep_unlinkat(io_uring_get_sqe(&ring), dfd, rel, 0);
-		ok_unlink += run() == 0;
+		snprintf(name, sizeof(name), "l%d", i);
+		io_uring_prep_linkat(io_uring_get_sqe(&ring), dfd, rel, dfd, name, 0);
+		ok_link += run() == 0;
+		snprintf(name, sizeof(name), "s%d", i);
+		io_uring_prep_symlinkat(io_uring_get_sqe(&ring), rel, dfd, name);
+		ok_symlink += run() == 0;
+
+		snprintf(name, sizeof(name), "g%d", i);
+		io_uring_prep_renameat(io_uring_get_sqe(&ring), dfd, rel, dfd, name, 0);
+		ok_rename += run() == 0;
+		snprintf(abs, sizeof(abs), "%s/h%d", dir, i);
+		io_uring_prep_renameat(io_uring_get_sqe(&ring), dfd, name, AT_FDCWD, abs, 0);
+		ok_rename += run() == 0;
+
+		for (const char *prefix = "hls"; *prefix; prefix++) {
+			snprintf(name, sizeof(name), "%c%d", *prefix, i);
+			io_uring_prep_unlinkat(io_uring_get_sqe(&ring), dfd, name, 0);
+			ok_unlink += run() == 0;
+		}
 	}
-	printf("mkdirat %d\nopenat %d\nstatx %d\nunlinkat %d\n", ok_mkdir, ok_open, ok_statx, ok_unlink);
+	printf("mkdirat %d\nopenat %d\nstatx %d\nlinkat %d\nsymlinkat %d\nrenameat %d\nunlinkat %d\n", ok_mkdir,
+	       ok_open, ok_statx, ok_link, ok_symlink, ok_rename, ok_unlink);
 	io_uring_queue_exit(&ring);
 	return 0;
 }

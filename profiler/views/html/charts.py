@@ -205,7 +205,13 @@ def call_timeline(name, op, call, colours):
         f"<title>{escape(op)} call of {escape(label)}, on its own time axis</title>",
         f'<text x="{LABEL_W - 8}" y="{top + bar_h / 2 + 4}" class="rowlabel">{escape(op)}</text>',
         f'<rect class="base" x="{LABEL_W}" y="{top}" width="{PLOT_W}" height="{bar_h}" fill="#e8e8e8">'
-        f"<title>{escape(label)}: CPU {escape(fmt_ns(call['cpu_ns']))}, runnable "
+        f"<title>{escape(label)}: "
+        + (
+            f"outside an io-wq worker's waits {escape(fmt_ns(call['elsewhere_ns']))}"
+            if "elsewhere_ns" in call
+            else f"CPU {escape(fmt_ns(call['cpu_ns']))}"
+        )
+        + ", runnable "
         f"{escape(fmt_ns(call['runnable_ns']))}, shorter waits {escape(fmt_ns(call['other_blocked_ns']))}"
         + (
             f"; its own block requests: {escape(requests_words(own['requests']) + request_times_words(own))}"
