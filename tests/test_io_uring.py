@@ -237,7 +237,11 @@ def test_an_io_uring_fsync_is_explained_like_a_syscall_fsync(tmp_path, fs):
         parts = sum(w["ns"] for w in e["waits"]) + e["other_blocked_ns"] + e["runnable_ns"] + e["elsewhere_ns"]
         assert parts == e["ns"] and e["cpu_ns"] == 0, e
     slowest = ours[0]
-    assert slowest["waits"] and slowest["waits"][0]["cause"] in (commit, "data writeback wait", "cache flush"), slowest
+    # Its longest wait is the fsync's work, or another FSYNC of the same file holding its inode
+    # lock (iodepth 4: up to four in flight in four workers; btrfs_sync_file takes the lock, and a
+    # loaded machine makes the holder slow: 125 ms of a 188 ms FSYNC once, beside two VMs).
+    fsync_waits = (commit, "data writeback wait", "cache flush", "lock contention")
+    assert slowest["waits"] and slowest["waits"][0]["cause"] in fsync_waits, slowest
     # (How much of it the worker spent blocked is the machine's: beside two VMs, the three FSYNCs
     # submitted together first were 14 ms of their 18 outside their worker's waits, queued for it.)
     assert slowest["waits"][0]["ended_by"] and (
