@@ -52,14 +52,18 @@
 
 /* How a traced syscall names the filesystem it works on (profiler/trace/syscalls.py holds the table). */
 enum dev_source {
-	DEV_SRC_NONE = 0,      /* not traced */
-	DEV_SRC_FD = 1,        /* args[0] is an fd */
-	DEV_SRC_RET_FD = 2,    /* open/creat: args[0] is a path; the returned fd decides at exit */
-	DEV_SRC_DIRFD = 3,     /* *at form: args[0] dirfd, args[1] path */
-	DEV_SRC_CWD = 4,       /* args[0] is a path relative to the cwd */
-	DEV_SRC_GLOBAL = 5,    /* no single filesystem (sync, io_uring_enter, io_submit) */
-	DEV_SRC_MARKER = 6,    /* prctl: not traced, but may carry a phase marker */
-	DEV_SRC_RET_FD_AT = 7, /* openat/openat2: args[0] dirfd, args[1] path; the fd decides at exit */
+	DEV_SRC_NONE = 0,       /* not traced */
+	DEV_SRC_FD = 1,         /* args[0] is an fd */
+	DEV_SRC_RET_FD = 2,     /* open/creat: args[0] is a path; the returned fd decides at exit */
+	DEV_SRC_DIRFD = 3,      /* *at form: args[0] dirfd, args[1] path */
+	DEV_SRC_CWD = 4,        /* args[0] is a path relative to the cwd */
+	DEV_SRC_GLOBAL = 5,     /* no single filesystem (sync, io_uring_enter, io_submit) */
+	DEV_SRC_MARKER = 6,     /* prctl: not traced, but may carry a phase marker */
+	DEV_SRC_RET_FD_AT = 7,  /* openat/openat2: args[0] dirfd, args[1] path; the fd decides at exit */
+	DEV_SRC_AIO_SUBMIT = 8, /* io_submit: args[2] iocb **; placed by its first iocb's fd, each
+	                         * iocb followed to the io_getevents that reaps it */
+	DEV_SRC_AIO_REAP = 9,   /* io_getevents/io_pgetevents: no single filesystem; args[3] the
+	                         * io_event array whose events end their iocbs */
 };
 
 /* Who is traced: the pid tree of the workload, a cgroup, or every process (with a dev filter, for
@@ -130,6 +134,8 @@ enum drop_reason {
 	DROP_WORKER_SWITCHES,   /* a worker window switched out more often than on_switch timed
 	                          * off-CPU intervals in it (nvcsw + nivcsw moved more): its time not
 	                          * seen off CPU is kept apart as unseen, never counted as its CPU */
+	DROP_AIO_IOCBS,         /* libaio iocbs past the AIO_MAX_IOCBS an io_submit or io_getevents
+	                          * call is read for: not followed (or not ended: evicted later) */
 	N_DROPS,
 };
 

@@ -300,10 +300,12 @@ static __always_inline void rq_times_add(struct rq_times *t, __u64 device_ns, __
 
 /* io_uring requests in flight (struct uring_req), keyed by the request's pointer (its ring and
  * user_data on 5.10) from submission to completion: syscalls.bpf.c follows them, block.bpf.c adds
- * the times of the block requests each made (an io_uring owner's window_ns is its key). */
+ * the times of the block requests each made (an io_uring owner's window_ns is its key). 8,192 in
+ * flight at once (a record is 260 bytes, within the maps' 64 MiB budget): past that the oldest is
+ * evicted and its completion not counted. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
+	__uint(max_entries, 8192);
 	__type(key, __u64);
 	__type(value, struct uring_req);
 } uring_reqs SEC(".maps");

@@ -88,6 +88,7 @@ struct inflight {
 	__u8 decided;          /* no_stacks and counts_walks are set (at the call's first switch-out) */
 	__u64 uring_wait_ns;   /* an io_uring_enter: when it began waiting for completions (0: it has not) */
 	__u64 uring_req;       /* an io_uring_enter: the request it is issuing (0: none), for its bios */
+	__u64 aio_events;      /* an io_getevents: the user's io_event array its events are returned in */
 	struct waker waker;    /* who woke it while switched out */
 	struct work_seen work; /* the waker's worker window, if it was in one (or just out of one) */
 	struct off_slot slots[OFF_SLOTS];
@@ -342,6 +343,22 @@ static __always_inline void set_phase(__u64 index)
  * dx, r10, r8, r9 and its number in orig_ax (what raw_syscalls' own fields are copied from). */
 #define SYSCALL_ARG0(regs) ((regs)->di)
 #define SYSCALL_ARG1(regs) ((regs)->si)
+#define SYSCALL_ARG2(regs) ((regs)->dx)
+#define SYSCALL_ARG3(regs) ((regs)->r10)
+
+/* Whether a syscall's dev source is a path (its filesystem may be known only inside the call or
+ * at its exit), and whether it is on no single filesystem. */
+static __always_inline bool src_by_path(__u8 src)
+{
+	return src == DEV_SRC_RET_FD || src == DEV_SRC_DIRFD || src == DEV_SRC_CWD || src == DEV_SRC_RET_FD_AT;
+}
+
+static __always_inline bool src_on_no_fs(__u8 src)
+{
+	return src == DEV_SRC_GLOBAL || src == DEV_SRC_AIO_REAP;
+}
+
+static __always_inline __u32 aio_submitted(struct task_struct *task, __u64 nr, __u64 iocbpp, struct filter *f);
 
 SEC("tp_btf/sys_enter")
 int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
@@ -379,10 +396,13 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 	case DEV_SRC_RET_FD:
 		key.dev = path_dev(task, AT_FDCWD, (const char *)arg0);
 		break;
+	case DEV_SRC_AIO_SUBMIT:
+		key.dev = aio_submitted(task, SYSCALL_ARG1(regs), SYSCALL_ARG2(regs), f);
+		break;
 	}
 	/* A path that placed the call nowhere (an absolute one) is placed by the filesystem events
 	 * inside the call (place_call in shared_maps.h); an open that succeeds, by its new fd. */
-	unplaced = !key.dev && *src != DEV_SRC_FD && *src != DEV_SRC_GLOBAL;
+	unplaced = !key.dev && src_by_path(*src);
 	if (unplaced) {
 		__u32 tid = (__u32)bpf_get_current_pid_tgid(), none = 0;
 
@@ -392,7 +412,7 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 	/* With a filesystem filter, operations known to be elsewhere are not followed at all. One on
 	 * no filesystem (io_uring_enter, sync) is: the io_uring requests it issues inline count their
 	 * block requests under it (add_request), and its own figures stay under no filesystem. */
-	if (f->dev && key.dev != f->dev && !deferred && *src != DEV_SRC_GLOBAL)
+	if (f->dev && key.dev != f->dev && !deferred && !src_on_no_fs(*src))
 		return 0;
 	key.nr = nr;
 	key.phase = current_phase();
@@ -407,6 +427,7 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 	rec->out_ns = 0;
 	rec->woken_ns = 0;
 	rec->uring_req = 0;
+	rec->aio_events = *src == DEV_SRC_AIO_REAP ? SYSCALL_ARG3(regs) : 0;
 	rec->out_stack = -1;
 	rec->out_runnable = 0;
 	rec->deferred = deferred;
@@ -697,6 +718,120 @@ __noinline int keep_exemplar(__u32 tid, __u64 now, long ret)
 #define KEEP_EXEMPLAR(op, now, ret) keep_exemplar((__u32)bpf_get_current_pid_tgid(), now, ret)
 #endif
 
+/* io_uring requests' submission-to-completion time per (filesystem, opcode, phase), and libaio
+ * iocbs' submission-to-reaping time (AIO_NR | IOCB_CMD_*); ret_sum: bytes of reads and writes
+ * that completed. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, struct op_key);
+	__type(value, struct hist);
+} uring_hist SEC(".maps");
+
+/* ---- libaio: an iocb from the io_submit that submits it to the io_getevents that reaps it. fs/aio.c
+ * has no tracepoint (docs/research/io_uring.md, section 6): the iocbs are read from the user's
+ * array at io_submit's entry, the events from the user's io_event array at io_getevents' exit.
+ * The time is submission to reaping: it includes how long the application took to come and reap.
+ * ---- */
+#define AIO_MAX_IOCBS 128 /* read per call; more are counted (DROP_AIO_IOCBS), not followed */
+/* An iocb's time is kept in uring_hist under AIO_NR | its IOCB_CMD_* (uring_op_name in maps.py). */
+#define AIO_NR 0x4000
+
+struct aio_key {
+	__u64 iocb; /* the user's iocb pointer, which its io_event's obj returns */
+	__u32 tgid;
+	__u32 pad;
+};
+
+struct aio_req {
+	__u64 start_ns;
+	__u32 dev;
+	__u16 phase;
+	__u16 opcode; /* IOCB_CMD_* */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, struct aio_key);
+	__type(value, struct aio_req);
+} aio_reqs SEC(".maps");
+
+/* The uapi struct iocb's opcode and fd (include/uapi/linux/aio_abi.h, x86_64: at bytes 16 and 20),
+ * and struct io_event. */
+struct aio_iocb_head {
+	__u16 opcode;
+	__s16 reqprio;
+	__u32 fd;
+};
+
+struct aio_event {
+	__u64 data;
+	__u64 obj;
+	__s64 res;
+	__s64 res2;
+};
+
+/* io_submit(ctx, nr, iocbpp): each iocb on a filesystem (in the filter) followed from now; the
+ * call's filesystem is its first iocb's. */
+static __always_inline __u32 aio_submitted(struct task_struct *task, __u64 nr, __u64 iocbpp, struct filter *f)
+{
+	struct aio_key k = { .tgid = bpf_get_current_pid_tgid() >> 32 };
+	struct aio_req r = { .start_ns = bpf_ktime_get_ns(), .phase = current_phase() };
+	struct aio_iocb_head head;
+	__u32 first = 0;
+	__u64 iocb;
+
+	for (int i = 0; i < AIO_MAX_IOCBS; i++) {
+		if (i >= nr)
+			return first;
+		if (bpf_probe_read_user(&iocb, sizeof(iocb), (void *)(iocbpp + i * sizeof(__u64))) ||
+		    bpf_probe_read_user(&head, sizeof(head), (void *)(iocb + 16)))
+			return first;
+		r.dev = fd_dev(task, head.fd);
+		if (!first)
+			first = r.dev;
+		if (!r.dev || (f->dev && r.dev != f->dev))
+			continue;
+		k.iocb = iocb;
+		r.opcode = head.opcode;
+		bpf_map_update_elem(&aio_reqs, &k, &r, BPF_ANY);
+	}
+	if (nr > AIO_MAX_IOCBS)
+		count_drop(DROP_AIO_IOCBS);
+	return first;
+}
+
+/* io_getevents returned n events in the user's array: each followed iocb ends now. */
+static __always_inline void aio_reaped(__u64 events, long n, __u64 now)
+{
+	struct aio_key k = { .tgid = bpf_get_current_pid_tgid() >> 32 };
+	struct aio_event ev;
+	struct op_key key;
+	struct aio_req *r;
+	struct hist *h;
+
+	for (int i = 0; i < AIO_MAX_IOCBS; i++) {
+		if (i >= n)
+			return;
+		if (bpf_probe_read_user(&ev, sizeof(ev), (void *)(events + i * sizeof(ev))))
+			return;
+		k.iocb = ev.obj;
+		r = bpf_map_lookup_elem(&aio_reqs, &k);
+		if (!r)
+			continue;
+		key.dev = r->dev;
+		key.nr = AIO_NR | r->opcode;
+		key.phase = r->phase;
+		h = hist_add(&uring_hist, &key, now > r->start_ns ? now - r->start_ns : 0, DROP_OPS_FULL);
+		if (h && ev.res > 0)
+			__sync_fetch_and_add(&h->ret_sum, ev.res);
+		bpf_map_delete_elem(&aio_reqs, &k);
+	}
+	if (n > AIO_MAX_IOCBS)
+		count_drop(DROP_AIO_IOCBS);
+}
+
 SEC("tp_btf/sys_exit")
 int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 {
@@ -722,7 +857,7 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 	key = op->op;
 	/* Only a call sys_enter armed (a path call it could not place) looks its placement up: an
 	 * io_uring_enter or sync, also at dev 0, pays no hash lookup. */
-	if (!key.dev && *src != DEV_SRC_FD && *src != DEV_SRC_GLOBAL) {
+	if (!key.dev && src_by_path(*src)) {
 		__u32 tid = (__u32)bpf_get_current_pid_tgid();
 		__u32 *placed = bpf_map_lookup_elem(&unplaced_calls, &tid);
 
@@ -733,6 +868,8 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 	}
 	if ((*src == DEV_SRC_RET_FD || *src == DEV_SRC_RET_FD_AT) && ret >= 0)
 		key.dev = fd_dev(current_task(), ret);
+	if (op->aio_events && ret > 0)
+		aio_reaped(op->aio_events, ret, op->start_ns + delta);
 
 	f = get_filter();
 	if (!f || !f->dev || key.dev == f->dev) {
@@ -1294,15 +1431,6 @@ enum uring_place {
 
 /* A submitted request until its completion: struct uring_req in uring_reqs (bpf/shared_maps.h:
  * block.bpf.c times the block requests it made). */
-
-/* Submission-to-completion time per (filesystem, opcode, phase); ret_sum: bytes of reads and
- * writes that completed. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 256);
-	__type(key, struct op_key);
-	__type(value, struct hist);
-} uring_hist SEC(".maps");
 
 /* ---- io-wq workers: a request punted to io-wq (an FSYNC always, ext4's buffered writes, any
  * that would block) runs blocking in an iou-wrk thread of the process (PF_IO_WORKER), with no

@@ -151,6 +151,49 @@ FSYNCS = 256
 COMMIT = {"ext4": "journal commit wait", "xfs": "log force wait", "btrfs": "btrfs tree-log sync"}
 
 
+# libaio: the iocbs fio's io_submit calls submitted (their return values), the calls, and the new
+# block requests made inside them; io_getevents' returned events.
+AIO_ORACLE = r"""BEGIN { printf("ready\n"); }
+tracepoint:syscalls:sys_enter_io_submit /comm == "fio"/ { @in[tid] = 1; @submits = count(); }
+tracepoint:syscalls:sys_exit_io_submit /@in[tid]/ { delete(@in[tid]); if (args->ret > 0) { @iocbs = sum(args->ret); } }
+tracepoint:syscalls:sys_exit_io_getevents /comm == "fio" && args->ret > 0/ { @reaped = sum(args->ret); }
+tracepoint:block:block_getrq /@in[tid]/ { @rq = count(); }"""
+
+
+@pytest.mark.skipif(shutil.which("fio") is None, reason="fio is not installed")
+@pytest.mark.parametrize("fs", ["ext4", "xfs", "btrfs"])
+def test_libaio_iocbs_are_followed_from_submission_to_reaping(tmp_path, fs):
+    """fio's libaio engine, direct 4 KiB random writes at queue depth 16. fs/aio.c has no
+    tracepoint: each iocb is read from io_submit's array and ended by the io_getevents event that
+    returns it. The iocbs equal fio's count, bpftrace's (io_submit's return values) and its
+    reaped events; their time (submission to reaping) is fio's latency (its submission to its
+    reaping, the same two edges). io_submit is placed on the filesystem of its iocbs' file, with
+    the block requests it made (bpftrace's new requests inside it)."""
+    fio_json = tmp_path / "fio.json"
+    proc, seen, _ = run_beside(
+        AIO_ORACLE, tmp_path, fs,
+        "fio", "--name=aio", "--ioengine=libaio", "--iodepth=16", "--direct=1", "--rw=randwrite", "--bs=4k",
+        f"--size={WRITES * 4096}", "--filename=data", "--output-format=json", f"--output={fio_json}",
+    )  # fmt: skip
+    figure = lambda name: int(next(line.split(": ")[1] for line in seen.splitlines() if line.startswith(name + ":")))  # noqa: E731
+    job = json.loads(fio_json.read_text())["jobs"][0]
+    (entry,) = json.loads((tmp_path / "run" / "result.json").read_text())["filesystems"]
+    write = entry["io_uring"]["libaio pwrite"]
+    assert write["count"] == job["write"]["total_ios"] == figure("@iocbs") == figure("@reaped") == WRITES
+    assert write["bytes"] == job["write"]["io_bytes"] == WRITES * 4096
+    # fio's latency (lat_ns: from before its io_submit to its reaping of the event) holds ours (from
+    # io_submit's entry to io_getevents' exit).
+    lat = job["write"]["lat_ns"]["mean"]
+    assert lat * 0.5 <= write["avg_ns"] <= lat * 1.05 + 5_000, (write, lat)
+    submit = entry["syscalls"]["io_submit"]
+    assert submit["count"] == figure("@submits"), (submit, seen)
+    assert "io_submit" not in entry.get("unresolved_syscalls", {}), entry["unresolved_syscalls"]
+    made = entry["attribution"]["io_submit"]["requests"]
+    assert sum(v["count"] for v in made.values()) == figure("@rq") > 0, (made, seen)
+    report = run_fsprof("report", str(tmp_path / "run")).stdout
+    assert "libaio pwrite" in report and "libaio iocb" in report, report
+
+
 # Each request of fio's timed from its submission to its completion: "req OPCODE TID START NS".
 REQUEST_ORACLE = r"""BEGIN { printf("ready\n"); }
 tracepoint:io_uring:SUBMIT /comm == "fio"/ { @s[args->req] = nsecs; @o[args->req] = args->opcode; @t[args->req] = tid; }

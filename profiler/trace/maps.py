@@ -22,7 +22,9 @@ MAX_PHASES = 32
     DEV_SRC_GLOBAL,
     DEV_SRC_MARKER,
     DEV_SRC_RET_FD_AT,
-) = range(8)
+    DEV_SRC_AIO_SUBMIT,
+    DEV_SRC_AIO_REAP,
+) = range(10)
 # enum filter_mode
 FILTER_PID, FILTER_CGROUP, FILTER_ALL = range(3)
 # enum drop_reason, in order
@@ -42,6 +44,7 @@ DROP_REASONS = (
     "writeback_full",
     "exemplar_busy",
     "worker_switches",
+    "aio_iocbs",
 )
 # Drop reasons whose event was recorded, only less exactly: not lost, and never counted as lost.
 # open_slots_overflow: an open blocked at more distinct stacks than its in-flight record keeps; the
@@ -86,13 +89,25 @@ URING_OPS = {
 URING_EXEMPLAR_NR = 0x8000
 
 
+# libaio iocbs share the io_uring requests' maps under this bit and their IOCB_CMD_* (bpf/syscalls.bpf.c
+# AIO_NR; include/uapi/linux/aio_abi.h, a user ABI).
+AIO_NR = 0x4000
+AIO_OPS = {0: "pread", 1: "pwrite", 2: "fsync", 3: "fdsync", 5: "poll", 6: "noop", 7: "preadv", 8: "pwritev"}
+
+
 def uring_op_name(opcode: int) -> str:
-    """An io_uring request's name as fsprof shows it: "io_uring write" (opcode 23)."""
+    """An io_uring request's name as fsprof shows it: "io_uring write" (opcode 23); a libaio iocb's
+    (AIO_NR | IOCB_CMD_*): "libaio pwrite"."""
+    if opcode & AIO_NR:
+        cmd = opcode & ~AIO_NR
+        return f"libaio {AIO_OPS.get(cmd, f'cmd{cmd}')}"
     return f"io_uring {URING_OPS.get(opcode, f'op{opcode}')}"
 
 
 # Those whose result is a byte count (the reads and writes).
-URING_MOVES_BYTES = {uring_op_name(n) for n in (1, 2, 4, 5, 22, 23, 49, 60, 61)}
+URING_MOVES_BYTES = {uring_op_name(n) for n in (1, 2, 4, 5, 22, 23, 49, 60, 61)} | {
+    uring_op_name(AIO_NR | n) for n in (0, 1, 7, 8)
+}
 
 
 # A program the kernel did not run because it fired while that program already ran on the CPU (an

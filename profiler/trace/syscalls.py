@@ -10,6 +10,7 @@ from ..errors import FsprofError
 from .maps import DEV_SRC_CWD as CWD, DEV_SRC_DIRFD as DIRFD, DEV_SRC_FD as FD
 from .maps import DEV_SRC_GLOBAL as GLOBAL, DEV_SRC_MARKER as MARKER, DEV_SRC_RET_FD as RET_FD
 from .maps import DEV_SRC_RET_FD_AT as RET_FD_AT
+from .maps import DEV_SRC_AIO_REAP as AIO_REAP, DEV_SRC_AIO_SUBMIT as AIO_SUBMIT
 
 X86_64 = {
     "read": (0, FD),
@@ -42,8 +43,8 @@ X86_64 = {
     "utimensat": (280, DIRFD),
     "prctl": (157, MARKER),
     "sync": (162, GLOBAL),
-    "io_getevents": (208, GLOBAL),
-    "io_submit": (209, GLOBAL),
+    "io_getevents": (208, AIO_REAP),
+    "io_submit": (209, AIO_SUBMIT),
     "getdents64": (217, FD),
     "openat": (257, RET_FD_AT),
     "mkdirat": (258, DIRFD),
@@ -60,7 +61,7 @@ X86_64 = {
     "copy_file_range": (326, FD),
     "preadv2": (327, FD),
     "pwritev2": (328, FD),
-    "io_pgetevents": (333, GLOBAL),
+    "io_pgetevents": (333, AIO_REAP),
     "statx": (332, DIRFD),
     "io_uring_enter": (426, GLOBAL),
     "openat2": (437, RET_FD_AT),
