@@ -58,6 +58,8 @@ ORACLE_TESTS = [
     # io_uring requests before 6.4 (io_uring_submit_sqe; on 5.10 followed by ring and user_data),
     # the btrfs twins' oracle on 5.10 (ordered extents, delalloc reservations).
     "tests/test_io_uring.py::test_io_uring_requests_are_counted_where_submission_is_io_uring_submit_sqe",
+    # libaio's iocbs, read from user memory at io_submit and io_getevents (every kernel's verifier).
+    "tests/test_io_uring.py::test_libaio_iocbs_are_followed_from_submission_to_reaping[ext4]",
     "tests/test_behind_btrfs.py::test_ordered_extents_tickets_and_log_syncs_match_bpftrace",
 ]
 
