@@ -244,3 +244,21 @@ def test_a_bands_causes_come_from_its_own_calls(tmp_path, band):
         assert got["us_per_call"][0] == pytest.approx(got["us_per_call"][1])
         assert not got["causes"] and cmp["us_per_op"][1] > cmp["us_per_op"][0]
     assert abs(got["residual_us"]) < 1e-6 * max(got["us_per_call"])
+
+
+def test_op_naming_an_asynchronous_request_is_told_where_those_are_compared(tmp_path):
+    """`--op "io_uring write"` names a request kind, not a syscall: one sentence saying where
+    compare sets those side by side, and exit 2 (not "no run has ... calls")."""
+    with gzip.open(STORED) as f:
+        stored = json.load(f)
+    ext4 = next(fs for fs in stored["filesystems"] if fs["label"] == "ext4")
+    fs = {**ext4, "io_uring": {"io_uring write": dict(ext4["syscalls"]["fsync"])}}
+    dirs = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "result.json").write_text(json.dumps({**stored, "filesystems": [fs]}))
+        dirs.append(str(tmp_path / name))
+    proc = run_fsprof("compare", *dirs, "--op", "io_uring write")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "io_uring write is an asynchronous request, not a syscall" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -230,6 +230,12 @@ def main_op(groups: list[Group], op: str | None = None) -> str:
                 ops[name] = ops.get(name, 0) + b["wall_ns"]
     if op:
         if op not in ops:
+            if any(op in fs.get("io_uring", {}) for g in groups for _, fs in g.entries):
+                raise FsprofError(
+                    f"{op} is an asynchronous request, not a syscall: compare sets its requests side by side "
+                    "per opcode without --op (docs/io_uring.md); --op takes one of " + ", ".join(sorted(ops)),
+                    exit_code=2,
+                )
             raise FsprofError(f"no run has {op} calls; they have {', '.join(sorted(ops))}", exit_code=2)
         return op
     if not ops:

@@ -133,10 +133,18 @@ def _uring_lines(cmp):
     if not rows:
         return []
     show = lambda pair, fmt: " vs ".join("-" if v is None else fmt(v) for v in reversed(pair))  # noqa: E731
-    lines = [f"  io_uring requests ({cmp['other']} vs {cmp['base']}; io_uring_enter's waits are theirs):"]
+    aio = [r for r in rows if r["op"].startswith("libaio ")]
+    heading = (
+        f"  io_uring requests ({cmp['other']} vs {cmp['base']}; io_uring_enter's waits are theirs):"
+        if len(aio) < len(rows)
+        else f"  libaio iocbs ({cmp['other']} vs {cmp['base']}; io_getevents' waits are theirs):"
+    )
+    lines = [heading]
     for r in rows:
+        # A libaio iocb's end is its reaping (docs/io_uring.md): no completion tracepoint.
+        end = "reaping" if r["op"].startswith("libaio ") else "completion"
         parts = [
-            f"{show(r['count'], _fmt_count)}, {show(r['us'], _fmt_us)} each from submission to completion "
+            f"{show(r['count'], _fmt_count)}, {show(r['us'], _fmt_us)} each from submission to {end} "
             f"(p99 {show(r['p99_us'], _fmt_us)})"
         ]
         if r["io_wq_us"]:
