@@ -66,8 +66,11 @@ def stop(proc):
     return err
 
 
-def scrape(port):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+def scrape(port, openmetrics=False):
+    """The exposition text; in OpenMetrics (which carries exemplars) when asked for."""
+    headers = {"Accept": "application/openmetrics-text; version=1.0.0"} if openmetrics else {}
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers=headers)
+    with urllib.request.urlopen(req, timeout=10) as r:
         return r.read().decode()
 
 
@@ -491,6 +494,7 @@ def test_io_uring_requests_are_ops_of_their_own(tmp_path):
             subprocess.run(fio_argv(fio_json), cwd=sfs.mountpoint, check=True, capture_output=True)
             time.sleep(2.5)  # two windows: the last requests' figures are in
             text = scrape(port)
+            om = scrape(port, openmetrics=True)
         finally:
             stop(rec)
     writes = json.loads(fio_json.read_text())["jobs"][0]["write"]["total_ios"]
@@ -514,3 +518,14 @@ def test_io_uring_requests_are_ops_of_their_own(tmp_path):
     # The FSYNCs ran in io-wq workers, waiting on the journal's commits.
     io_wq = sample(text, "fsprof_io_uring_io_wq_time_seconds_total", mountpoint=sfs.mountpoint, op="io_uring fsync")
     assert io_wq > 0, text
+    # The slowest FSYNCs are exemplars of their latency buckets (docs/io_uring.md): the submitting
+    # thread (fio's) and the cause that took most of the request's time.
+    marked = [
+        line
+        for line in om.splitlines()
+        if line.startswith("fsprof_io_uring_latency_seconds_bucket{")
+        and 'op="io_uring fsync"' in line
+        and " # {" in line
+    ]
+    assert marked, om
+    assert all(re.search(r'# \{.*tid="\d+"', line) and 'cause="' in line for line in marked), marked
