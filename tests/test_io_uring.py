@@ -194,6 +194,35 @@ def test_libaio_iocbs_are_followed_from_submission_to_reaping(tmp_path, fs):
     assert "libaio pwrite" in report and "libaio iocb" in report, report
 
 
+@pytest.mark.skipif(shutil.which("fio") is None, reason="fio is not installed")
+def test_compare_sets_libaio_iocbs_side_by_side(tmp_path):
+    """Planted: the same libaio direct writes on ext4 with the scratch loop device doing direct I/O
+    to the disk, and over the host's page cache (--loop-io buffered), whose writes end when the page
+    cache has them. compare sets the iocbs side by side: as many, each shorter from submission to
+    reaping over the page cache, with each write request's device time shorter too."""
+    runs = []
+    for loop_io in ("direct", "buffered"):
+        out = tmp_path / loop_io
+        proc = run_fsprof(
+            "run", "--scratch-dir", str(tmp_path / "scratch"), "-o", str(out), "--fs", "ext4", "--loop-io", loop_io,
+            "--", "fio", "--name=aio", "--ioengine=libaio", "--iodepth=16", "--direct=1", "--rw=randwrite",
+            "--bs=4k", f"--size={WRITES * 4096}", "--filename=data", f"--output={tmp_path / loop_io}.json",
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        runs.append(str(out))
+    proc = run_fsprof("compare", *runs, "--json")
+    assert proc.returncode == 0, proc.stderr
+    (cmp,) = json.loads(proc.stdout)
+    assert cmp["workloads_differ"] is None, cmp["workloads_differ"]  # only fio's --output differs
+    (row,) = [r for r in cmp["io_uring"] if r["op"] == "libaio pwrite"]
+    assert row["count"] == [WRITES, WRITES], row
+    direct, buffered = row["us"]
+    assert buffered < 0.8 * direct, row
+    text = run_fsprof("compare", *runs).stdout
+    assert "libaio iocbs (buffered/ext4 vs direct/ext4; io_getevents' waits are theirs):" in text, text
+    assert "each from submission to reaping" in text and "(the libaio iocbs above)" in text, text
+
+
 # Each request of fio's timed from its submission to its completion: "req OPCODE TID START NS".
 REQUEST_ORACLE = r"""BEGIN { printf("ready\n"); }
 tracepoint:io_uring:SUBMIT /comm == "fio"/ { @s[args->req] = nsecs; @o[args->req] = args->opcode; @t[args->req] = tid; }

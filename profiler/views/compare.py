@@ -163,6 +163,17 @@ def _uring_lines(cmp):
     return lines
 
 
+def _async_above(cmp: dict[str, Any]) -> str:
+    """' (the io_uring requests above)', or libaio's iocbs, or both, or '' for none."""
+    ops = [r["op"] for r in cmp.get("io_uring") or []]
+    kinds = [
+        k
+        for k, p in (("io_uring requests", "io_uring "), ("libaio iocbs", "libaio "))
+        if any(o.startswith(p) for o in ops)
+    ]
+    return f" (the {' and '.join(kinds)} above)" if kinds else ""
+
+
 def sentences(cmp: dict[str, Any]) -> list[str]:
     """The comparison as sentences built from its figures: the workload first, then the op."""
     a, b = cmp["us_per_op"]
@@ -178,7 +189,7 @@ def sentences(cmp: dict[str, Any]) -> list[str]:
     if None not in share and max(share) < MINOR_OP_SHARE:
         lines.append(
             f"  These {op} calls took {share[1]:.1%} vs {share[0]:.1%} of the workload's time: the difference "
-            "is elsewhere" + (" (the io_uring requests above)" if cmp.get("io_uring") else "") + "; --op names another."
+            "is elsewhere" + _async_above(cmp) + "; --op names another."
         )
     differ = cmp.get("workloads_differ")
     if differ:
