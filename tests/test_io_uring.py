@@ -220,7 +220,10 @@ def test_compare_sets_libaio_iocbs_side_by_side(tmp_path):
     assert buffered < 0.8 * direct, row
     text = run_fsprof("compare", *runs).stdout
     assert "libaio iocbs (buffered/ext4 vs direct/ext4; io_getevents' waits are theirs):" in text, text
-    assert "each from submission to reaping" in text and "(the libaio iocbs above)" in text, text
+    assert "each from submission to reaping" in text, text
+    # io_submit's share of the workload's time lies near the 5% under which compare calls it minor
+    # (4.1% to 5.x% here): when it does, it points at the iocbs.
+    assert "(the libaio iocbs above)" in text or "These io_submit calls took" not in text, text
 
 
 # Each request of fio's timed from its submission to its completion: "req OPCODE TID START NS".
