@@ -9,6 +9,7 @@ import json
 import re
 import shutil
 import subprocess
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,11 @@ def run_beside(script, tmp_path, fs, *command):
     return proc, seen, by_op
 
 
+def oracle_figure(seen, name):
+    """One of a bpftrace script's printed maps with no key ("@rq: 12"), from its output."""
+    return int(next(line.split(": ")[1] for line in seen.splitlines() if line.startswith(name + ":")))
+
+
 def fio_argv(out):
     return [
         "fio",
@@ -93,7 +99,7 @@ def test_io_uring_requests_match_fio_and_bpftrace(tmp_path, fs):
     # io_uring_enter in two: the calls that slept for completions, and for how long, as bpftrace
     # times them at the same two tracepoints (their clocks read a few hundred ns apart per call; a
     # vCPU descheduled between the two programs, in a VM, moves one call by up to a millisecond).
-    figure = lambda name: int(next(line.split(": ")[1] for line in seen.splitlines() if line.startswith(name + ":")))  # noqa: E731
+    figure = partial(oracle_figure, seen)
     split = entry["io_uring_enter"]
     assert split["calls"] == entry["unresolved_syscalls"]["io_uring_enter"]["count"] == figure("@enter"), split
     waiting = split["waiting"]
@@ -175,7 +181,7 @@ def test_libaio_iocbs_are_followed_from_submission_to_reaping(tmp_path, fs):
         "fio", "--name=aio", "--ioengine=libaio", "--iodepth=16", "--direct=1", "--rw=randwrite", "--bs=4k",
         f"--size={WRITES * 4096}", "--filename=data", "--output-format=json", f"--output={fio_json}",
     )  # fmt: skip
-    figure = lambda name: int(next(line.split(": ")[1] for line in seen.splitlines() if line.startswith(name + ":")))  # noqa: E731
+    figure = partial(oracle_figure, seen)
     job = json.loads(fio_json.read_text())["jobs"][0]
     (entry,) = json.loads((tmp_path / "run" / "result.json").read_text())["filesystems"]
     write = entry["io_uring"]["libaio pwrite"]

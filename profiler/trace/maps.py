@@ -104,6 +104,16 @@ def uring_op_name(opcode: int) -> str:
     return f"io_uring {URING_OPS.get(opcode, f'op{opcode}')}"
 
 
+# The kinds of asynchronous request, by the prefix of their names: io_uring's and libaio's.
+ASYNC_KINDS = (("io_uring ", "io_uring request"), ("libaio ", "libaio iocb"))
+
+
+def async_kinds(ops: Any) -> list[str]:
+    """The kinds ("io_uring request", "libaio iocb") that some of these request names are of."""
+    ops = list(ops)
+    return [kind for prefix, kind in ASYNC_KINDS if any(op.startswith(prefix) for op in ops)]
+
+
 # Those whose result is a byte count (the reads and writes).
 URING_MOVES_BYTES = {uring_op_name(n) for n in (1, 2, 4, 5, 22, 23, 49, 60, 61)} | {
     uring_op_name(AIO_NR | n) for n in (0, 1, 7, 8)

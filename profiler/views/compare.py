@@ -10,6 +10,7 @@ from ..analysis import repeats
 from ..analysis.compare import MIN_SHARE, MIN_US
 from ..analysis.evidence import class_words
 from ..analysis.workload import per_unit
+from ..trace.maps import async_kinds
 
 
 _fmt_us = partial(units.fmt_time, unit="us", ms_from=units.MS, ms_digits=2, fine_below=10 * units.US)
@@ -133,13 +134,12 @@ def _uring_lines(cmp):
     if not rows:
         return []
     show = lambda pair, fmt: " vs ".join("-" if v is None else fmt(v) for v in reversed(pair))  # noqa: E731
-    aio = [r for r in rows if r["op"].startswith("libaio ")]
-    heading = (
+    uring = "io_uring request" in async_kinds(r["op"] for r in rows)
+    lines = [
         f"  io_uring requests ({cmp['other']} vs {cmp['base']}; io_uring_enter's waits are theirs):"
-        if len(aio) < len(rows)
+        if uring
         else f"  libaio iocbs ({cmp['other']} vs {cmp['base']}; io_getevents' waits are theirs):"
-    )
-    lines = [heading]
+    ]
     for r in rows:
         # A libaio iocb's end is its reaping (docs/io_uring.md): no completion tracepoint.
         end = "reaping" if r["op"].startswith("libaio ") else "completion"
@@ -165,13 +165,8 @@ def _uring_lines(cmp):
 
 def _async_above(cmp: dict[str, Any]) -> str:
     """' (the io_uring requests above)', or libaio's iocbs, or both, or '' for none."""
-    ops = [r["op"] for r in cmp.get("io_uring") or []]
-    kinds = [
-        k
-        for k, p in (("io_uring requests", "io_uring "), ("libaio iocbs", "libaio "))
-        if any(o.startswith(p) for o in ops)
-    ]
-    return f" (the {' and '.join(kinds)} above)" if kinds else ""
+    kinds = async_kinds(r["op"] for r in cmp.get("io_uring") or [])
+    return f" (the {' and '.join(k + 's' for k in kinds)} above)" if kinds else ""
 
 
 def sentences(cmp: dict[str, Any]) -> list[str]:

@@ -217,9 +217,7 @@ def render_fs(fs: dict[str, Any]) -> list[str]:
     ops = fs["syscalls"]
     lines.extend(syscall_table(ops))
     if fs.get("io_uring"):  # submission to completion posted; libaio's iocbs: to reaping (docs/io_uring.md)
-        aio = any(op.startswith("libaio ") for op in fs["io_uring"])
-        uring = any(op.startswith("io_uring ") for op in fs["io_uring"])
-        title = " / ".join(t for t, has in (("io_uring request", uring), ("libaio iocb", aio)) if has)
+        title = " / ".join(maps.async_kinds(fs["io_uring"]))
         lines.extend(syscall_table(fs["io_uring"], title=title, width=22))
         lines.extend(uring_requests_lines(fs["io_uring"], fs.get("io_uring_block_requests", {})))
         lines.extend(io_wq_lines(fs["io_uring"], fs.get("io_uring_io_wq", {})))
