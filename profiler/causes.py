@@ -108,6 +108,15 @@ _ROWS = (
     ),
     Cause("lock contention", WAIT, "waiting for (or spinning on) a lock: rwsem, mutex, inode lock", "#ff9da7"),
     Cause("cpu contention", RUNNABLE, "runnable but preempted: waiting for a CPU", "#9c755f"),
+    # ... an io_uring request's (compare --op "io_uring fsync"), beside its io-wq worker's waits ...
+    Cause(
+        "outside an io-wq worker's waits",
+        WAIT,
+        "an io_uring request's time outside its io-wq worker's off-CPU waits: issued inline and in flight "
+        "on the device, queued for a worker, the worker on CPU, its completion waiting to be posted",
+        "#5254a3",
+        evidence=("requests made in its calls",),
+    ),
     Cause("other wait", UNEXPLAINED, "a wait no rule names (its innermost meaningful frame is kept)", "#bab0ac"),
     # ... their on-CPU time (rules [[oncpu]] and the attribution engine) ...
     Cause("delayed allocation", CPU, "allocating blocks for delayed-allocated data at writeback", "#499894"),
@@ -155,6 +164,7 @@ _ROWS = (
     ),
 )
 TABLE = {c.name: c for c in _ROWS}
+URING_ELSEWHERE = TABLE["outside an io-wq worker's waits"].name  # what exemplars and compare name it
 assert len(TABLE) == len(_ROWS) and len({c.colour for c in _ROWS}) == len(_ROWS), "a cause or colour twice"
 
 

@@ -246,19 +246,36 @@ def test_a_bands_causes_come_from_its_own_calls(tmp_path, band):
     assert abs(got["residual_us"]) < 1e-6 * max(got["us_per_call"])
 
 
-def test_op_naming_an_asynchronous_request_is_told_where_those_are_compared(tmp_path):
-    """`--op "io_uring write"` names a request kind, not a syscall: one sentence saying where
-    compare sets those side by side, and exit 2 (not "no run has ... calls")."""
+def test_op_naming_an_asynchronous_request(tmp_path):
+    """`--op "io_uring write"` explains that opcode's requests as a syscall's calls (their time,
+    its causes, their requests); `--op "libaio pwrite"` names iocbs, whose time has no causes: one
+    sentence saying why and where compare sets them side by side, and exit 2."""
     with gzip.open(STORED) as f:
         stored = json.load(f)
     ext4 = next(fs for fs in stored["filesystems"] if fs["label"] == "ext4")
-    fs = {**ext4, "io_uring": {"io_uring write": dict(ext4["syscalls"]["fsync"])}}
+    hist = dict(ext4["syscalls"]["fsync"])
+    wq = {"offcpu_ns": hist["total_ns"] // 2, "causes": {"journal commit wait": hist["total_ns"] // 2}}
+    fs = {
+        **ext4,
+        "io_uring": {"io_uring write": hist, "libaio pwrite": hist},
+        "io_uring_io_wq": {"io_uring write": wq},
+    }
     dirs = []
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "result.json").write_text(json.dumps({**stored, "filesystems": [fs]}))
         dirs.append(str(tmp_path / name))
-    proc = run_fsprof("compare", *dirs, "--op", "io_uring write")
+    proc = run_fsprof("compare", *dirs, "--op", "io_uring write", "--json")
+    assert proc.returncode == 0, proc.stderr
+    (cmp,) = json.loads(proc.stdout)
+    assert cmp["op"] == "io_uring write" and cmp["us_per_op"] == [hist["total_ns"] / hist["count"] / 1e3] * 2, cmp
+    causes = {c["cause"]: c["us_per_op"] for c in cmp["causes"] + cmp["not_different"]}
+    half = hist["total_ns"] / 2 / hist["count"] / 1e3
+    assert causes["outside an io-wq worker's waits"] == pytest.approx([half, half]), causes
+    assert sum(x for x, _ in causes.values()) == pytest.approx(cmp["us_per_op"][0]), causes
+    text = run_fsprof("compare", *dirs, "--op", "io_uring write").stdout
+    assert "Per io_uring write request: " in text, text
+    proc = run_fsprof("compare", *dirs, "--op", "libaio pwrite")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
-    assert "io_uring write is an asynchronous request, not a syscall" in proc.stderr, proc.stderr
+    assert "libaio pwrite: a libaio iocb's time has no causes to compare" in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -128,7 +128,31 @@ def _phase(raw, recs, fs, index, stacks, spans):
         },
         "attribution": breakdown,
         "block": {dev: by_phase.get(index, {}) for dev, by_phase in raw["block"].items()},
+        **_uring(raw, recs, fs, stacks, index),
     }
+
+
+def _uring(raw, recs, fs, stacks, phase=None):
+    """The io_uring requests (and libaio iocbs) on this filesystem by opcode, of one phase or (None)
+    of the whole run: io_uring, their time from submission to completion posted; io_uring_io_wq,
+    the part an io-wq worker ran (an fsync, ext4's buffered writes), the worker's off-CPU time by
+    cause, classified as a syscall's; io_uring_block_requests, the block requests they made (where
+    the kernel has block_getrq and some were made)."""
+    mine = lambda recs: [r for r in recs if phase is None or r["phase"] == phase]  # noqa: E731
+    done, offcpu, made = mine(recs["uring"]), mine(recs["uring_offcpu"]), mine(recs["uring_requests"])
+    out = {
+        "io_uring": {op: hist.merge([r for r in done if r["op"] == op]) for op in sorted({r["op"] for r in done})},
+        "io_uring_io_wq": {
+            op: attribution.attribute_worker(fs, [r for r in offcpu if r["op"] == op], stacks, syscall_rules=True)
+            for op in sorted({r["op"] for r in offcpu})
+        },
+    }
+    if raw.get("requests_per_op", False) and made:
+        out["io_uring_block_requests"] = {
+            op: attribution.merge_requests(r["requests"] for r in made if r["op"] == op)
+            for op in sorted({r["op"] for r in made})
+        }
+    return out
 
 
 def _phases(raw, recs, fs, names, end_ns, stacks, spans):
@@ -138,7 +162,15 @@ def _phases(raw, recs, fs, names, end_ns, stacks, spans):
     for name, secs in phase_elapsed(raw["phase_start_ns"], names, end_ns).items():
         phases.setdefault(
             name,
-            {"index": names.index(name), "syscalls": {}, "unresolved_syscalls": {}, "attribution": {}, "block": {}},
+            {
+                "index": names.index(name),
+                "syscalls": {},
+                "unresolved_syscalls": {},
+                "attribution": {},
+                "block": {},
+                "io_uring": {},
+                "io_uring_io_wq": {},
+            },
         )
         phases[name]["elapsed_s"] = secs
     return dict(sorted(phases.items(), key=lambda kv: kv[1]["index"]))
@@ -226,19 +258,7 @@ def assemble(raw: dict[str, Any], target: behind.Target, names: list[str], end_n
         "unresolved_syscalls": {
             op: hist.merge([r for r in unresolved if r["op"] == op]) for op in sorted({r["op"] for r in unresolved})
         },
-        # io_uring requests on this filesystem, by opcode: submission to completion posted.
-        "io_uring": {
-            op: hist.merge([r for r in recs["uring"] if r["op"] == op])
-            for op in sorted({r["op"] for r in recs["uring"]})
-        },
-        # The part of those requests an io-wq worker ran (an fsync, ext4's buffered writes): the
-        # worker's off-CPU time by cause, classified as a syscall's.
-        "io_uring_io_wq": {
-            op: attribution.attribute_worker(
-                fs, [r for r in recs["uring_offcpu"] if r["op"] == op], stacks, syscall_rules=True
-            )
-            for op in sorted({r["op"] for r in recs["uring_offcpu"]})
-        },
+        **_uring(raw, recs, fs, stacks),
         "attribution": {
             op: attribution.merge([p["attribution"][op] for p in phases.values() if op in p["attribution"]])
             for op in all_ops
@@ -259,11 +279,6 @@ def assemble(raw: dict[str, Any], target: behind.Target, names: list[str], end_n
             # The tail's waits, each with its own stacks: none of this time is estimated.
             "tail_waits": sum(t["waits"] for t in tail),
             "tail_ns": sum(t["ns"] for t in tail),
-        }
-    if raw.get("requests_per_op", False) and recs["uring_requests"]:  # where the kernel has block_getrq
-        entry["io_uring_block_requests"] = {
-            op: attribution.merge_requests(r["requests"] for r in recs["uring_requests"] if r["op"] == op)
-            for op in sorted({r["op"] for r in recs["uring_requests"]})
         }
     if raw.get("uring_enter_split"):  # where the kernel has io_uring_cqring_wait
         split = _uring_enter_split(entry["unresolved_syscalls"].get("io_uring_enter"), recs["uring_enter_wait"])

@@ -338,10 +338,13 @@ def attribute_worker(
     causes: dict[str, int]
     other: dict[str, int]
     sites: dict[str, dict[str, int]]
-    causes, other, sites, off_ns, count = {}, {}, {}, 0, 0
+    waits: dict[str, int]
+    causes, other, sites, waits, off_ns, count = {}, {}, {}, {}, 0, 0
     for rec in offcpu:
         cause, detail = classify_off(rules, rec, stacks.get(rec["stack"], []), worker=not syscall_rules)
         causes[cause] = causes.get(cause, 0) + rec["total_ns"]
+        if not rec["runnable"]:
+            waits[cause] = waits.get(cause, 0) + rec["count"]
         _add_detail(other, sites, cause, detail, rec["total_ns"])
         off_ns += rec["total_ns"]
         count += rec["count"]
@@ -352,6 +355,8 @@ def attribute_worker(
         "other_wait_frames": dict(sorted(other.items(), key=lambda kv: -kv[1])),
         **_sites_field(sites),
     }
+    if syscall_rules:  # how many times it blocked, by cause, as a syscall's "waits"
+        out["waits"] = dict(sorted(waits.items(), key=lambda kv: -kv[1]))
     estimated = sum(rec.get("estimated_ns", 0) for rec in offcpu)
     if estimated:
         out["offcpu_estimated_ns"] = estimated

@@ -36,7 +36,7 @@ from .band import compare_band
 from .testbed import test_bed_notes
 from .decompose import MIN_SHARE, MIN_US, decompose, expanded_causes
 from .evidence import Group, elsewhere_pairs, evidence_pairs, assign_evidence, mechanism, owns_the_device
-from .uring import uring_pairs
+from .uring import as_calls_group, is_uring_op, uring_pairs
 
 if TYPE_CHECKING:
     from ..work_unit import Unit
@@ -229,14 +229,18 @@ def main_op(groups: list[Group], op: str | None = None) -> str:
             for name, b in fs["attribution"].items():
                 ops[name] = ops.get(name, 0) + b["wall_ns"]
     if op:
-        if op not in ops:
-            if any(op in fs.get("io_uring", {}) for g in groups for _, fs in g.entries):
-                raise FsprofError(
-                    f"{op} is an asynchronous request, not a syscall: compare sets its requests side by side "
-                    "per opcode without --op (docs/io_uring.md); --op takes one of " + ", ".join(sorted(ops)),
-                    exit_code=2,
-                )
-            raise FsprofError(f"no run has {op} calls; they have {', '.join(sorted(ops))}", exit_code=2)
+        requests = {r for g in groups for _, fs in g.entries for r in fs.get("io_uring", {})}
+        if op not in ops and op in requests and not is_uring_op(op):
+            raise FsprofError(
+                f"{op}: a libaio iocb's time has no causes to compare (fs/aio.c has no tracepoint for "
+                "its completion; docs/io_uring.md); compare sets the iocbs side by side without --op, "
+                "and --op takes one of " + ", ".join(sorted(ops) + sorted(r for r in requests if is_uring_op(r))),
+                exit_code=2,
+            )
+        if op not in ops and op not in requests:
+            raise FsprofError(
+                f"no run has {op} calls; they have {', '.join(sorted(ops) + sorted(requests))}", exit_code=2
+            )
         return op
     if not ops:
         raise FsprofError("these runs traced no filesystem syscall", exit_code=2)
@@ -291,6 +295,10 @@ def phase_view(fs: dict[str, Any], phase: str) -> dict[str, Any]:
         "syscalls": p["syscalls"],
         "block": block,
         "unresolved_syscalls": p.get("unresolved_syscalls", {}),
+        # A phase's own io_uring requests (runs before they were kept per phase: none).
+        "io_uring": p.get("io_uring", {}),
+        "io_uring_io_wq": p.get("io_uring_io_wq", {}),
+        "io_uring_block_requests": p.get("io_uring_block_requests", {}),
         "workload_cpu": None,
         "elapsed_s": p.get("elapsed_s", 0.0),
         "phases": {},
@@ -300,7 +308,11 @@ def phase_view(fs: dict[str, Any], phase: str) -> dict[str, Any]:
 
 
 def compare_pair(base: Group, other: Group, op: str, unit: "Unit | None" = None) -> dict[str, Any]:
-    """The explanation of `other` against `base` as plain data: the workload's time first."""
+    """The explanation of `other` against `base` as plain data: the workload's time first. An
+    io_uring opcode's requests ("io_uring fsync") are explained as a syscall's calls (uring.as_calls)."""
+    workload = workload_time.decompose([fs for _, fs in base.entries], [fs for _, fs in other.entries], unit)
+    if is_uring_op(op):
+        base, other = as_calls_group(base, op), as_calls_group(other, op)
 
     def lat(fs):
         att = fs["attribution"].get(op, {})
@@ -327,7 +339,7 @@ def compare_pair(base: Group, other: Group, op: str, unit: "Unit | None" = None)
         "other": other.name,
         "op": op,
         "repeats": min(len(base.entries), len(other.entries)),
-        "workload_time": workload_time.decompose([fs for _, fs in base.entries], [fs for _, fs in other.entries], unit),
+        "workload_time": workload,
         "us_per_op": [a, b],
         "ratio": _ratio(a, b),
         "us_per_repeat": per_repeat,
@@ -445,7 +457,8 @@ def compare(
             }
             cmp["test_bed_notes"] = test_bed_notes(groups[0], g, cmp) if cmp["significant"] else []
             if band:
-                cmp["band"] = compare_band(groups[0], g, wl_op, band)
+                base, other = (as_calls_group(h, wl_op) if is_uring_op(wl_op) else h for h in (groups[0], g))
+                cmp["band"] = compare_band(base, other, wl_op, band)
             comparisons.append(cmp)
     if not comparisons:
         raise FsprofError(f"no workload of these runs has {op} calls", exit_code=2)

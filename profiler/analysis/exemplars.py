@@ -4,6 +4,7 @@ ended it), its other blocked time, its time runnable off CPU, and its time on CP
 
 from typing import Any
 
+from ..causes import URING_ELSEWHERE
 from ..trace.maps import EXEMPLARS, STACK_NOT_WALKED
 from . import attribution
 
@@ -95,7 +96,7 @@ def _call(
 # kept whole), its time runnable off CPU, and its time on CPU.
 SHORTER_WAITS, RUNNABLE, ON_CPU = "shorter waits", "cpu contention", "on CPU"
 # An io_uring request's time outside its io-wq worker's waits (_call's elsewhere_ns).
-ELSEWHERE = "outside an io-wq worker's waits"
+ELSEWHERE = URING_ELSEWHERE
 
 
 def time_by_cause(call: dict[str, Any]) -> dict[str, int]:

@@ -8,7 +8,42 @@ cause (docs/io_uring.md). Per request, so that a side that ran faster is not rea
 import statistics
 from typing import Any
 
+from ..causes import URING_ELSEWHERE
 from .evidence import Group
+
+
+def is_uring_op(op: str) -> bool:
+    """Whether `op` names io_uring requests of one opcode ("io_uring fsync"), not a syscall."""
+    return op.startswith("io_uring ")
+
+
+def as_calls(fs: dict[str, Any], op: str) -> dict[str, Any]:
+    """The filesystem entry with the io_uring requests of opcode `op` shaped as a syscall's calls,
+    for `compare --op "io_uring fsync"`: their count and submission-to-completion time, its causes
+    (the io-wq worker's off-CPU time by cause, its blocked intervals counted as waits, and the rest
+    of the time "outside an io-wq worker's waits": issued inline and on the device, queued for a
+    worker, the worker on CPU, posting), and the block requests they made as the calls' own. Their
+    latency histogram joins `syscalls` for p50 and p99 only: the workload's decomposition reads
+    the entry as it is, not this."""
+    h = fs.get("io_uring", {}).get(op)
+    if not h or not h["count"]:
+        return fs
+    wq = fs.get("io_uring_io_wq", {}).get(op, {})
+    causes = dict(wq.get("causes", {}))
+    causes[URING_ELSEWHERE] = max(h["total_ns"] - sum(causes.values()), 0)
+    calls: dict[str, Any] = {
+        "count": h["count"],
+        "wall_ns": h["total_ns"],
+        "causes": causes,
+        "waits": wq.get("waits", {}),
+    }
+    if op in fs.get("io_uring_block_requests", {}):
+        calls["requests"] = fs["io_uring_block_requests"][op]
+    return {**fs, "attribution": {**fs["attribution"], op: calls}, "syscalls": {**fs["syscalls"], op: h}}
+
+
+def as_calls_group(g: Group, op: str) -> Group:
+    return Group(g.name, [(r, as_calls(fs, op)) for r, fs in g.entries])
 
 
 def _figures(fs: dict[str, Any], op: str) -> dict[tuple[str, str], float]:

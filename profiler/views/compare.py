@@ -9,6 +9,7 @@ from .. import units
 from ..analysis import repeats
 from ..analysis.compare import MIN_SHARE, MIN_US
 from ..analysis.evidence import class_words
+from ..analysis.uring import is_uring_op
 from ..analysis.workload import per_unit
 from ..trace.maps import async_kinds
 
@@ -175,15 +176,16 @@ def sentences(cmp: dict[str, Any]) -> list[str]:
     op, base, other = cmp["op"], cmp["base"], cmp["other"]
     p50a, p50b = cmp["p50_us"]
     lines = _workload_lines(cmp) + _uring_lines(cmp)
+    noun = "request" if is_uring_op(op) else "call"  # an io_uring opcode's requests (--op "io_uring fsync")
     lines.append(
-        f"  Per {op} call: {cmp['ratio']:.2f}x {base}'s ({_fmt_us(b)} vs "
+        f"  Per {op} {noun}: {cmp['ratio']:.2f}x {base}'s ({_fmt_us(b)} vs "
         f"{_fmt_us(a)}; p50 {_fmt_us(p50b)} vs {_fmt_us(p50a)}, p99 {_fmt_us(cmp['p99_us'][1])} vs "
         f"{_fmt_us(cmp['p99_us'][0])})."
     )
     share = cmp.get("op_share") or [None, None]
     if None not in share and max(share) < MINOR_OP_SHARE:
         lines.append(
-            f"  These {op} calls took {share[1]:.1%} vs {share[0]:.1%} of the workload's time: the difference "
+            f"  These {op} {noun}s took {share[1]:.1%} vs {share[0]:.1%} of the workload's time: the difference "
             "is elsewhere" + _async_above(cmp) + "; --op names another."
         )
     differ = cmp.get("workloads_differ")
