@@ -60,6 +60,8 @@ ORACLE_TESTS = [
     "tests/test_io_uring.py::test_io_uring_requests_are_counted_where_submission_is_io_uring_submit_sqe",
     # libaio's iocbs, read from user memory at io_submit and io_getevents (every kernel's verifier).
     "tests/test_io_uring.py::test_libaio_iocbs_are_followed_from_submission_to_reaping[ext4]",
+    # Requests lost from the map of those in flight: counted, by each kernel's LRU eviction.
+    "tests/test_io_uring.py::test_requests_lost_in_flight_are_counted",
     "tests/test_behind_btrfs.py::test_ordered_extents_tickets_and_log_syncs_match_bpftrace",
 ]
 

@@ -16,6 +16,8 @@ import pytest
 
 from conftest import TIME_SCALE, bpftrace_output, bpftrace_start, kernel_has, run_fsprof
 from profiler.trace import bpf
+from profiler.units import fmt_ns
+from test_timeline import read_trace
 from profiler.trace.maps import BLK_WRITE_CLASSES, EXEMPLARS
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]
@@ -36,13 +38,14 @@ tracepoint:syscalls:sys_exit_io_uring_enter /@in[tid]/ { delete(@in[tid]); }
 tracepoint:block:block_getrq /@in[tid] || strncmp(comm, "iou-wrk-", 8) == 0/ { @rq = count(); }"""
 
 
-def run_beside(script, tmp_path, fs, *command):
+def run_beside(script, tmp_path, fs, *command, planted_losses=()):
     """`fsprof run --fs FS -- COMMAND` with a bpftrace script running around it: (fsprof's
     process, bpftrace's output, its @op[opcode] counts)."""
     oracle = bpftrace_start(script)
     try:
         proc = run_fsprof(
-            "run", "--scratch-dir", str(tmp_path / "scratch"), "-o", str(tmp_path / "run"), "--fs", fs, "--", *command
+            "run", "--scratch-dir", str(tmp_path / "scratch"), "-o", str(tmp_path / "run"), "--fs", fs, "--", *command,
+            planted_losses=planted_losses,
         )  # fmt: skip
     finally:
         seen = bpftrace_output(oracle)
@@ -198,6 +201,7 @@ def test_libaio_iocbs_are_followed_from_submission_to_reaping(tmp_path, fs):
     assert sum(v["count"] for v in made.values()) == figure("@rq") > 0, (made, seen)
     report = run_fsprof("report", str(tmp_path / "run")).stdout
     assert "libaio pwrite" in report and "libaio iocb" in report, report
+    assert "libaio iocbs: timed from io_submit to their reaping" in report and "not had: " in report, report
 
 
 @pytest.mark.skipif(shutil.which("fio") is None, reason="fio is not installed")
@@ -237,7 +241,20 @@ REQUEST_ORACLE = r"""BEGIN { printf("ready\n"); }
 tracepoint:io_uring:SUBMIT /comm == "fio"/ { @s[args->req] = nsecs; @o[args->req] = args->opcode; @t[args->req] = tid; }
 tracepoint:io_uring:io_uring_complete /@s[args->req]/ {
   printf("req %d %d %lld %lld\n", @o[args->req], @t[args->req], @s[args->req], nsecs - @s[args->req]);
-  delete(@s[args->req]); delete(@o[args->req]); delete(@t[args->req]); }"""
+  delete(@s[args->req]); delete(@o[args->req]); delete(@t[args->req]); }
+tracepoint:sched:sched_switch /strncmp("iou-wrk-", args->prev_comm, 8) == 0 &&
+  args->prev_state && args->prev_state < 0x100/ { @blocked[kstack] = count(); }"""
+# An io-wq worker blocked (prev_state a sleep, not 0 and not a preemption's TASK_REPORT_MAX) inside
+# a request's work: io_wq_submit_work on its stack (its idle wait for work has none).
+
+
+def blocked_in_requests(seen):
+    """The io-wq workers' blocked switch-outs inside io_wq_submit_work, from the oracle's @blocked."""
+    return sum(
+        int(n)
+        for stack, n in re.findall(r"^@blocked\[\n(.*?)\]: (\d+)$", seen, re.M | re.S)
+        if "io_wq_submit_work" in stack
+    )
 
 
 @pytest.mark.skipif(shutil.which("fio") is None, reason="fio is not installed")
@@ -280,6 +297,11 @@ def test_an_io_uring_fsync_is_explained_like_a_syscall_fsync(tmp_path, fs):
     assert causes.get(commit, 0) > 0.25 * blocked, causes
     fsync_work = causes.get(commit, 0) + causes.get("data writeback wait", 0) + causes.get("cache flush", 0)
     assert fsync_work > 0.8 * blocked, causes
+    # How many times the workers blocked inside the requests, by cause (compare's evidence; the
+    # jbd2 commits' share): the oracle's blocked switch-outs inside io_wq_submit_work. (A worker
+    # blocked after posting its request's completion is the oracle's only.)
+    waits = sum(n for w in entry["io_uring_io_wq"].values() for n in w["waits"].values())
+    assert 0.95 * blocked_in_requests(seen) <= waits <= blocked_in_requests(seen), (waits, blocked_in_requests(seen))
     report = run_fsprof("report", str(tmp_path / "run")).stdout
     assert "io_uring fsync in io-wq workers: " in report
     # The off-CPU flame graph draws the workers' stacks under the request's opcode, each cause's
@@ -329,19 +351,61 @@ def test_an_io_uring_fsync_is_explained_like_a_syscall_fsync(tmp_path, fs):
         fs != "ext4" or slowest["waits"][0]["cause"] != commit or slowest["waits"][0]["ended_by"].startswith("jbd2/")
     ), slowest
     assert "slowest io_uring fsync requests and why:" in report
+    # In the timeline the request is on its submitter's track, its worker's waits on an io-wq track.
+    assert run_fsprof("timeline", str(tmp_path / "run")).returncode == 0
+    tracks, slices = read_trace(tmp_path / "run" / "timeline.pftrace")
+    track_of = {(name, begin): tracks[t][0] for t, begin, _, name, _, _, _ in slices}
+    longest, start = slowest["waits"][0], slowest["start_ns"]
+    worker = track_of[(longest["cause"], start + longest["at_ns"])]
+    assert worker.startswith(f"io-wq workers, thread {slowest['tid']}'s requests"), worker
+    assert track_of[(f"io_uring fsync {fmt_ns(slowest['ns'])}", start)] == f"thread {slowest['tid']}", track_of
 
 
 PATH_OPS = 200
-HELPER = Path(__file__).parent / "data" / "uring_paths.c"
+
+
+def build_helper(tmp_path_factory, name):
+    """tests/data/NAME.c, built against liburing (make setup installs liburing-dev)."""
+    exe = tmp_path_factory.mktemp("helper") / name
+    source = Path(__file__).parent / "data" / f"{name}.c"
+    proc = subprocess.run(
+        ["clang", "-O2", "-o", str(exe), str(source), "-luring", "-lpthread"], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    return exe
 
 
 @pytest.fixture(scope="module")
 def uring_paths(tmp_path_factory):
-    """tests/data/uring_paths.c, built against liburing (make setup installs liburing-dev)."""
-    exe = tmp_path_factory.mktemp("helper") / "uring_paths"
-    proc = subprocess.run(["clang", "-O2", "-o", str(exe), str(HELPER), "-luring"], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    return exe
+    return build_helper(tmp_path_factory, "uring_paths")
+
+
+IN_FLIGHT = 8192  # the requests uring_reqs holds (bpf/shared_maps.h)
+FLOOD = 9000
+URING_READ = 22  # IORING_OP_READ
+
+
+def test_requests_lost_in_flight_are_counted(tmp_path, tmp_path_factory):
+    """Planted: 9,000 io_uring reads in flight at once (tests/data/uring_flood.c: one-byte reads of
+    an empty FIFO on the filesystem, ended together by one write), more than the 8,192 fsprof's
+    map of requests in flight holds. Each is either counted as a read or as the lost event
+    uring_reqs_lost: their sum is the oracle's count of submissions, and at least the 808 the map
+    could not hold are lost (more where the LRU map evicts before it is full)."""
+    flood = build_helper(tmp_path_factory, "uring_flood")
+    submit = "io_uring_submit_req" if kernel_has("io_uring_submit_req", "io_uring") else "io_uring_submit_sqe"
+    script = (
+        'BEGIN { printf("ready\\n"); }\n'
+        f'tracepoint:io_uring:{submit} /comm == "uring_flood"/ {{ @op[args->opcode] = count(); }}'
+    )
+    _, _, theirs = run_beside(
+        script, tmp_path, "ext4", str(flood), "flood.fifo", str(FLOOD), planted_losses=("uring_reqs_lost",)
+    )
+    assert theirs == {URING_READ: FLOOD}, theirs
+    (entry,) = json.loads((tmp_path / "run" / "result.json").read_text())["filesystems"]
+    counted, lost = entry["io_uring"]["io_uring read"]["count"], entry["drops"].get("uring_reqs_lost", 0)
+    assert counted + lost == FLOOD and lost >= FLOOD - IN_FLIGHT, (counted, lost)
+    report = run_fsprof("report", str(tmp_path / "run")).stdout
+    assert f"uring_reqs_lost {lost}" in report, report
 
 
 @pytest.mark.parametrize("fs", ["ext4", "xfs", "btrfs"])
@@ -414,3 +478,20 @@ def test_compare_explains_io_uring_requests_per_opcode(tmp_path):
     text = run_fsprof("compare", *runs).stdout
     assert "io_uring requests (" in text and "    io_uring fsync: " in text, text
     assert f"These {cmp['op']} calls took" in text, text
+    # --op "io_uring fsync": the FSYNCs explained as a syscall fsync is, from their io-wq workers'
+    # waits. The difference adds up from its causes; none of barrier=0's time is a cache flush
+    # (the fsync's own, or its jbd2 commit's commit block), some of barrier=1's is; the jbd2
+    # commits are shared among the FSYNCs by the commit waits their workers had.
+    proc = run_fsprof("compare", *runs, "--op", "io_uring fsync", "--json")
+    assert proc.returncode == 0, proc.stderr
+    (by_op,) = json.loads(proc.stdout)
+    assert by_op["op"] == "io_uring fsync" and by_op["us_per_op"] == pytest.approx(fsync["us"]), by_op
+    parts = by_op["causes"] + by_op["not_different"]
+    diff = sum(c["diff_us"] for c in parts) + by_op["residual_us"]
+    assert diff == pytest.approx(by_op["us_per_op"][1] - by_op["us_per_op"][0]), parts
+    flushed = [sum(c["us_per_op"][side] for c in parts if "flush" in c["cause"]) for side in (0, 1)]
+    assert flushed[0] > 0 and flushed[1] == 0, parts
+    assert any(e["kind"] == "jbd2 commit" and "journal commit wait" in e["link"] for e in by_op["elsewhere"]), by_op
+    assert "times blocked in journal commit wait, per io_uring fsync" in by_op["evidence"], by_op["evidence"]
+    text = run_fsprof("compare", *runs, "--op", "io_uring fsync").stdout
+    assert "Per io_uring fsync request: " in text, text

@@ -221,6 +221,9 @@ class Collector:
             self.worker_runs = shared["worker_runs"]
             self.op_rqs = shared["op_rqs"]
             self.uring_rqs = shared["uring_rqs"]
+            self.uring_reqs = shared["uring_reqs"]
+            self.aio_reqs = m("aio_reqs", maps.AioKey, maps.AioReq)
+            self.async_counts = m("async_counts", c.c_uint32, c.c_uint64)
             self.waits_walked = m("waits_walked", maps.OpKey, c.c_uint64)
             self.op_hist = m("op_hist", maps.OpKey, maps.Hist)
             self.uring_hist = m("uring_hist", maps.OpKey, maps.Hist)
@@ -371,6 +374,7 @@ class Collector:
         # Per-CPU arrays cannot be cleared; drops are reported as the change since reset.
         self._drops_at_reset = self._read_drops()
         self._misses_at_reset = self._read_misses()
+        self._async_at_reset = self._read_async()
 
     def _read_misses(self):
         return {prog: misses for prog, (_, _, misses) in self.run_stats().items()}
@@ -384,6 +388,12 @@ class Collector:
         if sid & maps.SPILL_STACK_BIT:
             return self.stacks_spill.lookup(c.c_uint32(sid & ~maps.SPILL_STACK_BIT))
         return self.stacks.lookup(c.c_uint32(sid))
+
+    def _read_async(self):
+        """The requests and iocbs followed and ended so far (maps.ASYNC_COUNTS), and in flight."""
+        out = {name: sum(self.async_counts.lookup(c.c_uint32(i)) or [0]) for i, name in enumerate(maps.ASYNC_COUNTS)}
+        out["uring_in_flight"], out["aio_in_flight"] = len(self.uring_reqs.keys()), len(self.aio_reqs.keys())
+        return out
 
     def _read_drops(self):
         return [sum(self.drops.lookup(c.c_uint32(i)) or [0]) for i in range(len(maps.DROP_REASONS))]
@@ -522,7 +532,9 @@ class Collector:
                 if self.stack_sample > 1
                 else None
             ),
-            "drops": dict(zip(maps.DROP_REASONS, drops)) | self._skipped_since_reset(),
+            "drops": dict(zip(maps.DROP_REASONS, drops))
+            | maps.async_lost(self._read_async(), getattr(self, "_async_at_reset", {}))
+            | self._skipped_since_reset(),
         }
 
     def _skipped_since_reset(self):

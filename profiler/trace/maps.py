@@ -46,6 +46,24 @@ DROP_REASONS = (
     "worker_switches",
     "aio_iocbs",
 )
+# Requests followed from submission and found again at their end (syscalls.bpf.c enum
+# async_count), by kind: with the entries still in flight in the kind's map (uring_reqs,
+# aio_reqs), the requests lost in flight, reported as these drop reasons.
+ASYNC_COUNTS = ("uring_followed", "uring_ended", "aio_followed", "aio_ended")
+ASYNC_LOST = {"uring": "uring_reqs_lost", "aio": "aio_iocbs_lost"}
+
+
+def async_lost(now: dict[str, int], base: dict[str, int]) -> dict[str, int]:
+    """{drop reason: requests lost in flight} since base, from two readings of {"<kind>_followed",
+    "<kind>_ended", "<kind>_in_flight"}: followed, less ended, less those still in flight (never
+    below 0: a submission between the counters' and the map's reading)."""
+    delta = {k: now[k] - base.get(k, 0) for k in now}
+    return {
+        reason: max(0, delta[f"{kind}_followed"] - delta[f"{kind}_ended"] - delta[f"{kind}_in_flight"])
+        for kind, reason in ASYNC_LOST.items()
+    }
+
+
 # Drop reasons whose event was recorded, only less exactly: not lost, and never counted as lost.
 # open_slots_overflow: an open blocked at more distinct stacks than its in-flight record keeps; the
 # extra interval went under the filesystem known at the open's entry (the same one unless the
@@ -463,6 +481,16 @@ class UringReq(c.Structure):
         ("wait", ExemplarWait),
         ("own", OwnRqs),
     ]
+
+
+class AioKey(c.Structure):
+    """struct aio_key: a libaio iocb in flight, by its user pointer and process (syscalls.bpf.c)."""
+
+    _fields_ = [("iocb", c.c_uint64), ("tgid", c.c_uint32), ("pad", c.c_uint32)]
+
+
+class AioReq(c.Structure):
+    _fields_ = [("start_ns", c.c_uint64), ("dev", c.c_uint32), ("phase", c.c_uint16), ("opcode", c.c_uint16)]
 
 
 class Exemplar(c.Structure):

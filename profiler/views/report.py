@@ -123,6 +123,17 @@ def io_wq_lines(requests: dict[str, Any], io_wq: dict[str, Any], indent: str = "
     return lines
 
 
+def libaio_lines(requests: dict[str, Any], indent: str = "   ") -> list[str]:
+    """What the libaio iocbs' figures are, and which are missing and why (docs/io_uring.md)."""
+    if "libaio iocb" not in maps.async_kinds(requests):
+        return []
+    return [
+        f"{indent}libaio iocbs: timed from io_submit to their reaping by io_getevents (fs/aio.c has no "
+        "tracepoint); not had: their completion time, each iocb's own block requests and device time "
+        "(io_submit's, summed), an IOCB_CMD_FSYNC's work (a system kworker's)"
+    ]
+
+
 def uring_requests_lines(requests: dict[str, Any], made: dict[str, Any], indent: str = "   ") -> list[str]:
     """Of each io_uring opcode, the block requests its requests made (issued inline or in an io-wq
     worker), per request and by class."""
@@ -221,6 +232,7 @@ def render_fs(fs: dict[str, Any]) -> list[str]:
         lines.extend(syscall_table(fs["io_uring"], title=title, width=22))
         lines.extend(uring_requests_lines(fs["io_uring"], fs.get("io_uring_block_requests", {})))
         lines.extend(io_wq_lines(fs["io_uring"], fs.get("io_uring_io_wq", {})))
+        lines.extend(libaio_lines(fs["io_uring"]))
     unresolved = fs.get("unresolved_syscalls", {})
     if unresolved:
         lines.append(

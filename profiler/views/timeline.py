@@ -1,6 +1,7 @@
 """`fsprof timeline`: a run's slowest calls (its exemplars, docs/tail.md) as a Perfetto trace, to open
 in ui.perfetto.dev. Under a track per filesystem, a track per traced thread holds each slow call as
-a slice with its longest waits nested in it (named by cause), and a track per filesystem worker
+a slice with its longest waits nested in it (named by cause; an io_uring request's, its io-wq
+worker's, on a track of their own), and a track per filesystem worker
 (jbd2, XFS's CIL push and log worker, btrfs's commit and log sync) holds the work windows that ended
 those waits, each with a flow arrow to the wait it ended. Times are the kernel's CLOCK_MONOTONIC
 (bpf_ktime_get_ns), in the trace's default clock domain."""
@@ -123,6 +124,13 @@ def add_call(tl: Timeline, fs_track: int, label: str, op: str, call: dict[str, A
             ),
         },
     )
+    # An io_uring request's waits are its io-wq worker's (which worker is not recorded): on a track
+    # of their own beside the submitter's, the request drawn again there with its waits in it.
+    waits_track = thread
+    if "elsewhere_ns" in call and call["waits"]:
+        name = f"io-wq workers, thread {call['tid']}'s requests"
+        waits_track = tl.lane((label, "io-wq", call["tid"]), name, fs_track, start, end)
+        tl.slice(waits_track, f"{op} {fmt_ns(call['ns'])} (its io-wq worker's waits)", start, end, 0, {})
     for w in call["waits"]:
         w_start = min(max(start + w["at_ns"], start), end)
         w_end = min(w_start + w["ns"], end)
@@ -133,7 +141,7 @@ def add_call(tl: Timeline, fs_track: int, label: str, op: str, call: dict[str, A
             flow = tl.flows
             add_work(tl, fs_track, label, w, work, start, w_end, flow)
         tl.slice(
-            thread,
+            waits_track,
             w["cause"],
             w_start,
             w_end,

@@ -23,7 +23,7 @@ from . import charts, flame as html_flame
 from ...causes import colour as cause_colour
 from ...errors import FsprofError
 from ..flamegraph import heaviest_op
-from ..report import io_wq_lines, shares_line, stack_sampling, uring_enter_line, uring_requests_lines
+from ..report import io_wq_lines, libaio_lines, shares_line, stack_sampling, uring_enter_line, uring_requests_lines
 from .input import groups_of
 from ...trace import maps
 from ...trace.maps import BLK_WRITE_CLASSES
@@ -187,6 +187,7 @@ def io_uring_figures(name, fs):
         return ""
     lines = uring_requests_lines(fs["io_uring"], fs.get("io_uring_block_requests", {}), indent="")
     lines += io_wq_lines(fs["io_uring"], fs.get("io_uring_io_wq", {}), indent="")
+    lines += libaio_lines(fs["io_uring"], indent="")
     if fs.get("io_uring_enter"):
         lines.append(uring_enter_line(fs["io_uring_enter"], indent=""))
     notes = f'<pre class="behind">{escape(chr(10).join(lines))}</pre>' if lines else ""
