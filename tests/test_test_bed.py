@@ -155,7 +155,8 @@ def test_a_small_btrfs_says_its_space_waits_may_be_the_test_beds(tmp_path, image
         assert fs["space"]["size_bytes"] <= 1 << 30 and tickets > 1000, (fs["space"], tickets)
         assert note and f"({tickets:,} btrfs reservation tickets)" in note[0], note
     else:
-        # Far fewer tickets than the 1 GiB image's thousands: 1 in bench_image_size's run, 127 in
-        # one make test; the note keys on the filesystem's size and fullness, not on a count.
-        assert fs["space"]["size_bytes"] > 15 << 30 and tickets < 1000, (fs["space"], tickets)
+        # Fewer tickets than the 1 GiB image's thousands (6,086 in bench_image_size's run): 1 there,
+        # 127 in one make test, 1,228 in one beside two TCG VMs (btrfs's reclaim falls behind on a
+        # loaded machine). The note keys on the filesystem's size and fullness, not on a count.
+        assert fs["space"]["size_bytes"] > 15 << 30 and tickets < 3000, (fs["space"], tickets)
         assert not note, note
