@@ -477,7 +477,7 @@ def test_compare_explains_io_uring_requests_per_opcode(tmp_path):
     assert not (fsync["io_wq_us"].get("cache flush") or [0, 0])[1], fsync["io_wq_us"]
     text = run_fsprof("compare", *runs).stdout
     assert "io_uring requests (" in text and "    io_uring fsync: " in text, text
-    assert f"These {cmp['op']} calls took" in text, text
+    assert f"These {cmp['op']} calls took" in text and '--op "io_uring ' in text, text
     # --op "io_uring fsync": the FSYNCs explained as a syscall fsync is, from their io-wq workers'
     # waits. The difference adds up from its causes; none of barrier=0's time is a cache flush
     # (the fsync's own, or its jbd2 commit's commit block), some of barrier=1's is; the jbd2

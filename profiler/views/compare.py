@@ -165,9 +165,13 @@ def _uring_lines(cmp):
 
 
 def _async_above(cmp: dict[str, Any]) -> str:
-    """' (the io_uring requests above)', or libaio's iocbs, or both, or '' for none."""
-    kinds = async_kinds(r["op"] for r in cmp.get("io_uring") or [])
-    return f" (the {' and '.join(k + 's' for k in kinds)} above)" if kinds else ""
+    """' (the io_uring requests above; --op "io_uring write" explains those of the opcode with
+    the most time)', or libaio's iocbs, or both, or '' for none."""
+    rows = cmp.get("io_uring") or []
+    kinds = async_kinds(r["op"] for r in rows)
+    top = next((r["op"] for r in rows if is_uring_op(r["op"])), None)  # rows: most time first
+    hint = f'; --op "{top}" explains those' if top else ""
+    return f" (the {' and '.join(k + 's' for k in kinds)} above{hint})" if kinds else ""
 
 
 def sentences(cmp: dict[str, Any]) -> list[str]:
