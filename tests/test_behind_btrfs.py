@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from conftest import TIME_SCALE, assert_invariants, run_fsprof, bpftrace_output, bpftrace_start
+from conftest import TIME_SCALE, assert_invariants, run_fsprof, bpftrace_output, bpftrace_skipped, bpftrace_start
 from profiler import behind
 from profiler.machine import scratch, tracefs, undo
 from profiler.analysis.assemble import assemble
@@ -185,6 +185,10 @@ def test_ordered_extents_tickets_and_log_syncs_match_bpftrace(tmp_path):
             subprocess.run(["sync", "-f", str(sfs.mountpoint)], check=True)
             time.sleep(0.3)
             entry = assembled(collector, target, start_ns)
+            # The oracle's own misses: a classic tracepoint's program is not run while another BPF
+            # program runs on that CPU (6.7+ count them): an ordered extent's I/O completion comes
+            # in the bio's end, often an interrupt (404 against fsprof's 405 once, 6.12 under TCG).
+            unseen = bpftrace_skipped("btrfs_finish_ordered_extent")
         finally:
             theirs = stop_bpftrace(oracle)
     a = entry["behind"]["btrfs"]["all"]
@@ -193,7 +197,12 @@ def test_ordered_extents_tickets_and_log_syncs_match_bpftrace(tmp_path):
     assert oe["bytes"] == theirs.get("oe_bytes", 0) >= (threads * count * 4096 + (8 << 20))
     assert oe["removed"] == theirs.get("oe_remove", 0) == oe["added"]
     if tracefs.has_event("btrfs_finish_ordered_extent", "btrfs"):
-        assert oe["io_completions"] == theirs.get("oe_finish", 0) >= oe["added"]
+        finished = theirs.get("oe_finish", 0)
+        assert finished <= oe["io_completions"] <= finished + unseen and oe["io_completions"] >= oe["added"], (
+            oe,
+            finished,
+            unseen,
+        )
     else:  # before 6.5: unknown, never a wrong 0
         assert oe["io_completions"] is None
     assert oe["life"]["count"] == oe["removed"]
