@@ -95,8 +95,6 @@ def _call(
 # A call's time outside its recorded waits: its shorter blocked intervals (only the longest are
 # kept whole), its time runnable off CPU, and its time on CPU.
 SHORTER_WAITS, RUNNABLE, ON_CPU = "shorter waits", "cpu contention", "on CPU"
-# An io_uring request's time outside its io-wq worker's waits (_call's elsewhere_ns).
-ELSEWHERE = URING_ELSEWHERE
 
 
 def time_by_cause(call: dict[str, Any]) -> dict[str, int]:
@@ -108,7 +106,7 @@ def time_by_cause(call: dict[str, Any]) -> dict[str, int]:
         (SHORTER_WAITS, call["other_blocked_ns"]),
         (RUNNABLE, call["runnable_ns"]),
         (ON_CPU, call["cpu_ns"]),
-        (ELSEWHERE, call.get("elsewhere_ns", 0)),
+        (URING_ELSEWHERE, call.get("elsewhere_ns", 0)),  # an io_uring request's (_call's elsewhere_ns)
     )
     for cause, ns in rest:
         if ns:

@@ -6,6 +6,7 @@ from ..trace import maps
 from ..trace.maps import BLK_WRITE_CLASSES
 from ..units import fmt_bytes, fmt_ns
 from .. import behind
+from ..causes import URING_ELSEWHERE
 from ..machine import device_model
 from ..machine.workload import render as render_workload
 from ..analysis.testbed import space_note, waits_for_space
@@ -316,7 +317,7 @@ def slowest_calls(exemplars: dict[str, list[dict[str, Any]]], ops: int = 3, call
             if call["runnable_ns"]:
                 parts.append(f"runnable {fmt_ns(call['runnable_ns'])}")
             if elsewhere is not None:
-                parts.append(f"outside an io-wq worker's waits {fmt_ns(elsewhere)}")
+                parts.append(f"{URING_ELSEWHERE} {fmt_ns(elsewhere)}")
             own = call.get("own_requests")
             mine = (
                 f"; its own block requests: {requests_words(own['requests'])}{request_times_words(own)}" if own else ""

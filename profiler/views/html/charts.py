@@ -6,6 +6,7 @@ import math
 from html import escape
 
 from ... import units
+from ...causes import URING_ELSEWHERE
 from ...trace.hist import slot_range
 from ..report import request_times_words, requests_words, work_name
 
@@ -207,7 +208,7 @@ def call_timeline(name, op, call, colours):
         f'<rect class="base" x="{LABEL_W}" y="{top}" width="{PLOT_W}" height="{bar_h}" fill="#e8e8e8">'
         f"<title>{escape(label)}: "
         + (
-            f"outside an io-wq worker's waits {escape(fmt_ns(call['elsewhere_ns']))}"
+            f"{URING_ELSEWHERE} {escape(fmt_ns(call['elsewhere_ns']))}"
             if "elsewhere_ns" in call
             else f"CPU {escape(fmt_ns(call['cpu_ns']))}"
         )
