@@ -14,7 +14,7 @@ import pytest
 
 from conftest import REPO, assert_invariants, blocked_ns, run_fsprof
 from profiler.machine import scratch, settings, undo
-from profiler.analysis.attribution import DELAYED_ALLOC, rules_for
+from profiler.analysis.attribution import DELAYED_ALLOC, OTHER_WAIT, rules_for
 from profiler.causes import TABLE, WAIT
 from profiler.trace import maps
 
@@ -176,6 +176,27 @@ def test_two_writers_on_one_file_contend_for_its_lock(tmp_path):
     # (inode_lock, inlined there); its sleeping waits are all there (on-CPU spinning has no site).
     sites = b_same["sites"]["lock contention"]
     assert 0 < sum(sites.values()) <= b_same["causes"]["lock contention"], sites
+    assert sites.get("ext4_buffered_write_iter", 0) >= 0.9 * sum(sites.values()), sites
+
+    # The same waits from the tail's stacks (1 call in 1000 walked, every wait of 50 us or more in
+    # the tail): taken of the sleeper at its switch-in, they have no lock frames (the kernel skips
+    # .sched.text for another task's stack); the waker's release names the lock, at the same site.
+    tail = fsprof_result(
+        tmp_path,
+        *tight,
+        "--stack-sample",
+        "1000",
+        "--tail-threshold",
+        "50us",
+        "--",
+        *fio(*job, "--filename=shared.dat"),
+        name="tail",
+    )
+    b_tail = breakdown(tail["filesystems"][0], "pwrite64")
+    assert b_tail["tail"]["waits"] > 0, b_tail.get("tail")
+    assert share(b_tail, "lock contention") > 0.1, b_tail["causes"]
+    assert share(b_tail, OTHER_WAIT) <= share(b_same, OTHER_WAIT) + 0.05, (b_tail["causes"], b_same["causes"])
+    sites = b_tail["sites"]["lock contention"]
     assert sites.get("ext4_buffered_write_iter", 0) >= 0.9 * sum(sites.values()), sites
 
 

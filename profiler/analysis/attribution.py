@@ -41,15 +41,20 @@ class Rule:
         self.cause = known_cause(spec["cause"], f"analysis/rules/{table}.toml")
         self.order = spec.get("order", 50)
         self.table = table
-        self.globs = list(spec["frames"])
+        self.globs = list(spec.get("frames", []))
         self.frames = _patterns(self.globs)
         self.within = _patterns(spec.get("within", []))
+        # A rule by who ended the wait: a frame of the waker's stack matches one of these.
+        self.waker_frames = _patterns(spec.get("waker_frames", []))
         # A lock's wait names its site: the frame that took the lock (the innermost frame outside
         # the site rules' frames and the generic ones).
         self.site = bool(spec.get("site", False))
 
-    def matches(self, frames: Sequence[str]) -> bool:
-        """frames: innermost first. True when a frame matches and (if `within`) an outer one does too."""
+    def matches(self, frames: Sequence[str], waker: Sequence[str] = ()) -> bool:
+        """frames: innermost first. True when a frame matches and (if `within`) an outer one does
+        too; a rule by its waker's frames, when one of the waker's stack does."""
+        if self.waker_frames is not None:
+            return any(self.waker_frames.match(f) for f in waker)
         for i, f in enumerate(frames):
             if self.frames.match(f):
                 if self.within is None or any(self.within.match(g) for g in frames[i + 1 :]):
@@ -83,24 +88,27 @@ class Rules:
         self.lock_frames = _patterns([g for r in site_rules for g in r.globs])
         self.fs_frames = _patterns(own.get("fs_frames", []))
 
-    def classify_off(self, frames: Sequence[str], runnable: int) -> tuple[str, str | None]:
-        """(cause, detail): detail names the frame for "other wait", the site for a lock."""
+    def classify_off(self, frames: Sequence[str], runnable: int, waker: Sequence[str] = ()) -> tuple[str, str | None]:
+        """(cause, detail): detail names the frame for "other wait", the site for a lock. waker:
+        the stack of the task that ended the wait, if walked."""
         if runnable:
             return CPU_CONTENTION, None
         if not frames:
             return OTHER_WAIT, NO_STACK
         for rule in self.offcpu:
-            if rule.matches(frames):
+            if rule.matches(frames, waker):
                 return rule.cause, self.site_of(rule, frames)
         return OTHER_WAIT, self.meaningful_frame(frames)
 
-    def classify_worker(self, frames: Sequence[str], runnable: int) -> tuple[str, str | None]:
+    def classify_worker(
+        self, frames: Sequence[str], runnable: int, waker: Sequence[str] = ()
+    ) -> tuple[str, str | None]:
         if runnable:
             return CPU_CONTENTION, None
         if not frames:
             return OTHER_WAIT, NO_STACK
         for rule in self.worker:
-            if rule.matches(frames):
+            if rule.matches(frames, waker):
                 return rule.cause, self.site_of(rule, frames)
         return OTHER_WAIT, self.meaningful_frame(frames)
 
@@ -158,12 +166,13 @@ def waker_name(comm: str, frames: Sequence[str] | None) -> str:
 
 
 def classify_off(
-    rules: Rules, rec: dict[str, Any], frames: Sequence[str], worker: bool = False
+    rules: Rules, rec: dict[str, Any], frames: Sequence[str], worker: bool = False, waker: Sequence[str] | None = None
 ) -> tuple[str, str | None]:
-    """(cause, detail) of an off-CPU record of a syscall (or, with worker, of a worker's window)."""
+    """(cause, detail) of an off-CPU record of a syscall (or, with worker, of a worker's window);
+    waker: its waker's frames, if its waker's stack was walked."""
     if rec["stack"] == STACK_NOT_WALKED and not rec["runnable"]:
         return OTHER_WAIT, NOT_WALKED
-    return (rules.classify_worker if worker else rules.classify_off)(frames, rec["runnable"])
+    return (rules.classify_worker if worker else rules.classify_off)(frames, rec["runnable"], waker or ())
 
 
 def _add_detail(
@@ -256,7 +265,9 @@ def attribute(
     tail = [rec for rec in offcpu if rec.get("tail")]
     tail_causes: dict[str, int] = {}
     for rec in offcpu:
-        cause, detail = classify_off(rules, rec, stacks.get(rec["stack"], []))
+        cause, detail = classify_off(
+            rules, rec, stacks.get(rec["stack"], []), waker=stacks.get(rec.get("waker_stack", -1))
+        )
         causes[cause] = causes.get(cause, 0) + rec["total_ns"]
         if rec.get("tail"):
             tail_causes[cause] = tail_causes.get(cause, 0) + rec["total_ns"]
@@ -341,7 +352,13 @@ def attribute_worker(
     waits: dict[str, int]
     causes, other, sites, waits, off_ns, count = {}, {}, {}, {}, 0, 0
     for rec in offcpu:
-        cause, detail = classify_off(rules, rec, stacks.get(rec["stack"], []), worker=not syscall_rules)
+        cause, detail = classify_off(
+            rules,
+            rec,
+            stacks.get(rec["stack"], []),
+            worker=not syscall_rules,
+            waker=stacks.get(rec.get("waker_stack", -1)),
+        )
         causes[cause] = causes.get(cause, 0) + rec["total_ns"]
         if not rec["runnable"]:
             waits[cause] = waits.get(cause, 0) + rec["count"]

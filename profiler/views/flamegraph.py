@@ -104,7 +104,7 @@ def offcpu_stacks(fs: dict[str, Any], phase_index: int | None = None) -> dict[tu
     for rec in fs["trace"]["offcpu"] + fs["trace"].get("io_wq", []):
         if _selected(rec, phase_index):
             frames = _frames(fs, rec["stack"]) or []
-            cause, _ = attribution.classify_off(rules, rec, frames)
+            cause, _ = attribution.classify_off(rules, rec, frames, waker=_frames(fs, rec.get("waker_stack", -1)))
             _add(out, _roots(fs, rec["op"], cause) + _root_first(frames), rec["total_ns"])
     return out
 
@@ -118,8 +118,8 @@ def offwake_stacks(fs: dict[str, Any], phase_index: int | None = None) -> dict[t
         if rec["runnable"] or not _selected(rec, phase_index):
             continue
         frames = _frames(fs, rec["stack"]) or []
-        cause, _ = attribution.classify_off(rules, rec, frames)
         waker = _frames(fs, rec.get("waker_stack", -1))
+        cause, _ = attribution.classify_off(rules, rec, frames, waker=waker)
         who = attribution.waker_name(rec.get("waker_comm", ""), waker)
         waker_part = tuple(_frame(f) for f in _shown(waker)) if waker else (NO_WAKER_STACK,)
         path = _roots(fs, rec["op"], cause) + _root_first(frames) + (SEPARATOR,) + waker_part + (_frame(who),)
@@ -134,7 +134,9 @@ def worker_stacks(fs: dict[str, Any], phase_index: int | None = None) -> dict[tu
     for rec in fs["trace"].get("workers", []):
         if _selected(rec, phase_index):
             frames = _frames(fs, rec["stack"]) or []
-            cause, _ = attribution.classify_off(rules, rec, frames, worker=True)
+            cause, _ = attribution.classify_off(
+                rules, rec, frames, worker=True, waker=_frames(fs, rec.get("waker_stack", -1))
+            )
             _add(out, _roots(fs, rec["kind"], cause) + _root_first(frames), rec["total_ns"])
     return out
 
