@@ -79,8 +79,7 @@ def shares(result):
 def fsprof_run(tmp, name, args, every):
     out = tmp / name
     argv = [PY, "-m", "profiler", "run", "--fs", "ext4,xfs,btrfs", "-o", str(out), *args]
-    if every > 1:
-        argv += ["--stack-sample", str(every)]
+    argv += ["--stack-sample", str(every)]  # explicit: 1 (every call) is not the default
     proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"fsprof run failed: {proc.stderr.strip()[-400:]}")

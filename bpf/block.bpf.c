@@ -431,8 +431,12 @@ int BPF_PROG(on_rq_complete, struct request *rq, blk_status_t error, unsigned in
 	 * and not seen to complete on the device (counted lost) is not timed. */
 	if (!info->issue_ns)
 		take_owner(info, rq);
-	if (info->owner.kind && (info->device_done || !info->issue_ns) && info->born_ns && info->born_ns <= now)
-		rq_owner_add(&info->owner, info->device_done ? info->device_ns : 0, now - info->born_ns);
+	if ((info->device_done || !info->issue_ns) && info->born_ns && info->born_ns <= now) {
+		if (info->owner.kind)
+			rq_owner_add(&info->owner, info->device_done ? info->device_ns : 0, now - info->born_ns);
+		rq_ring_add(now, now - info->born_ns, info->device_done ? info->device_ns : 0, info->dev,
+		            info->owner.kind ? info->owner.tid : 0, info->cls);
+	}
 	if (!info->issue_ns) {
 		info->phase = current_phase();
 		v = stats_of(info->dev, info->cls, info->phase);

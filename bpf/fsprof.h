@@ -296,6 +296,22 @@ struct call_rqs {
 	struct own_rqs own;
 };
 
+/* A block request that ended, as the device ring keeps it (shared_maps.h rq_ring): what the
+ * traced devices were doing while a slow call ran, one request at a time. */
+struct rq_seen {
+	__u64 end_ns;    /* its last completion */
+	__u32 life_ns;   /* from its start (first bio) to its end; U32_MAX: that or longer */
+	__u32 device_ns; /* from its issue to the device's completion; 0: not issued itself */
+	__u32 dev;
+	__u32 tid; /* the thread that made it (0: not known) */
+	__u16 cls;
+	__u16 pad[3];
+};
+
+/* A kept call's device requests: the last EXEMPLAR_RQS to end on the traced devices while it ran
+ * (a power of two: slots are masked). */
+#define EXEMPLAR_RQS 8
+
 struct exemplar {
 	__u64 start_ns;
 	__u64 end_ns;
@@ -306,6 +322,9 @@ struct exemplar {
 	__u32 waits; /* blocked intervals, all of them; the longest EXEMPLAR_WAITS are in wait[] */
 	struct exemplar_wait wait[EXEMPLAR_WAITS];
 	struct own_rqs own; /* its own block requests */
+	__u32 device_rqs;   /* how many of device[] hold a request */
+	__u32 device_more;  /* 1: more requests ended during the call than device[] holds */
+	struct rq_seen device[EXEMPLAR_RQS];
 };
 
 /* An io_uring request from its submission to its completion (syscalls.bpf.c), in uring_reqs

@@ -298,6 +298,59 @@ static __always_inline void rq_times_add(struct rq_times *t, __u64 device_ns, __
 	__sync_fetch_and_add(&t->timed, 1);
 }
 
+/* The device ring: the last RQ_RING block requests of the traced devices to end, in the order
+ * they ended (block.bpf.c writes each at its last completion; rq_ring_head counts them all). A
+ * call kept as an exemplar copies those that ended while it ran (device_rqs_during): a slow
+ * call's device track, with no event per request leaving the kernel. */
+#define RQ_RING 256     /* a power of two */
+#define RQ_RING_LOOK 32 /* how far back a kept call looks for its requests */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RQ_RING);
+	__type(key, __u32);
+	__type(value, struct rq_seen);
+} rq_ring SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} rq_ring_head SEC(".maps");
+
+static __always_inline __u32 sat_u32(__u64 ns)
+{
+	return ns > 0xffffffffULL ? 0xffffffffU : (__u32)ns;
+}
+
+/* A request has ended: into the ring's next slot. Before 5.12 (no fetching atomics) two CPUs
+ * ending requests at once may take the same slot: one of the two is lost from the ring. */
+static __always_inline void rq_ring_add(__u64 end_ns, __u64 life_ns, __u64 device_ns, __u32 dev, __u32 tid, __u16 cls)
+{
+	__u32 zero = 0, idx;
+	__u64 *head = bpf_map_lookup_elem(&rq_ring_head, &zero);
+	struct rq_seen *s;
+
+	if (!head)
+		return;
+#ifndef FSPROF_LEGACY
+	idx = (__u32)__sync_fetch_and_add(head, 1) & (RQ_RING - 1);
+#else
+	idx = (__u32)*head & (RQ_RING - 1);
+	__sync_fetch_and_add(head, 1);
+#endif
+	s = bpf_map_lookup_elem(&rq_ring, &idx);
+	if (!s)
+		return;
+	s->end_ns = end_ns;
+	s->life_ns = sat_u32(life_ns);
+	s->device_ns = sat_u32(device_ns);
+	s->dev = dev;
+	s->tid = tid;
+	s->cls = cls;
+}
+
 /* io_uring requests in flight (struct uring_req), keyed by the request's pointer (its ring and
  * user_data on 5.10) from submission to completion: syscalls.bpf.c follows them, block.bpf.c adds
  * the times of the block requests each made (an io_uring owner's window_ns is its key). 8,192 in

@@ -671,6 +671,86 @@ static __always_inline void exemplar_filled(struct exemplar_set *set, struct op_
 	exemplar_unlock(set, k);
 }
 
+/* A kept call's device requests, gathered apart from its slot (struct exemplar's device_rqs,
+ * device_more and device[], in that order). */
+struct device_rqs {
+	__u32 n;
+	__u32 more;
+	struct rq_seen rq[EXEMPLAR_RQS];
+};
+
+/* Per CPU: where device_rqs_during gathers them before they are copied into the slot. The count
+ * so far and the call's bounds are kept here and read afresh in each turn of the loop: in
+ * registers, each turn's comparisons would leave their bounds on them, and the verifier would see
+ * a new state for every path through the loop (past its 1,000,000 instructions). */
+struct device_scratch {
+	struct device_rqs got;
+	__u64 start_ns;
+	__u64 end_ns;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct device_scratch);
+} device_rqs_scratch SEC(".maps");
+
+/* The requests that ended on the traced devices between start_ns and end_ns, newest first, from
+ * the device ring, into this CPU's device_rqs_scratch: at most EXEMPLAR_RQS, `more` set when
+ * there were more. The ring is in the order requests ended, so the walk stops at the first that
+ * ended before start_ns. A global function with scalar arguments: its loop is checked once, apart
+ * from the caller's slot search (whose 16 slots would multiply its states), on 5.10 too. */
+__noinline int device_rqs_during(__u64 start_ns, __u64 end_ns)
+{
+	__u32 zero = 0, n, idx;
+	__u64 *headp = bpf_map_lookup_elem(&rq_ring_head, &zero), head;
+	struct device_scratch *out = bpf_map_lookup_elem(&device_rqs_scratch, &zero);
+	struct rq_seen *s;
+
+	if (!out)
+		return 0;
+	out->got.n = 0;
+	out->got.more = 0;
+	out->start_ns = start_ns;
+	out->end_ns = end_ns;
+	if (!headp)
+		return 0;
+	head = *headp;
+	for (int i = 0; i < RQ_RING_LOOK; i++) {
+		if (i >= head)
+			break;
+		idx = (__u32)(head - 1 - i) & (RQ_RING - 1);
+		s = bpf_map_lookup_elem(&rq_ring, &idx);
+		if (!s || s->end_ns < out->start_ns)
+			break;
+		if (s->end_ns > out->end_ns) /* another CPU's, ended after the call */
+			continue;
+		n = out->got.n;
+		if (n >= EXEMPLAR_RQS) {
+			out->got.more = 1;
+			break;
+		}
+		out->got.rq[n & (EXEMPLAR_RQS - 1)] = *s;
+		out->got.n = n + 1;
+	}
+	return 0;
+}
+
+/* Into kept call e: its device requests (device_rqs_during), copied whole. */
+static __always_inline void keep_device_rqs(struct exemplar *e)
+{
+	__u32 zero = 0;
+	struct device_scratch *scratch;
+
+	device_rqs_during(e->start_ns, e->end_ns);
+	scratch = bpf_map_lookup_elem(&device_rqs_scratch, &zero);
+	if (scratch)
+		__builtin_memcpy(&e->device_rqs, &scratch->got, sizeof(scratch->got));
+	else
+		e->device_rqs = 0;
+}
+
 static __always_inline int keep_exemplar_in(struct op_key *key, struct inflight *op, __u64 now, long ret)
 {
 	struct exemplar_set *set = NULL;
@@ -695,6 +775,7 @@ static __always_inline int keep_exemplar_in(struct op_key *key, struct inflight 
 		e->own = call->own;
 	else
 		__builtin_memset(&e->own, 0, sizeof(e->own));
+	keep_device_rqs(e);
 	exemplar_filled(set, &k);
 	return 0;
 }
@@ -1716,6 +1797,7 @@ static __always_inline int keep_uring_exemplar_in(struct op_key *key, __u64 req,
 	if (r->waits)
 		e->wait[0] = r->wait;
 	e->own = r->own;
+	keep_device_rqs(e);
 	exemplar_filled(set, &k);
 	return 0;
 }

@@ -316,7 +316,9 @@ def bpftrace_output(proc, timeout=60):
     epoll_wait as if the first SIGINT never came; a second one ends it with the same output."""
     proc.send_signal(signal.SIGINT)
     try:
-        proc.wait(timeout=timeout / 2 * TIME_SCALE)
+        # Read while it prints: maps of more than a pipe's 64 KiB would block a bpftrace that
+        # nobody reads, and the second SIGINT would cut its output short.
+        return proc.communicate(timeout=timeout / 2 * TIME_SCALE)[0]
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGINT)
     return finish(proc, timeout / 2)[0]

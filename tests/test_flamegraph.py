@@ -31,6 +31,10 @@ def runs(tmp_path_factory):
         proc = run_fsprof(
             "run",
             *args,
+            # Every call's stacks walked at its switch-out (the lab mode): the graphs' exact frames.
+            # The default's tail stacks, taken of the sleeper at switch-in, have no scheduler frames.
+            "--stack-sample",
+            "1",
             "--workload",
             "fsync-loop",
             "--count",

@@ -158,7 +158,9 @@ HISTS_JS = """JSON.stringify([...document.querySelectorAll('svg.latency g.panel'
 TIMELINES_JS = """JSON.stringify([...document.querySelectorAll('svg.timeline')].map(s => ({
     fs: s.dataset.fs, op: s.dataset.op, ns: +s.dataset.ns, tid: +s.dataset.tid,
     waits: [...s.querySelectorAll('rect.wait')].map(r => ({cause: r.dataset.cause, at: +r.dataset.at, ns: +r.dataset.ns,
-                                                          x: r.getBBox().x, width: r.getBBox().width}))})))"""
+                                                          x: r.getBBox().x, width: r.getBBox().width})),
+    requests: [...s.querySelectorAll('rect.request')].map(r => ({cls: r.dataset.class, start: +r.dataset.start,
+                                                                end: +r.dataset.end}))})))"""
 # Inside a flame graph's frame: drawn (frames), its script ran (init set total_samples), a click
 # on Search asks for a term (answered SEARCH_TERM) and highlights its frames, a click on a frame
 # zooms (the reset-zoom button shows); and nothing throws.
@@ -425,6 +427,10 @@ def test_the_slowest_calls_are_drawn_where_their_waits_fell(page, result):
             for w in t["waits"]:
                 assert abs(w["x"] - (130 + w["at"] * px_per_ns)) < 0.05  # charts.LABEL_W
                 assert abs(w["width"] - max(w["ns"] * px_per_ns, 0.5)) < 0.05
+            # What the devices did meanwhile: each request that ended while the call ran.
+            assert sorted((r["cls"], r["start"], r["end"]) for r in t["requests"]) == sorted(
+                (r["class"], r["start_at_ns"], r["end_at_ns"]) for r in call.get("device_requests", [])
+            )
 
 
 @pytest.mark.root

@@ -47,7 +47,7 @@ def blocked_shares(b):
 
 @pytest.mark.root
 def test_sampled_stacks_keep_the_counts_and_the_causes(tmp_path):
-    full, _ = fsprof_result(tmp_path, "full")
+    full, _ = fsprof_result(tmp_path, "full", "--stack-sample", "1")
     # No tail (an hour): every call's waits are sampled alike, which is what this test measures.
     sampled, stdout = fsprof_result(tmp_path, "sampled", "--stack-sample", str(EVERY), "--tail-threshold", "1h")
     assert f"walked in 1 of {EVERY} calls of each syscall once {FIRST} of its waits have been" in stdout

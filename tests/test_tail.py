@@ -73,7 +73,7 @@ def test_the_tail_keeps_its_stacks_when_sampling_passes_the_calls_over(tmp_path)
     and the waker at wakeup, not from sampling. Little is left to estimate, no tail wait is
     unexplained, and the causes come out as in a full run of the same workload."""
     args = ("--fs", "ext4", "--count", "1000")
-    full, _, _ = fsprof_run(tmp_path, "full", *args)
+    full, _, _ = fsprof_run(tmp_path, "full", *args, "--stack-sample", "1")
     sampled, _, stdout = fsprof_run(tmp_path, "tail", *args, "--stack-sample", "1000", "--tail-threshold", "50us")
     assert "and in every wait of 50us or more" in stdout
     fs, ref = sampled["ext4"], full["ext4"]
@@ -303,6 +303,83 @@ def test_a_slow_calls_own_requests_are_timed_as_bpftrace_times_them(tmp_path, fs
     assert abs(ours_ns - theirs_ns) <= max(0.03 * theirs_ns, near * compared), (ours_ns, theirs_ns, compared)
     assert missed <= requests_untimed_at_most(by_fs[fs_name]["drops"], 0), by_fs[fs_name]["drops"]
     assert "its own block requests: " in stdout
+
+
+# Every issued block request: @end[dev, sector, issue] its last completion, @device_ns[...] its first
+# completion after the issue less the issue (a request in a flush sequence completes twice: when
+# its data is written and when the sequence ends), as fsprof's device ring keeps them. A cache
+# flush has no sector: block_rq_issue says 0 (blk_rq_trace_sector), block_rq_complete -1.
+DEVICE_ORACLE = r"""BEGIN { printf("ready\n"); }
+tracepoint:block:block_rq_issue { @issue[args->dev, args->sector] = nsecs; @done[args->dev, args->sector] = 0; }
+tracepoint:block:block_rq_complete {
+  $s = args->sector;
+  if ($s == 0xffffffffffffffff) { $s = 0; }
+  $i = @issue[args->dev, $s];
+  if ($i) {
+    if (@done[args->dev, $s] == 0) { @device_ns[args->dev, $s, $i] = nsecs - $i; }
+    @done[args->dev, $s] = 1; @end[args->dev, $s, $i] = nsecs; } }
+END { clear(@issue); clear(@done); }"""
+
+
+def test_a_slow_calls_device_requests_are_the_devices_as_bpftrace_sees_them(tmp_path):
+    """What the device did while a slow fsync ran (ext4, barrier=1: each commit block is a
+    cache flush and a FUA write): each exemplar's device requests are requests a bpftrace oracle
+    saw end on that device at that time (within 50 us x TIME_SCALE squared), their device times
+    within as much; every request the oracle saw end well inside the call is among them when they
+    are not cut at EXEMPLAR_RQS; and the slowest fsyncs name their commit's flush."""
+    from profiler.machine.blockdev import kdev_of_block, kdev_str
+
+    oracle = bpftrace_start(DEVICE_ORACLE)
+    try:
+        by_fs, _, _ = fsprof_run(tmp_path, "device", "--fs", "ext4", "--count", "200", "--mount-options", "barrier=1")
+        unseen = sum(bpftrace_skipped(p) for p in ("block_rq_issue", "block_rq_complete"))
+    finally:
+        seen = bpftrace_output(oracle)
+    device_ns = {
+        (dev, sector, issue): int(v)
+        for dev, sector, issue, v in re.findall(r"@device_ns\[(\d+), (\d+), (\d+)\]: (\d+)", seen)
+    }
+    theirs = [  # (device, issue, device_ns, end)
+        (kdev_str(int(dev)), int(issue), device_ns.get((dev, sector, issue)), int(end))
+        for dev, sector, issue, end in re.findall(r"@end\[(\d+), (\d+), (\d+)\]: (\d+)", seen)
+    ]
+    fs = by_fs["ext4"]
+    # A traced device by name (its dev_t read back from sysfs: a loop device's node outlives its
+    # file), another as major:minor.
+    numbers = {}
+    for call in fs["exemplars"]["fsync"]:
+        for r in call.get("device_requests", []):
+            name = r["device"]
+            numbers[name] = name if ":" in name else kdev_str(kdev_of_block(name))
+    near = 50_000 * TIME_SCALE**2
+    calls = fs["exemplars"]["fsync"]
+    matched = compared = flushes = 0
+    for call in calls:
+        rqs = call.get("device_requests", [])
+        assert len(rqs) <= 8 and all(r["start_at_ns"] <= r["end_at_ns"] <= call["ns"] for r in rqs), rqs
+        issued = [r for r in rqs if r["device_ns"] is not None]
+        for r in issued:
+            end = call["start_ns"] + r["end_at_ns"]
+            same = [t for t in theirs if t[0] == numbers[r["device"]] and abs(t[3] - end) <= near]
+            if not same:
+                unseen -= 1  # a completion the oracle's program was not run for, or a failure
+                assert unseen >= 0, (r, call["start_ns"], sorted(theirs, key=lambda t: abs(t[3] - end))[:2])
+                continue
+            matched += 1
+            best = min(same, key=lambda t: abs((t[2] or 0) - r["device_ns"]))
+            assert best[2] is not None and abs(best[2] - r["device_ns"]) <= near, (r, best)
+            assert r["end_at_ns"] - r["start_at_ns"] >= r["device_ns"]
+            compared += 1
+        # Not cut: every request the oracle saw end well inside the call is there.
+        if not call.get("device_requests_more"):
+            start, end = call["start_ns"] + near, call["start_ns"] + call["ns"] - near
+            devices = {numbers[r["device"]] for r in rqs} or set(numbers.values())
+            inside = [t for t in theirs if t[0] in devices and start <= t[3] <= end]
+            assert len(issued) >= len(inside) - unseen, (call, inside)
+        flushes += any(r["class"] in ("flush", "preflush_write", "fua_write") for r in rqs)
+    assert compared >= 10, calls[:2]
+    # The slowest fsyncs wait on commits whose commit block is a cache flush and a FUA write.
+    assert flushes >= len(calls) // 2, [[r["class"] for r in c.get("device_requests", [])] for c in calls]
 
 
 def test_a_commits_requests_are_timed_as_bpftrace_times_them(tmp_path):

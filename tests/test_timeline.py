@@ -1,7 +1,8 @@
 """`fsprof timeline RUN`: the run's slowest calls as a Perfetto trace. Read back with Perfetto's
 own protos, the trace holds every exemplar of result.json (itself held against a bpftrace oracle
 in test_tail.py) as a slice on its thread's track, its waits nested in it, and the jbd2 commit
-that ended each commit wait on the jbd2 thread's track, with an arrow to the wait."""
+that ended each commit wait on the jbd2 thread's track, with an arrow to the wait, and the block
+requests that ended while the calls ran on their device's track."""
 
 import json
 from collections import defaultdict
@@ -86,6 +87,27 @@ def test_the_timeline_holds_each_slow_call_its_waits_and_the_commit_that_ended_t
             assert work_slice[2] <= wait[2]  # the commit ended, then the fsync woke
     # One slice per commit, however many waits it ended.
     assert len({(s[0], s[1], s[2]) for s in work_slices}) == len(work_slices)
+
+    # Each request that ended on a device while a slow call ran (result.json's device_requests,
+    # held against bpftrace in test_tail.py): one slice on its device's track, from its start to
+    # its end, its time on the device nested at the end; drawn once however many calls it overlapped.
+    requests = {
+        (rq["device"], c["start_ns"] + rq["start_at_ns"], c["start_ns"] + rq["end_at_ns"], rq["class"], rq["device_ns"])
+        for _, c in calls
+        for rq in c.get("device_requests", [])
+    }
+    assert requests, "no slow call saw a request end on the device"
+    drawn = {
+        (tracks[s[0]][0].removeprefix("device ").split(" #")[0], s[1], s[2], s[3], s[4]["device_ns"] or None)
+        for s in slices
+        if tracks[s[0]][0].startswith("device ") and s[3] != "on the device"
+    }
+    assert drawn == requests
+    on_device = {(s[0], s[2], s[2] - s[1]) for s in slices if s[3] == "on the device"}
+    for s in slices:
+        if tracks[s[0]][0].startswith("device ") and s[3] != "on the device" and s[4]["device_ns"]:
+            assert tracks[s[0]][1] == fs_track
+            assert (s[0], s[2], min(s[4]["device_ns"], s[2] - s[1])) in on_device
 
     # A run that kept no slow calls, and an output that cannot be written: one sentence each.
     result = json.loads((run / "result.json").read_text())

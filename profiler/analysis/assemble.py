@@ -268,7 +268,9 @@ def assemble(raw: dict[str, Any], target: behind.Target, names: list[str], end_n
         "trace": _trace(raw, recs, stacks),
         "drops": raw["drops"],
         # The slowest calls of each syscall, each explained whole.
-        "exemplars": exemplars.explain(fs, recs["exemplars"], stacks, names, raw.get("exemplars_kept", EXEMPLARS)),
+        "exemplars": exemplars.explain(
+            fs, recs["exemplars"], stacks, names, raw.get("exemplars_kept", EXEMPLARS), target.block_devs
+        ),
     }
     if raw.get("stack_sampling"):
         estimated = sum(b.get("offcpu_estimated_ns", 0) for b in breakdowns)

@@ -5,7 +5,8 @@ ended it), its other blocked time, its time runnable off CPU, and its time on CP
 from typing import Any
 
 from ..causes import URING_ELSEWHERE
-from ..trace.maps import EXEMPLARS, STACK_NOT_WALKED
+from ..machine import blockdev
+from ..trace.maps import EXEMPLARS, STACK_NOT_WALKED, U32_MAX
 from . import attribution
 
 # A wait below the tail threshold in a call stack sampling passed over: its length is exact, its
@@ -14,18 +15,25 @@ NOT_WALKED = "wait, stack not sampled"
 
 
 def explain(
-    fs: str, records: list[dict[str, Any]], stacks: dict[int, list[str]], names: list[str], kept: int = EXEMPLARS
+    fs: str,
+    records: list[dict[str, Any]],
+    stacks: dict[int, list[str]],
+    names: list[str],
+    kept: int = EXEMPLARS,
+    devices: dict[int, str] | None = None,
 ) -> dict[str, Any]:
     """{syscall: [call, slowest first]} from the snapshot's exemplar records of one filesystem
-    (one record per (syscall, phase), each its `kept` slowest calls): the `kept` slowest of all."""
+    (one record per (syscall, phase), each its `kept` slowest calls): the `kept` slowest of all.
+    devices: the traced block devices' names by dev_t, for the calls' device requests."""
     rules = attribution.rules_for(fs)
+    devices = devices or {}
     by_op: dict[str, list[dict[str, Any]]] = {}
     for rec in records:
         phase = names[rec["phase"]] if rec["phase"] < len(names) else str(rec["phase"])
         by_op.setdefault(rec["op"], []).extend({**call, "phase": phase} for call in rec["calls"])
     return {
         op: [
-            _call(rules, call, stacks, uring=op.startswith("io_uring "))
+            _call(rules, call, stacks, devices, uring=op.startswith("io_uring "))
             for call in sorted(calls, key=lambda c: -c["ns"])[:kept]
         ]
         for op, calls in sorted(by_op.items())
@@ -47,8 +55,30 @@ def _work(work: dict[str, Any], call_start: int) -> dict[str, Any]:
     }
 
 
+def _device_request(rq: dict[str, Any], call: dict[str, Any], devices: dict[int, str]) -> dict[str, Any]:
+    """A request that ended while the call ran, on the call's time axis (from its start; negative:
+    it began before the call): its device, class, start, end and time on the device (None: not
+    issued itself, an empty cache flush the queue's own flush request served), who made it."""
+    end = rq["end_ns"] - call["start_ns"]
+    return {
+        "device": devices.get(rq["dev"]) or blockdev.name_of_kdev(rq["dev"]),
+        "class": rq["class"],
+        "start_at_ns": end - rq["life_ns"],
+        "end_at_ns": end,
+        "device_ns": rq["device_ns"] or None,
+        # The thread that made it: the call's own (its tid), a worker's, another process's; None: unknown.
+        "made_by": rq["tid"] or None,
+        # A time of 2^32-1 ns is that long or longer (the ring keeps 32-bit times).
+        **({"saturated": True} if U32_MAX in (rq["life_ns"], rq["device_ns"]) else {}),
+    }
+
+
 def _call(
-    rules: attribution.Rules, call: dict[str, Any], stacks: dict[int, list[str]], uring: bool = False
+    rules: attribution.Rules,
+    call: dict[str, Any],
+    stacks: dict[int, list[str]],
+    devices: dict[int, str],
+    uring: bool = False,
 ) -> dict[str, Any]:
     """One call explained. An io_uring request (uring): its waits and runnable time are its io-wq
     worker's, and the rest is not CPU but outside the worker's waits (`elsewhere_ns`): queued for a
@@ -60,7 +90,9 @@ def _call(
         if w["stack"] == STACK_NOT_WALKED:
             cause, detail = NOT_WALKED, None
         else:
-            cause, detail = attribution.classify_off(rules, {"stack": w["stack"], "runnable": False}, frames)
+            cause, detail = attribution.classify_off(
+                rules, {"stack": w["stack"], "runnable": False}, frames, waker=stacks.get(w["waker_stack"])
+            )
         waits.append(
             {
                 "at_ns": w["start_ns"] - call["start_ns"],  # from the call's start
@@ -89,6 +121,16 @@ def _call(
         ),
         # The block requests it made itself, and what those that ended by its exit took.
         **({"own_requests": call["own_requests"]} if call.get("own_requests") else {}),
+        # What the traced devices were doing meanwhile: the last requests to end while it ran, oldest
+        # first; device_requests_more: more ended than are kept (bpf/fsprof.h EXEMPLAR_RQS).
+        **(
+            {
+                "device_requests": [_device_request(rq, call, devices) for rq in reversed(call["device_requests"])],
+                "device_requests_more": call.get("device_more", False),
+            }
+            if call.get("device_requests")
+            else {}
+        ),
     }
 
 

@@ -11,14 +11,15 @@ from ..trace.maps import EXEMPLARS
 
 STACK_SAMPLE_HELP = (
     "walk off-CPU and waker stacks in 1 of N calls of each syscall once 64 of its waits have "
-    "been, and divide the other calls' blocked time in the walked calls' proportions: cheaper, and "
-    "the report says how much is estimated (default 1: every call)"
+    "been, and divide the other calls' shorter waits in the walked calls' proportions; a wait "
+    "of --tail-threshold or longer keeps its own stacks in every call, and the report says how "
+    "much is estimated (default 8; 1: every call, the lab mode)"
 )
 
 
 TAIL_THRESHOLD_HELP = (
-    "with --stack-sample N > 1, a syscall's wait this long or longer (e.g. 500us, 2ms) keeps its own "
-    "off-CPU and waker stacks in every call, never estimated (default 1ms)"
+    "a syscall's wait this long or longer (e.g. 500us, 2ms) keeps its own off-CPU and waker "
+    "stacks in every call, never estimated (default 1ms; moot with --stack-sample 1)"
 )
 
 

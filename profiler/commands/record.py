@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..session.collect import DEFAULT_TAIL_NS
+from ..session.collect import DEFAULT_STACK_SAMPLE, DEFAULT_TAIL_NS
 from ..trace.maps import EXEMPLARS
 from .arguments import (
     EXEMPLARS_HELP,
@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mount", help="every process's operations on the filesystem mounted here")
     p.add_argument("--duration", help="how long (e.g. 30s, 2m); default: until Ctrl-C or the process exits")
     p.add_argument("--sample-hz", type=sample_hz, default=999, help="on-CPU sampling frequency, 0 = off (default 999)")
-    p.add_argument("--stack-sample", type=positive, default=1, metavar="N", help=STACK_SAMPLE_HELP)
+    p.add_argument("--stack-sample", type=positive, default=DEFAULT_STACK_SAMPLE, metavar="N", help=STACK_SAMPLE_HELP)
     p.add_argument(
         "--tail-threshold", type=duration_ns, default=DEFAULT_TAIL_NS, metavar="TIME", help=TAIL_THRESHOLD_HELP
     )

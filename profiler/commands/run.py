@@ -11,7 +11,7 @@ from ..machine import spec
 from ..session.run import RunOptions, run, run_spec
 from ..machine.scratch import LOOP_IO, FsConfig
 from ..machine.device_model import MODELS
-from ..session.collect import DEFAULT_TAIL_NS
+from ..session.collect import DEFAULT_STACK_SAMPLE, DEFAULT_TAIL_NS
 from ..trace.maps import EXEMPLARS
 from .arguments import (
     EXEMPLARS_HELP,
@@ -73,7 +73,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=999,
         help="on-CPU sampling frequency of the traced threads, 0 = off (default 999)",
     )
-    p.add_argument("--stack-sample", type=positive, default=1, metavar="N", help=STACK_SAMPLE_HELP)
+    p.add_argument("--stack-sample", type=positive, default=DEFAULT_STACK_SAMPLE, metavar="N", help=STACK_SAMPLE_HELP)
     p.add_argument(
         "--tail-threshold", type=duration_ns, default=DEFAULT_TAIL_NS, metavar="TIME", help=TAIL_THRESHOLD_HELP
     )

@@ -46,6 +46,13 @@ def kdev_str(dev: int) -> str:
     return f"{dev >> 20}:{dev & 0xFFFFF}"
 
 
+def name_of_kdev(dev: int) -> str:
+    """A block device's name (vda, loop0) from its kernel dev_t, as sysfs has it now; major:minor
+    when no such device is there."""
+    node = Path(f"/sys/dev/block/{kdev_str(dev)}")
+    return node.resolve().name if node.exists() else kdev_str(dev)
+
+
 def whole_disk(name: str) -> str:
     """The disk a partition belongs to ('sda' for 'sda1'): block tracepoints and flush counters
     are per disk, so a partition's I/O is counted on its disk (with its sibling partitions')."""

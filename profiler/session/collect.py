@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from ..trace.libbpf import Map, SharedMap
 
 DEFAULT_SAMPLE_HZ = 999
+# --stack-sample's default: the tail exactly, the body 1 call in 8 (docs/tail.md, "The default").
+# 1 walks every call's stacks: the lab mode.
+DEFAULT_STACK_SAMPLE = 8
 # Stack sampling (--stack-sample N): every call of an op is walked until this many of its blocked
 # intervals have been (every window of a worker until it has had this many windows).
 STACK_FIRST = 64
@@ -49,6 +52,8 @@ SHARED_MAPS = (
     ("rq_owners", c.c_uint64, maps.RqOwner),
     ("call_rqs", c.c_uint32, maps.CallRqs),
     ("uring_reqs", c.c_uint64, maps.UringReq),
+    ("rq_ring", c.c_uint32, maps.RqSeen),
+    ("rq_ring_head", c.c_uint32, c.c_uint64),
 )
 
 
@@ -188,7 +193,7 @@ class Collector:
         self,
         sample_hz=DEFAULT_SAMPLE_HZ,
         fs=filesystems.NAMES,
-        stack_sample=1,
+        stack_sample=DEFAULT_STACK_SAMPLE,
         tail_ns=DEFAULT_TAIL_NS,
         exemplars=maps.EXEMPLARS,
     ):

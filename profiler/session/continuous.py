@@ -29,7 +29,7 @@ from ..errors import FsprofError
 from ..machine.mounts import mount_of, mounts
 from ..views import flamegraph, metrics, pprof
 from ..trace.maps import EXEMPLARS
-from .collect import DEFAULT_TAIL_NS, Collector
+from .collect import DEFAULT_STACK_SAMPLE, DEFAULT_TAIL_NS, Collector
 from .record import _block_of, _sb_dev, apply_target, check_target, parse_duration, zero_block_classes
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ class ContinuousOptions:
     pprof_keep: int = DEFAULT_PPROF_KEEP
     pprof_url: str | None = None
     sample_hz: int
-    stack_sample: int = 1
+    stack_sample: int = DEFAULT_STACK_SAMPLE
     tail_threshold_ns: int = DEFAULT_TAIL_NS
     exemplars: int = EXEMPLARS  # the slowest calls kept whole per op and window
 
@@ -250,7 +250,16 @@ def post_profile(
 class Generation:
     """One set of loaded BPF programs (a Collector) for the filesystem types in `fs`."""
 
-    def __init__(self, scope, fs, sample_hz, targets, stack_sample=1, tail_ns=DEFAULT_TAIL_NS, exemplars=EXEMPLARS):
+    def __init__(
+        self,
+        scope,
+        fs,
+        sample_hz,
+        targets,
+        stack_sample=DEFAULT_STACK_SAMPLE,
+        tail_ns=DEFAULT_TAIL_NS,
+        exemplars=EXEMPLARS,
+    ):
         self.fs = set(fs)
         self.collector = Collector(
             sample_hz=sample_hz, fs=sorted(self.fs), stack_sample=stack_sample, tail_ns=tail_ns, exemplars=exemplars

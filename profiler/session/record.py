@@ -17,7 +17,7 @@ from .. import __version__, behind, filesystems
 from ..machine import blockdev
 from ..trace import maps
 from ..trace.maps import EXEMPLARS
-from .collect import DEFAULT_TAIL_NS, Collector
+from .collect import DEFAULT_STACK_SAMPLE, DEFAULT_TAIL_NS, Collector
 from ..machine.conditions import sysctls_in_force
 from ..errors import FsprofError
 from ..machine.mounts import mount_of, mounts
@@ -37,7 +37,7 @@ class RecordOptions:
     mount: str | None = None
     duration: str | None = None  # as the user wrote it (30s, 2m); None: until Ctrl-C or the process exits
     sample_hz: int
-    stack_sample: int = 1
+    stack_sample: int = DEFAULT_STACK_SAMPLE
     tail_threshold_ns: int = DEFAULT_TAIL_NS
     exemplars: int = EXEMPLARS  # the slowest calls kept whole per op
     output: str | None = None

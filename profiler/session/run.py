@@ -23,7 +23,7 @@ from ..machine.device_model import DeviceModel
 from ..trace import maps
 from ..analysis.assemble import assemble
 from ..trace.maps import EXEMPLARS
-from .collect import DEFAULT_TAIL_NS, Collector
+from .collect import DEFAULT_STACK_SAMPLE, DEFAULT_TAIL_NS, Collector
 from ..machine.conditions import sysctls_in_force
 from ..errors import FsprofError
 from ..views.flamegraph import write_default_set
@@ -63,7 +63,7 @@ class RunOptions:
     output: str | None = None
     go_on: bool = False
     sample_hz: int
-    stack_sample: int = 1
+    stack_sample: int = DEFAULT_STACK_SAMPLE
     tail_threshold_ns: int = DEFAULT_TAIL_NS
     exemplars: int = EXEMPLARS  # the slowest calls kept whole per op
 

@@ -493,6 +493,23 @@ class AioReq(c.Structure):
     _fields_ = [("start_ns", c.c_uint64), ("dev", c.c_uint32), ("phase", c.c_uint16), ("opcode", c.c_uint16)]
 
 
+class RqSeen(c.Structure):
+    """struct rq_seen: one ended block request, as the device ring keeps it (bpf/shared_maps.h)."""
+
+    _fields_ = [
+        ("end_ns", c.c_uint64),
+        ("life_ns", c.c_uint32),
+        ("device_ns", c.c_uint32),
+        ("dev", c.c_uint32),
+        ("tid", c.c_uint32),
+        ("cls", c.c_uint16),
+        ("pad", c.c_uint16 * 3),
+    ]
+
+
+EXEMPLAR_RQS = 8  # bpf/fsprof.h: a kept call's device requests
+
+
 class Exemplar(c.Structure):
     _fields_ = [
         ("start_ns", c.c_uint64),
@@ -504,6 +521,9 @@ class Exemplar(c.Structure):
         ("waits", c.c_uint32),
         ("wait", ExemplarWait * EXEMPLAR_WAITS),
         ("own", OwnRqs),
+        ("device_rqs", c.c_uint32),
+        ("device_more", c.c_uint32),
+        ("device", RqSeen * EXEMPLAR_RQS),
     ]
 
 
@@ -560,9 +580,29 @@ def exemplars_of(kept: Any) -> list[dict[str, Any]]:
                 key=lambda w: -w["ns"],
             ),
             "own_requests": own_requests_of(e.own),
+            # The requests that ended on the traced devices while it ran, newest first (the last
+            # EXEMPLAR_RQS; "device_more": there were more).
+            "device_requests": [device_request_of(s) for s in list(e.device)[: min(e.device_rqs, EXEMPLAR_RQS)]],
+            "device_more": bool(e.device_more),
         }
         for e in calls
     ]
+
+
+U32_MAX = 0xFFFFFFFF
+
+
+def device_request_of(s: Any) -> dict[str, Any]:
+    """One struct rq_seen: {dev, class, end_ns, life_ns, device_ns, tid}; a time of U32_MAX is
+    that long or longer, device_ns 0 a request not issued itself (an empty cache flush)."""
+    return {
+        "dev": s.dev,
+        "class": BLK_CLASSES[s.cls] if s.cls < len(BLK_CLASSES) else str(s.cls),
+        "end_ns": s.end_ns,
+        "life_ns": s.life_ns,
+        "device_ns": s.device_ns,
+        "tid": s.tid,
+    }
 
 
 def own_requests_of(own: Any) -> dict[str, Any] | None:

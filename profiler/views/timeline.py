@@ -3,8 +3,10 @@ in ui.perfetto.dev. Under a track per filesystem, a track per traced thread hold
 a slice with its longest waits nested in it (named by cause; an io_uring request's, its io-wq
 worker's, on a track of their own), and a track per filesystem worker
 (jbd2, XFS's CIL push and log worker, btrfs's commit and log sync) holds the work windows that ended
-those waits, each with a flow arrow to the wait it ended. Times are the kernel's CLOCK_MONOTONIC
-(bpf_ktime_get_ns), in the trace's default clock domain."""
+those waits, each with a flow arrow to the wait it ended, and a track per block device holds the
+requests that ended while those calls ran (each from its start to its end, its time on the device
+nested at the end). Times are the kernel's CLOCK_MONOTONIC (bpf_ktime_get_ns), in the trace's
+default clock domain."""
 
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,7 @@ class Timeline:
         self.lanes: dict[tuple[Any, ...], list[list[tuple[int, int]]]] = {}
         self.flows = 0
         self.windows: dict[tuple[Any, ...], TracePacket] = {}  # a work window's begin, drawn once
+        self.requests: set[tuple[Any, ...]] = set()  # block requests drawn (several calls may share one)
 
     def track(self, key: tuple[Any, ...], name: str, parent: int | None = None) -> int:
         """The uuid of the track `key`, its descriptor written the first time."""
@@ -124,6 +127,8 @@ def add_call(tl: Timeline, fs_track: int, label: str, op: str, call: dict[str, A
             ),
         },
     )
+    for rq in call.get("device_requests", []):
+        add_request(tl, fs_track, label, call, rq)
     # An io_uring request's waits are its io-wq worker's (which worker is not recorded): on a track
     # of their own beside the submitter's, the request drawn again there with its waits in it.
     waits_track = thread
@@ -187,6 +192,28 @@ def add_work(
         },
         flow=flow,
     )
+
+
+def add_request(tl: Timeline, fs_track: int, label: str, call: dict[str, Any], rq: dict[str, Any]) -> None:
+    """A block request that ended while a slow call ran, on its device's track: from its start to
+    its end, with its time on the device nested at the end (the rest it queued, or waited for the
+    cache flush the kernel ran before it). Drawn once however many calls it overlapped."""
+    start, end = call["start_ns"] + rq["start_at_ns"], call["start_ns"] + rq["end_at_ns"]
+    key = (label, rq["device"], rq["class"], start, end)
+    if key in tl.requests:
+        return
+    tl.requests.add(key)
+    track = tl.lane((label, "device", rq["device"]), f"device {rq['device']}", fs_track, start, end)
+    made_by = rq.get("made_by")
+    whose = (
+        "unknown" if made_by is None else f"thread {made_by}" + (" (the call's own)" if made_by == call["tid"] else "")
+    )
+    args: dict[str, Any] = {"made_by": whose, "device_ns": rq["device_ns"] or 0}
+    if rq["device_ns"] is None:
+        args["issued"] = "no: the queue's own flush request did its device work"
+    tl.slice(track, rq["class"], start, end, 0, args)
+    if rq["device_ns"]:
+        tl.slice(track, "on the device", max(end - rq["device_ns"], start), end, 1, {})
 
 
 def build(result: dict[str, Any]) -> tuple[bytes, int]:

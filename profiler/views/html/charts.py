@@ -190,14 +190,61 @@ def _cause_row(name, op, b, order, colours, y, bar_h, px_per_us):
     return "".join(out)
 
 
+def request_lanes(requests, ns):
+    """{index: lane} of a call's device requests that show on its axis (those ending after it
+    began), each in the first lane where it overlaps no other."""
+    lanes, ends = {}, []
+    for i, rq in sorted(enumerate(requests), key=lambda ir: ir[1]["start_at_ns"]):
+        if rq["end_at_ns"] < 0 or rq["start_at_ns"] > ns:
+            continue
+        lane = next((k for k, end in enumerate(ends) if end <= rq["start_at_ns"]), len(ends))
+        if lane == len(ends):
+            ends.append(0)
+        ends[lane] = rq["end_at_ns"]
+        lanes[i] = lane
+    return lanes
+
+
+def device_rows(call, lanes, px, top, h):
+    """A call's device requests on its axis, lane by lane (request_lanes): each from its start to
+    its end, the part on the device darker."""
+    out = []
+    ns = call["ns"] or 1
+    for i, rq in enumerate(call.get("device_requests", [])):
+        if i not in lanes:
+            continue
+        y = top + lanes[i] * (h + 1)
+        x0, x1 = max(rq["start_at_ns"], 0), min(rq["end_at_ns"], ns)
+        on = rq["device_ns"] or 0
+        where = f"{fmt_ns(on)} on the device" if on else "served by the queue's flush request"
+        own = ", made by the call's thread" if rq.get("made_by") == call["tid"] else ""
+        life = fmt_ns(rq["end_at_ns"] - rq["start_at_ns"])
+        tip = escape(f"{rq['class'].replace('_', ' ')} on {rq['device']}: {life} from start to end, {where}{own}")
+        data = attrs(data_class=rq["class"], data_start=rq["start_at_ns"], data_end=rq["end_at_ns"])
+        out.append(
+            f'<rect class="request" x="{LABEL_W + x0 * px:.2f}" y="{y}" width="{max((x1 - x0) * px, 0.5):.2f}"'
+            f' height="{h}" fill="#bbb"{data}><title>{tip}</title></rect>'
+        )
+        if on:
+            d0 = max(rq["end_at_ns"] - on, x0)
+            out.append(
+                f'<rect class="on-device" x="{LABEL_W + d0 * px:.2f}" y="{y}" width="{max((x1 - d0) * px, 0.5):.2f}"'
+                f' height="{h}" fill="#555"><title>{tip}</title></rect>'
+            )
+    return out
+
+
 def call_timeline(name, op, call, colours):
     """One slowest call on its own time axis (docs/tail.md): the call from its start to its end, and
     each of its longest blocked intervals where it fell, coloured by cause, with who ended it. The
     rest of its time (shorter waits, runnable, on CPU) has no recorded place: it is the bar's base."""
     ns = call["ns"] or 1
     px = PLOT_W / ns
-    bar_h, top, work_h = 18, 18, 8
-    width, height = LABEL_W + PLOT_W + SIDE_W, top + bar_h + work_h + 26
+    bar_h, top, work_h, rq_h = 18, 18, 8, 5
+    lanes = request_lanes(call.get("device_requests", []), ns)
+    rq_top = top + bar_h + work_h + 6
+    rows_h = (rq_h + 1) * (max(lanes.values(), default=-1) + 1)
+    width, height = LABEL_W + PLOT_W + SIDE_W, top + bar_h + work_h + 26 + (rows_h + 6 if lanes else 0)
     label = f"{fmt_ns(call['ns'])}, thread {call['tid']}"
     data = attrs(data_fs=name, data_op=op, data_ns=call["ns"], data_tid=call["tid"])
     out = [
@@ -245,9 +292,13 @@ def call_timeline(name, op, call, colours):
             f"{escape(name)}: {escape(fmt_ns(end - work['start_at_ns']))}, blocked "
             f"{escape(fmt_ns(work['blocked_ns']))} in it; {escape(rqs)}</title></rect>"
         )
+    if lanes:  # what the devices did meanwhile: each request from its start, its device time darker
+        out.append(f'<text x="{LABEL_W - 8}" y="{rq_top + 6}" class="rowlabel">devices</text>')
+    out += device_rows(call, lanes, px, rq_top, rq_h)
+    ticks_y = top + bar_h + work_h + 18 + (rows_h + 6 if lanes else 0)
     for frac in (0, 0.5, 1):
         out.append(
-            f'<text x="{LABEL_W + frac * PLOT_W:.1f}" y="{top + bar_h + work_h + 18}" class="tick">'
+            f'<text x="{LABEL_W + frac * PLOT_W:.1f}" y="{ticks_y}" class="tick">'
             f"{escape(fmt_ns(frac * call['ns']))}</text>"
         )
     out.append(f'<text x="{LABEL_W}" y="12" class="note">{escape(label)}, phase {escape(call["phase"])}</text>')
