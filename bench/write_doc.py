@@ -38,6 +38,11 @@ continuous-mode soak 10 minutes each;
 `BENCH_QUICK=1` runs everything with few, short repeats (to check the scripts: not figures to
 quote); `BENCH_WORKLOADS=0` skips the bundled workloads' benches against their reference tools.
 Each section names its own script, which runs alone too.
+
+Which mode is which: "fsprof --stack-sample 8" is fsprof's default since 2026-11-29 (stacks
+walked in 1 call in 8, every wait of 1 ms or more exact); "fsprof" is `--stack-sample 1`, every
+call's stacks walked (the lab mode). The benches that run `fsprof run` or `record` as a user does
+(start-up, capacity, soak, the bundled workloads) run the default from that date.
 """
 
 
