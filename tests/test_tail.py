@@ -331,7 +331,9 @@ def test_a_slow_calls_device_requests_are_the_devices_as_bpftrace_sees_them(tmp_
 
     oracle = bpftrace_start(DEVICE_ORACLE)
     try:
-        by_fs, _, _ = fsprof_run(tmp_path, "device", "--fs", "ext4", "--count", "200", "--mount-options", "barrier=1")
+        by_fs, _, stdout = fsprof_run(
+            tmp_path, "device", "--fs", "ext4", "--count", "200", "--mount-options", "barrier=1"
+        )
         unseen = sum(bpftrace_skipped(p) for p in ("block_rq_issue", "block_rq_complete"))
     finally:
         seen = bpftrace_output(oracle)
@@ -380,6 +382,7 @@ def test_a_slow_calls_device_requests_are_the_devices_as_bpftrace_sees_them(tmp_
     assert compared >= 10, calls[:2]
     # The slowest fsyncs wait on commits whose commit block is a cache flush and a FUA write.
     assert flushes >= len(calls) // 2, [[r["class"] for r in c.get("device_requests", [])] for c in calls]
+    assert re.search(r"on the devices meanwhile \(.*\): \S+ .*flush", stdout), stdout[-2000:]
 
 
 def test_a_commits_requests_are_timed_as_bpftrace_times_them(tmp_path):
