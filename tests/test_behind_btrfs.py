@@ -88,7 +88,7 @@ def assembled(collector, target, start_ns):
 
 def test_commits_and_commit_time_match_commit_stats(tmp_path):
     rounds, per = 12, 10
-    with undo.Changes() as changes, Collector() as collector:
+    with undo.Changes() as changes, Collector(stack_sample=1) as collector:  # every stack walked: counts told by stacks
         sfs = scratch.provision(changes, scratch.FsConfig("btrfs"), tmp_path / "scratch")
         fsid = btrfs.fsid_of_devices([name for name, _ in sfs.block_devs])
         subprocess.run(["sync", "-f", str(sfs.mountpoint)], check=True)
@@ -174,7 +174,7 @@ def stop_bpftrace(proc):
 @pytest.mark.skipif(shutil.which("bpftrace") is None, reason="bpftrace (the oracle) is not installed")
 def test_ordered_extents_tickets_and_log_syncs_match_bpftrace(tmp_path):
     threads, count = 4, 100
-    with undo.Changes() as changes, Collector() as collector:
+    with undo.Changes() as changes, Collector(stack_sample=1) as collector:  # every stack walked: counts told by stacks
         sfs = scratch.provision(changes, scratch.FsConfig("btrfs"), tmp_path / "scratch")
         fsid = btrfs.fsid_of_devices([name for name, _ in sfs.block_devs])
         subprocess.run(["sync", "-f", str(sfs.mountpoint)], check=True)

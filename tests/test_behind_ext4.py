@@ -55,7 +55,7 @@ def measured(tmp_path, workload, mkfs=(), mount="", oracle=None, loop_io="direct
     kernel's counters read just before the probes are reset and just after the snapshot, and
     oracle(kdev) -> stop() run around it. Returns (entry, before, after, oracle's result)."""
     config = scratch.FsConfig("ext4", mkfs_options=mkfs, mount_options=mount, loop_io=loop_io)
-    with undo.Changes() as changes, Collector() as collector:
+    with undo.Changes() as changes, Collector(stack_sample=1) as collector:  # every stack walked: counts told by stacks
         sfs = scratch.provision(changes, config, tmp_path / "scratch")
         name, kdev = sfs.block_devs[0]
         # measure() makes this directory and syncs before resetting the probes: do both first, so

@@ -66,7 +66,7 @@ def test_tiny_dirty_bytes_makes_balance_dirty_pages_the_write_cost(tmp_path):
     vmstat = tmp_path / "vmstat"
     # The workload reads the thresholds itself, while the sysctls are in force.
     script = f"{' '.join(DD)}; grep -E '^nr_dirty(_background)?_threshold ' /proc/vmstat > {vmstat}"
-    with undo.Changes() as changes, Collector() as collector:
+    with undo.Changes() as changes, Collector(stack_sample=1) as collector:  # every stack walked: counts told by stacks
         sfs = scratch.provision(changes, scratch.FsConfig("ext4"), tmp_path / "scratch")
         settings.set_sysctl(changes, "vm.dirty_bytes", DIRTY_BYTES)
         settings.set_sysctl(changes, "vm.dirty_background_bytes", DIRTY_BACKGROUND_BYTES)

@@ -88,7 +88,7 @@ def stop_bpftrace(proc):
 def traced_run(tmp_path, config, workload):
     """Provision `config`, settle it, and measure `workload` with bpftrace watching the same device.
     Returns (result entry, bpftrace figures)."""
-    with undo.Changes() as changes, Collector() as collector:
+    with undo.Changes() as changes, Collector(stack_sample=1) as collector:  # every stack walked: counts told by stacks
         # The log worker's periodic force (every 30 s) would fall in a slow run's traced window but
         # outside the workload's own stats reading: held off (2 hours) for the test, then restored.
         # Set before the mount, which queues the worker's first run with the period then in force

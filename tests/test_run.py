@@ -94,7 +94,7 @@ def stop_bpftrace(proc):
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("bpftrace") is None, reason="bpftrace (the oracle) is not installed")
 def test_bpftrace_counts_the_same_flushes(tmp_path):
-    with undo.Changes() as changes, Collector() as collector:
+    with undo.Changes() as changes, Collector(stack_sample=1) as collector:  # every stack walked: counts told by stacks
         sfs = scratch.provision(changes, scratch.FsConfig("ext4"), tmp_path / "scratch")
         subprocess.run(["sync", "-f", sfs.mountpoint], check=True)
         oracle = start_bpftrace(sfs.block_devs[0][1])
@@ -112,7 +112,7 @@ def test_bpftrace_counts_the_same_flushes(tmp_path):
 
 def test_children_of_the_workload_are_followed(tmp_path):
     """The traced process is a shell; the fsyncs happen in its child."""
-    with undo.Changes() as changes, Collector() as collector:
+    with undo.Changes() as changes, Collector(stack_sample=1) as collector:  # every stack walked: counts told by stacks
         sfs = scratch.provision(changes, scratch.FsConfig("ext4"), tmp_path / "scratch")
         collector.set_targets([behind.Target("ext4", sfs.dev, {kdev: name for name, kdev in sfs.block_devs})])
         collector.reset()
