@@ -325,8 +325,9 @@ def test_a_slow_calls_device_requests_are_the_devices_as_bpftrace_sees_them(tmp_
     """What the device did while a slow fsync ran (ext4, barrier=1: each commit block is a
     cache flush and a FUA write): each exemplar's device requests are requests a bpftrace oracle
     saw end on that device at that time (within 50 us x TIME_SCALE squared), their device times
-    within as much; every request the oracle saw end well inside the call is among them when they
-    are not cut at EXEMPLAR_RQS; and the slowest fsyncs name their commit's flush."""
+    within as much (all but one in 20; summed within 3%); every request the oracle saw end well
+    inside the call is among them when they are not cut at EXEMPLAR_RQS; and the slowest fsyncs
+    name their commit's flush."""
     from profiler.machine.blockdev import kdev_of_block, kdev_str
 
     oracle = bpftrace_start(DEVICE_ORACLE)
@@ -355,7 +356,7 @@ def test_a_slow_calls_device_requests_are_the_devices_as_bpftrace_sees_them(tmp_
             numbers[name] = name if ":" in name else kdev_str(kdev_of_block(name))
     near = 50_000 * TIME_SCALE**2
     calls = fs["exemplars"]["fsync"]
-    matched = compared = flushes = 0
+    compared = apart = flushes = ours_ns = theirs_ns = 0
     for call in calls:
         rqs = call.get("device_requests", [])
         assert len(rqs) <= 8 and all(r["start_at_ns"] <= r["end_at_ns"] <= call["ns"] for r in rqs), rqs
@@ -367,9 +368,13 @@ def test_a_slow_calls_device_requests_are_the_devices_as_bpftrace_sees_them(tmp_
                 unseen -= 1  # a completion the oracle's program was not run for, or a failure
                 assert unseen >= 0, (r, call["start_ns"], sorted(theirs, key=lambda t: abs(t[3] - end))[:2])
                 continue
-            matched += 1
             best = min(same, key=lambda t: abs((t[2] or 0) - r["device_ns"]))
-            assert best[2] is not None and abs(best[2] - r["device_ns"]) <= near, (r, best)
+            assert best[2] is not None, (r, best)
+            # One request's two timings can be parted by a preemption between the two programs at
+            # one tracepoint (preemptible since 6.13): a few apart, the sum close.
+            apart += abs(best[2] - r["device_ns"]) > near
+            ours_ns += r["device_ns"]
+            theirs_ns += best[2]
             assert r["end_at_ns"] - r["start_at_ns"] >= r["device_ns"]
             compared += 1
         # Not cut: every request the oracle saw end well inside the call is there.
@@ -380,6 +385,8 @@ def test_a_slow_calls_device_requests_are_the_devices_as_bpftrace_sees_them(tmp_
             assert len(issued) >= len(inside) - unseen, (call, inside)
         flushes += any(r["class"] in ("flush", "preflush_write", "fua_write") for r in rqs)
     assert compared >= 10, calls[:2]
+    assert apart <= max(1, compared // 20), (apart, compared)
+    assert abs(ours_ns - theirs_ns) <= max(0.03 * theirs_ns, near * compared), (ours_ns, theirs_ns, compared)
     # The slowest fsyncs wait on commits whose commit block is a cache flush and a FUA write.
     assert flushes >= len(calls) // 2, [[r["class"] for r in c.get("device_requests", [])] for c in calls]
     assert re.search(r"on the devices meanwhile \(.*\): \S+ .*flush", stdout), stdout[-2000:]
