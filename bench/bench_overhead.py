@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Benchmark: what tracing costs the workload. Each workload runs untraced, traced by fsprof (the
 Collector `fsprof record --pid` and `fsprof run` load: syscalls, off-CPU stacks with wakers, on-CPU
-sampling at 999 Hz, ext4/XFS/btrfs/block/writeback probes), by the same with `--stack-sample 8`
-(fsprof-sampled), traced by bench/peer.bt in bpftrace
+sampling at 999 Hz, ext4/XFS/btrfs/block/writeback probes) with every call's stacks walked
+(`--stack-sample 1`), by the same with `--stack-sample 8` (fsprof-sampled: fsprof's default since
+2026-11-29), traced by bench/peer.bt in bpftrace
 (syscall latency and off-CPU stacks of the same threads), and traced by libbpf-tools' syscount -L,
 offcputime and biolatency together; the five interleaved, the order rotated each round, on one
 scratch filesystem per workload. Throughput is the workload's own: requests/s of the fsync-heavy
