@@ -283,12 +283,18 @@ def bpftrace_prelude():
     )
 
 
-def bpftrace_start(script):
-    """Start a bpftrace oracle whose BEGIN prints "ready"; returns once every probe is attached."""
+def bpftrace_start(script, map_keys=None):
+    """Start a bpftrace oracle whose BEGIN prints "ready"; returns once every probe is attached.
+    map_keys: room for that many keys in each of its maps (bpftrace's default is 4,096)."""
     import pytest
 
+    env = {**os.environ, "BPFTRACE_MAP_KEYS_MAX": str(map_keys)} if map_keys else None
     proc = subprocess.Popen(
-        ["bpftrace", "-e", bpftrace_prelude() + script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        ["bpftrace", "-e", bpftrace_prelude() + script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     for line in proc.stdout:  # "Attaching N probes...", then BEGIN's line once every probe is attached
         if line.strip() == "ready":

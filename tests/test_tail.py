@@ -330,7 +330,7 @@ def test_a_slow_calls_device_requests_are_the_devices_as_bpftrace_sees_them(tmp_
     name their commit's flush."""
     from profiler.machine.blockdev import kdev_of_block, kdev_str
 
-    oracle = bpftrace_start(DEVICE_ORACLE)
+    oracle = bpftrace_start(DEVICE_ORACLE, map_keys=65536)  # a key per request of the run, every disk's
     try:
         by_fs, _, stdout = fsprof_run(
             tmp_path, "device", "--fs", "ext4", "--count", "200", "--mount-options", "barrier=1"
@@ -390,6 +390,13 @@ def test_a_slow_calls_device_requests_are_the_devices_as_bpftrace_sees_them(tmp_
     # The slowest fsyncs wait on commits whose commit block is a cache flush and a FUA write.
     assert flushes >= len(calls) // 2, [[r["class"] for r in c.get("device_requests", [])] for c in calls]
     assert re.search(r"on the devices meanwhile \(.*\): \S+ .*flush", stdout), stdout[-2000:]
+    # A commit block's PREFLUSH write waits for its pre-flush on the same device: some request
+    # queued while its device flushed, never longer than its time before the device.
+    behind = [r for c in calls for r in c.get("device_requests", []) if r.get("queued_while_flushing_ns")]
+    assert behind and all(
+        r["queued_while_flushing_ns"] <= r["end_at_ns"] - r["start_at_ns"] - r["device_ns"] for r in behind
+    ), behind[:3]
+    assert " flushed)" in stdout, stdout[-2000:]
 
 
 def test_a_commits_requests_are_timed_as_bpftrace_times_them(tmp_path):

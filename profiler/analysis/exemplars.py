@@ -73,6 +73,30 @@ def _device_request(rq: dict[str, Any], call: dict[str, Any], devices: dict[int,
     }
 
 
+def _queued_while_flushing(requests: list[dict[str, Any]]) -> None:
+    """Marks each request that queued while its device was flushing its cache: how long its time
+    before the device (its queue, or a preflush write's wait for its pre-flush) overlapped a cache
+    flush's time on the same device (`queued_while_flushing_ns`), as a data write behind a commit's
+    flush does."""
+    flushing: dict[str, list[tuple[int, int]]] = {}
+    for rq in requests:
+        if rq["class"] == "flush" and rq["device_ns"]:
+            flushing.setdefault(rq["device"], []).append((rq["end_at_ns"] - rq["device_ns"], rq["end_at_ns"]))
+    for rq in requests:
+        spans = flushing.get(rq["device"])
+        if rq["class"] == "flush" or not spans or rq["device_ns"] is None:
+            continue
+        start, end = rq["start_at_ns"], rq["end_at_ns"] - rq["device_ns"]
+        covered, reach = 0, start
+        for s, e in sorted(spans):  # the union of the flushes' spans, clipped to the queue time
+            s, e = max(s, reach), min(e, end)
+            if e > s:
+                covered += e - s
+                reach = e
+        if covered:
+            rq["queued_while_flushing_ns"] = covered
+
+
 def _call(
     rules: attribution.Rules,
     call: dict[str, Any],
@@ -104,6 +128,8 @@ def _call(
             }
         )
     shown = sum(w["ns"] for w in waits)
+    device_requests = [_device_request(rq, call, devices) for rq in reversed(call.get("device_requests", []))]
+    _queued_while_flushing(device_requests)
     return {
         "tid": call["tid"],
         "phase": call["phase"],
@@ -125,10 +151,10 @@ def _call(
         # first; device_requests_more: more ended than are kept (bpf/fsprof.h EXEMPLAR_RQS).
         **(
             {
-                "device_requests": [_device_request(rq, call, devices) for rq in reversed(call["device_requests"])],
+                "device_requests": device_requests,
                 "device_requests_more": call.get("device_more", False),
             }
-            if call.get("device_requests")
+            if device_requests
             else {}
         ),
     }

@@ -338,17 +338,22 @@ def device_words(call: dict[str, Any]) -> str:
     rqs = call.get("device_requests")
     if not rqs:
         return ""
-    by_dev: dict[str, dict[str, list[int | None]]] = {}
+    by_dev: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for rq in rqs:
-        by_dev.setdefault(rq["device"], {}).setdefault(rq["class"], []).append(rq["device_ns"])
+        by_dev.setdefault(rq["device"], {}).setdefault(rq["class"], []).append(rq)
     said = []
     for dev, by_cls in by_dev.items():
         words = []
-        for cls, times in by_cls.items():
-            n = len(times)
+        for cls, these in by_cls.items():
+            n = len(these)
             name = cls.replace("_", " ") + ("es" if cls == "flush" and n > 1 else "s" if n > 1 else "")
-            on = [fmt_ns(ns) for ns in times if ns]
-            words.append(f"{n} {name}" + (f" ({', '.join(on)} on the device)" if cls == "flush" and on else ""))
+            on = [fmt_ns(rq["device_ns"]) for rq in these if rq["device_ns"]]
+            behind = sum(rq.get("queued_while_flushing_ns", 0) for rq in these)
+            words.append(
+                f"{n} {name}"
+                + (f" ({', '.join(on)} on the device)" if cls == "flush" and on else "")
+                + (f" (queued {fmt_ns(behind)} while {dev} flushed)" if behind else "")
+            )
         said.append(f"{dev} {', '.join(words)}")
     last = f"the last {len(rqs)} to end" if call.get("device_requests_more") else "what ended"
     return f"; on the devices meanwhile ({last}): " + "; ".join(said)

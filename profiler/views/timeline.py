@@ -209,6 +209,8 @@ def add_request(tl: Timeline, fs_track: int, label: str, call: dict[str, Any], r
         "unknown" if made_by is None else f"thread {made_by}" + (" (the call's own)" if made_by == call["tid"] else "")
     )
     args: dict[str, Any] = {"made_by": whose, "device_ns": rq["device_ns"] or 0}
+    if rq.get("queued_while_flushing_ns"):
+        args["queued_while_flushing_ns"] = rq["queued_while_flushing_ns"]
     if rq["device_ns"] is None:
         args["issued"] = "no: the queue's own flush request did its device work"
     tl.slice(track, rq["class"], start, end, 0, args)
