@@ -305,7 +305,12 @@ def io_wait_attempt(tmp_path):
             text=True,
         )
         rec = subprocess.Popen(
-            [sys.executable, "-m", "profiler", "record", "--pid", str(victim.pid), "-o", str(tmp_path / "rec")],
+            # Every stack walked: the time is told by its io_schedule frames, which a tail stack (the
+            # default's, for waits of 1 ms or more) has not, and no part of it may be estimated.
+            [
+                *[sys.executable, "-m", "profiler", "record", "--pid", str(victim.pid), "--stack-sample", "1"],
+                *["-o", str(tmp_path / "rec")],
+            ],
             cwd=REPO,
             stderr=subprocess.PIPE,
             text=True,
