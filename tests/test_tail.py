@@ -308,9 +308,12 @@ def test_a_slow_calls_own_requests_are_timed_as_bpftrace_times_them(tmp_path, fs
 # Every issued block request: @end[dev, sector, issue] its last completion, @device_ns[...] its first
 # completion after the issue less the issue (a request in a flush sequence completes twice: when
 # its data is written and when the sequence ends), as fsprof's device ring keeps them. A cache
-# flush has no sector: block_rq_issue says 0 (blk_rq_trace_sector), block_rq_complete -1.
+# flush has no sector: block_rq_issue says 0 (blk_rq_trace_sector) or -1, block_rq_complete -1.
 DEVICE_ORACLE = r"""BEGIN { printf("ready\n"); }
-tracepoint:block:block_rq_issue { @issue[args->dev, args->sector] = nsecs; @done[args->dev, args->sector] = 0; }
+tracepoint:block:block_rq_issue {
+  $s = args->sector;
+  if ($s == 0xffffffffffffffff) { $s = 0; }
+  @issue[args->dev, $s] = nsecs; @done[args->dev, $s] = 0; }
 tracepoint:block:block_rq_complete {
   $s = args->sector;
   if ($s == 0xffffffffffffffff) { $s = 0; }
