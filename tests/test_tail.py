@@ -326,7 +326,7 @@ END { clear(@issue); clear(@done); }"""
 
 def test_a_slow_calls_device_requests_are_the_devices_as_bpftrace_sees_them(tmp_path):
     """What the device did while a slow fsync ran (ext4, barrier=1: each commit block is a
-    cache flush and a FUA write): each exemplar's device requests are requests a bpftrace oracle
+    cache flush and a FUA write): each exemplar's requests on the loop device are requests a bpftrace oracle
     saw end on that device at that time (within 50 us x TIME_SCALE squared), their device times
     within as much (all but one in 20; summed within 3%); every request the oracle saw end well
     inside the call is among them when they are not cut at EXEMPLAR_RQS; and the slowest fsyncs
@@ -363,8 +363,14 @@ def test_a_slow_calls_device_requests_are_the_devices_as_bpftrace_sees_them(tmp_
     for call in calls:
         rqs = call.get("device_requests", [])
         assert len(rqs) <= 8 and all(r["start_at_ns"] <= r["end_at_ns"] <= call["ns"] for r in rqs), rqs
-        issued = [r for r in rqs if r["device_ns"] is not None]
+        # The scratch filesystem's own device. Its backing disk (also traced) has requests to one
+        # sector in flight together (the image's rewritten blocks, flushes on several queues),
+        # which the oracle's (device, sector) key cannot tell apart; so do two cache flushes (no
+        # sector) in flight on the loop device: theirs are counted below, not timed one by one.
+        issued = [r for r in rqs if r["device_ns"] is not None and r["device"].startswith("loop")]
         for r in issued:
+            if r["class"] == "flush":
+                continue
             end = call["start_ns"] + r["end_at_ns"]
             same = [t for t in theirs if t[0] == numbers[r["device"]] and abs(t[3] - end) <= near]
             if not same:
@@ -383,7 +389,7 @@ def test_a_slow_calls_device_requests_are_the_devices_as_bpftrace_sees_them(tmp_
         # Not cut: every request the oracle saw end well inside the call is there.
         if not call.get("device_requests_more"):
             start, end = call["start_ns"] + near, call["start_ns"] + call["ns"] - near
-            devices = {numbers[r["device"]] for r in rqs} or set(numbers.values())
+            devices = {numbers[r["device"]] for r in rqs if r["device"].startswith("loop")}
             inside = [t for t in theirs if t[0] in devices and start <= t[3] <= end]
             assert len(issued) >= len(inside) - unseen, (call, inside)
         flushes += any(r["class"] in ("flush", "preflush_write", "fua_write") for r in rqs)
