@@ -430,10 +430,20 @@ def test_a_commits_requests_are_timed_as_bpftrace_times_them(tmp_path):
     ]
     checked = [work for work in works if work["id"] in requests]
     assert len(checked) >= 0.75 * len(works) > 0, (len(checked), len(works))
+    apart = ours_ns = theirs_ns = timed = 0
     for work in checked:
         times = work.get("request_times")
         assert times and times["timed"] == sum(work["requests"].values()) == requests[work["id"]], (work, requests)
-        assert abs(times["device_ns"] - device_ns[work["id"]]) <= max(
+        # One request's two timings can be parted by a preemption between the two programs at one
+        # tracepoint (preemptible since 6.13; 140 us once beside two VMs): a few apart, the sum close.
+        apart += abs(times["device_ns"] - device_ns[work["id"]]) > max(
             0.02 * device_ns[work["id"]], near * times["timed"]
-        ), (times, device_ns[work["id"]])
+        )
+        ours_ns, theirs_ns, timed = (
+            ours_ns + times["device_ns"],
+            theirs_ns + device_ns[work["id"]],
+            timed + times["timed"],
+        )
         assert times["life_ns"] >= times["device_ns"], times
+    assert apart <= max(1, len(checked) // 20), (apart, len(checked))
+    assert abs(ours_ns - theirs_ns) <= max(0.03 * theirs_ns, near * timed), (ours_ns, theirs_ns)
