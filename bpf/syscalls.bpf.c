@@ -689,23 +689,35 @@ struct device_scratch {
 	__u64 end_ns;
 };
 
+/* One scratch a nesting level: a call's exit in a task can be interrupted by an io_uring
+ * request's completion on the same CPU (in an interrupt on 5.10), which keeps its own exemplar.
+ * device_rqs_depth says how many are gathering on this CPU now. */
+#define DEVICE_RQS_LEVELS 4 /* task, softirq, hardirq, NMI */
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, DEVICE_RQS_LEVELS);
 	__type(key, __u32);
 	__type(value, struct device_scratch);
 } device_rqs_scratch SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} device_rqs_depth SEC(".maps");
+
 /* The requests that ended on the traced devices between start_ns and end_ns, newest first, from
- * the device ring, into this CPU's device_rqs_scratch: at most EXEMPLAR_RQS, `more` set when
+ * the device ring, into this CPU's device_rqs_scratch at level: at most EXEMPLAR_RQS, `more` set when
  * there were more. The ring is in the order requests ended, so the walk stops at the first that
  * ended before start_ns. A global function with scalar arguments: its loop is checked once, apart
  * from the caller's slot search (whose 16 slots would multiply its states), on 5.10 too. */
-__noinline int device_rqs_during(__u64 start_ns, __u64 end_ns)
+__noinline int device_rqs_during(__u32 level, __u64 start_ns, __u64 end_ns)
 {
 	__u32 zero = 0, n, idx;
 	__u64 *headp = bpf_map_lookup_elem(&rq_ring_head, &zero), head;
-	struct device_scratch *out = bpf_map_lookup_elem(&device_rqs_scratch, &zero);
+	struct device_scratch *out = bpf_map_lookup_elem(&device_rqs_scratch, &level);
 	struct rq_seen *s;
 
 	if (!out)
@@ -737,18 +749,26 @@ __noinline int device_rqs_during(__u64 start_ns, __u64 end_ns)
 	return 0;
 }
 
-/* Into kept call e: its device requests (device_rqs_during), copied whole. */
+/* Into kept call e: its device requests (device_rqs_during), copied whole, gathered in this
+ * nesting level's own scratch. */
 static __always_inline void keep_device_rqs(struct exemplar *e)
 {
-	__u32 zero = 0;
-	struct device_scratch *scratch;
+	__u32 zero = 0, level;
+	__u32 *depth = bpf_map_lookup_elem(&device_rqs_depth, &zero);
+	struct device_scratch *scratch = NULL;
 
-	device_rqs_during(e->start_ns, e->end_ns);
-	scratch = bpf_map_lookup_elem(&device_rqs_scratch, &zero);
+	e->device_rqs = 0;
+	if (!depth)
+		return;
+	/* Not atomic: an interrupt between the read and the write restores what it added. */
+	level = (*depth)++;
+	if (level < DEVICE_RQS_LEVELS) {
+		device_rqs_during(level, e->start_ns, e->end_ns);
+		scratch = bpf_map_lookup_elem(&device_rqs_scratch, &level);
+	}
 	if (scratch)
 		__builtin_memcpy(&e->device_rqs, &scratch->got, sizeof(scratch->got));
-	else
-		e->device_rqs = 0;
+	(*depth)--;
 }
 
 static __always_inline int keep_exemplar_in(struct op_key *key, struct inflight *op, __u64 now, long ret)
