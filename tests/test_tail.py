@@ -149,7 +149,12 @@ def test_the_exemplars_are_the_slowest_calls_and_the_freeze_is_first(tmp_path, f
         assert clearly or op == "fsync", op  # the write that met the freeze, at least
     slowest = fs["exemplars"]["pwrite64"][0]
     low, high = frozen_bounds(fs)
-    assert slowest["waits"][0]["cause"] == "filesystem frozen" and slowest["waits"][0]["ended_by"] == "fsfreeze"
+    # Once in ~30 suites (btrfs, under load) the slowest write came with no wait: what was kept
+    # then, and what was dropped, says whether the wait or the call went missing.
+    writes = [(e["ns"], e["tid"], e["start_ns"], len(e["waits"])) for e in fs["exemplars"]["pwrite64"]]
+    why = (slowest, fs["drops"], fs["stack_sampling"], writes)
+    assert slowest["waits"] and slowest["waits"][0]["cause"] == "filesystem frozen", why
+    assert slowest["waits"][0]["ended_by"] == "fsfreeze", why
     assert low <= slowest["waits"][0]["ns"] <= high, (slowest["waits"][0], low, high)
     # Its parts add up to its length.
     parts = sum(w["ns"] for w in slowest["waits"]) + slowest["other_blocked_ns"]
