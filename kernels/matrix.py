@@ -58,6 +58,8 @@ ORACLE_TESTS = [
     # What the devices did while a slow fsync ran (the device ring; 5.10 takes its slots without
     # fetching atomics).
     "tests/test_tail.py::test_a_slow_calls_device_requests_are_the_devices_as_bpftrace_sees_them",
+    # A log force's wait named by the last request to end before its wakeup (its iclog write).
+    "tests/test_tail.py::test_a_log_force_names_the_iclog_write_that_ended_it",
     # io_uring requests before 6.4 (io_uring_submit_sqe; on 5.10 followed by ring and user_data),
     # the btrfs twins' oracle on 5.10 (ordered extents, delalloc reservations).
     "tests/test_io_uring.py::test_io_uring_requests_are_counted_where_submission_is_io_uring_submit_sqe",

@@ -452,3 +452,57 @@ def test_a_commits_requests_are_timed_as_bpftrace_times_them(tmp_path):
         assert times["life_ns"] >= times["device_ns"], times
     assert apart <= max(1, len(checked) // 20), (apart, len(checked))
     assert abs(ours_ns - theirs_ns) <= max(0.03 * theirs_ns, near * timed), (ours_ns, theirs_ns)
+
+
+# Every completion of a block request, by device, at its time (a request in a flush sequence
+# completes twice: its data, then the sequence; fsprof's ring keeps the last).
+COMPLETION_ORACLE = r"""BEGIN { printf("ready\n"); }
+tracepoint:block:block_rq_complete { @end[args->dev, nsecs] = 1; }"""
+
+
+def test_a_log_force_names_the_iclog_write_that_ended_it(tmp_path):
+    """XFS fsyncs, every stack walked: each kept wait's last request (the last to end on the
+    filesystem's device before its wakeup) is, within 50 us x TIME_SCALE squared, the last
+    completion a bpftrace oracle saw on that device before the wakeup. An fsync's log force ends
+    when its iclog write (a PREFLUSH and FUA write) does, which queues xlog_ioend_work to wake the
+    forcer: most log force waits of the slowest fsyncs name such a write, ended just before."""
+    from profiler.machine.blockdev import kdev_of_block, kdev_str
+
+    oracle = bpftrace_start(COMPLETION_ORACLE, map_keys=65536)
+    try:
+        by_fs, _, stdout = fsprof_run(tmp_path, "xfs", "--fs", "xfs", "--count", "200", "--stack-sample", "1")
+        unseen = bpftrace_skipped("block_rq_complete")
+    finally:
+        seen = bpftrace_output(oracle)
+    ends: dict[str, list[int]] = {}
+    for dev, t in re.findall(r"@end\[(\d+), (\d+)\]: 1", seen):
+        ends.setdefault(kdev_str(int(dev)), []).append(int(t))
+    near = 50_000 * TIME_SCALE**2
+    checked = forces = named = 0
+    for call in by_fs["xfs"]["exemplars"]["fsync"]:
+        for w in call["waits"]:
+            rq = w.get("last_request")
+            if not rq:
+                continue
+            wake = call["start_ns"] + w["at_ns"] + w["ns"]
+            ours = wake - rq["before_wake_ns"]
+            theirs = ends[kdev_str(kdev_of_block(rq["device"]))]
+            # The oracle saw it end, and nothing end on that device between it and the wakeup.
+            same = [t for t in theirs if abs(t - ours) <= near]
+            later = [t for t in theirs if ours + near < t < wake - near]
+            if not same or later:
+                unseen -= 1  # a completion the oracle's program was not run for, or a failure
+                assert unseen >= 0, (rq, w, ours, same, later)
+            checked += 1
+            if w["cause"] == "log force wait" and w["ns"] >= 500_000:
+                forces += 1
+                named += rq["class"] in ("preflush_write", "fua_write") and rq["before_wake_ns"] <= 10 * near
+        forces += sum(
+            1
+            for w in call["waits"]
+            if w["cause"] == "log force wait" and w["ns"] >= 500_000 and "last_request" not in w
+        )
+    assert checked >= 10, by_fs["xfs"]["exemplars"]["fsync"][:2]
+    # 14 of 16 here: the forcer's own iclog write, 15-70 us before xlog_ioend_work woke it.
+    assert forces >= 5 and named >= forces // 2, (forces, named)
+    assert "last request before the wakeup: its own preflush write" in stdout, stdout[-2000:]

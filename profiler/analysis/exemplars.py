@@ -97,6 +97,32 @@ def _queued_while_flushing(requests: list[dict[str, Any]]) -> None:
             rq["queued_while_flushing_ns"] = covered
 
 
+def _last_requests(waits: list[dict[str, Any]], requests: list[dict[str, Any]], own: set[str], tid: int) -> None:
+    """Marks each wait with the last request to end on the filesystem's own devices (`own`, not a
+    loop device's backing disk) while it waited: `last_request`, with how long before the wakeup
+    it ended. A wait for I/O ends when such a request does: an XFS log force when its iclog write
+    ends, an fsync's data wait when its data write does. The requests kept are the last to end
+    while the call ran (a suffix in time), so the one found is the last there was, never an older
+    one that a later, unkept request hid."""
+    for w in waits:
+        start, end = w["at_ns"], w["at_ns"] + w["ns"]
+        ended = [rq for rq in requests if rq["device"] in own and start <= rq["end_at_ns"] <= end]
+        if not ended:
+            continue
+        rq = max(ended, key=lambda r: r["end_at_ns"])
+        w["last_request"] = {
+            "device": rq["device"],
+            "class": rq["class"],
+            "before_wake_ns": end - rq["end_at_ns"],
+            "life_ns": rq["end_at_ns"] - rq["start_at_ns"],
+            "device_ns": rq["device_ns"],
+            **(
+                {"queued_while_flushing_ns": rq["queued_while_flushing_ns"]} if "queued_while_flushing_ns" in rq else {}
+            ),
+            "made_by": "this call" if rq["made_by"] == tid else rq["made_by"],
+        }
+
+
 def _call(
     rules: attribution.Rules,
     call: dict[str, Any],
@@ -130,6 +156,7 @@ def _call(
     shown = sum(w["ns"] for w in waits)
     device_requests = [_device_request(rq, call, devices) for rq in reversed(call.get("device_requests", []))]
     _queued_while_flushing(device_requests)
+    _last_requests(waits, device_requests, set(devices.values()), call["tid"])
     return {
         "tid": call["tid"],
         "phase": call["phase"],

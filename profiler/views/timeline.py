@@ -151,7 +151,19 @@ def add_call(tl: Timeline, fs_track: int, label: str, op: str, call: dict[str, A
             w_start,
             w_end,
             1,
-            {"ended_by": w["ended_by"], **({"detail": w["detail"]} if w.get("detail") else {})},
+            {
+                "ended_by": w["ended_by"],
+                **({"detail": w["detail"]} if w.get("detail") else {}),
+                # The last request to end on the filesystem's device before the wakeup (its track).
+                **(
+                    {
+                        "last_request": f"{rq['device']} {rq['class']}, ended {fmt_ns(rq['before_wake_ns'])} before"
+                        " the wakeup" + (" (the call's own)" if rq["made_by"] == "this call" else "")
+                    }
+                    if (rq := w.get("last_request"))
+                    else {}
+                ),
+            },
             ends_flow=flow,
         )
 

@@ -8,7 +8,7 @@ from html import escape
 from ... import units
 from ...causes import URING_ELSEWHERE
 from ...trace.hist import slot_range
-from ..report import request_times_words, requests_words, work_name
+from ..report import last_request_words, request_times_words, requests_words, work_name
 
 PERCENTILES = (("p50", "p50_ns", "6 0"), ("p95", "p95_ns", "4 3"), ("p99", "p99_ns", "2 2"), ("max", "max_ns", "1 3"))
 LABEL_W, PLOT_W, SIDE_W = 130, 520, 300  # px: row label, plot area, figures on the right
@@ -274,7 +274,7 @@ def call_timeline(name, op, call, colours):
             f'<rect class="wait" x="{x:.2f}" y="{top}" width="{wd:.2f}" height="{bar_h}" fill="{colours(w["cause"])}"'
             f"{attrs(data_cause=w['cause'], data_at=w['at_ns'], data_ns=w['ns'])}><title>{escape(w['cause'])} "
             f"{escape(fmt_ns(w['ns']))}, {escape(fmt_ns(w['at_ns']))} into the call, ended by "
-            f"{escape(w['ended_by'])}</title></rect>"
+            f"{escape(w['ended_by'] + last_request_words(w))}</title></rect>"
         )
     for w in call["waits"]:  # the worker's window that ended the wait, on the same axis (clipped)
         work = w.get("work")
