@@ -420,7 +420,8 @@ def last_request_words(wait: dict[str, Any]) -> str:
     if not rq:
         return ""
     made, cls = rq["made_by"], rq["class"].replace("_", " ")
-    what = f"its own {cls}" if made == "this call" else f"a {cls} of thread {made}" if made else f"a {cls}"
+    a = "an" if cls[0] in "aeiou" else "a"
+    what = f"its own {cls}" if made == "this call" else f"{a} {cls} of thread {made}" if made else f"{a} {cls}"
     how = (
         [f"queued {fmt_ns(rq['queued_while_flushing_ns'])} while {rq['device']} flushed"]
         if "queued_while_flushing_ns" in rq
