@@ -17,7 +17,7 @@ from perfetto.trace_builder.proto_builder import TraceProtoBuilder
 from ..errors import FsprofError
 from ..rundir import load
 from ..units import fmt_ns
-from .report import requests_words
+from .report import last_request_words, requests_words
 
 SEQUENCE = 1  # every packet is this one writer's (trusted_packet_sequence_id)
 BEGIN, END = TrackEvent.Type.TYPE_SLICE_BEGIN, TrackEvent.Type.TYPE_SLICE_END
@@ -155,14 +155,7 @@ def add_call(tl: Timeline, fs_track: int, label: str, op: str, call: dict[str, A
                 "ended_by": w["ended_by"],
                 **({"detail": w["detail"]} if w.get("detail") else {}),
                 # The last request to end on the filesystem's device before the wakeup (its track).
-                **(
-                    {
-                        "last_request": f"{rq['device']} {rq['class']}, ended {fmt_ns(rq['before_wake_ns'])} before"
-                        " the wakeup" + (" (the call's own)" if rq["made_by"] == "this call" else "")
-                    }
-                    if (rq := w.get("last_request"))
-                    else {}
-                ),
+                **({"last_request": last_request_words(w).removeprefix("; ")} if w.get("last_request") else {}),
             },
             ends_flow=flow,
         )
