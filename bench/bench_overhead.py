@@ -15,7 +15,7 @@ each BPF program's run count and run time (what `bpftool prog show` prints): whe
 and one more run with only a program that does nothing on sched_switch gives what a program run
 costs before it does anything, which times a tracer's runs per request is that tracer's floor.
 
-    .venv/bin/python bench/bench_overhead.py [--rounds 7] [--time 5] [--workloads fsync-b0,fsync-b1,untar]
+    .venv/bin/python bench/bench_overhead.py [--rounds 7] [--time 5] [--workloads fsync-b0,fsync-b1,untar,fio-b0]
     BENCH_QUICK=1 ...   # 2 rounds of 2 s, untar of 20,000 entries: checks the script, not for quoting
 """
 
@@ -73,13 +73,20 @@ WORKLOADS = {
         "mount": "",
         "gib": 4,
     },
+    "fio-b0": {
+        "title": "fio randwrite 4k fsync=1 (psync, buffered), ext4 barrier=0",
+        "kind": "fio",
+        "mount": "barrier=0",
+        "gib": 1,
+    },
 }
+UNITS = {"fsync": "req/s", "untar": "entries/s", "fio": "writes/s"}
 
 
 def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=2 if QUICK else 7, help="interleaved rounds (default 7)")
-    ap.add_argument("--time", type=float, default=2 if QUICK else 5, help="fsync-heavy run seconds (default 5)")
+    ap.add_argument("--time", type=float, default=2 if QUICK else 5, help="fsync-heavy and fio run seconds (default 5)")
     ap.add_argument(
         "--untar-entries",
         type=int,
@@ -167,6 +174,50 @@ class Untar:
         }
 
 
+class Fio:
+    """fio's 4 KiB random writes, each followed by an fsync (`--fsync=1`), one job as a thread of the
+    fio process (`--thread`: the pid the tracers follow), for `seconds`; a request is a write and
+    its fsync, fio's write count."""
+
+    def __init__(self, changes, sfs, seconds):
+        self.changes, self.sfs = changes, sfs
+        self.argv = [
+            "fio",
+            "--name=randwrite",
+            "--thread",
+            "--ioengine=psync",
+            "--rw=randwrite",
+            "--bs=4k",
+            "--fsync=1",
+            "--size=64M",
+            "--filename=data",
+            "--time_based",
+            f"--runtime={seconds:g}",
+            "--output-format=json",
+        ]
+        self.n = 0
+
+    def run(self, tracer):
+        self.n += 1
+        status, out, wall, traced = run_in_fresh_dir(self.changes, self.sfs, f"f{self.n}", self.argv, tracer)
+        try:
+            job = json.loads(out[out.index("{") :])["jobs"][0]
+        except ValueError:
+            raise SystemExit(f"fio failed ({status}): {out[-300:]}") from None
+        if status != 0 or job.get("error"):
+            raise SystemExit(f"fio failed ({status}): error {job.get('error')}")
+        writes, secs = job["write"]["total_ios"], job["job_runtime"] / 1e3
+        cpu_s = (job["usr_cpu"] + job["sys_cpu"]) / 100 * secs  # fio's figures: % of the job's runtime
+        return {
+            "rate": writes / secs,
+            "elapsed": secs,
+            "events": writes,
+            "wall": wall,
+            "cpu_us": cpu_s * 1e6 / writes,
+            **traced,
+        }
+
+
 def run_in_fresh_dir(changes, sfs, name, argv, tracer):
     """run_traced in a new directory of the scratch filesystem, removed afterwards; the filesystem
     is synced before the run and after the removal, so that no run pays for another's writes."""
@@ -212,7 +263,12 @@ def bench_workload(key, args):
     print(f"{key}: {spec['title']}", flush=True)
     with Changes() as changes:
         sfs = common.provision(changes, "ext4", f"bench-overhead-{key}", spec["gib"], spec["mount"])
-        wl = FsyncHeavy(changes, sfs, args.time) if spec["kind"] == "fsync" else Untar(changes, sfs, args.untar_entries)
+        if spec["kind"] == "fsync":
+            wl = FsyncHeavy(changes, sfs, args.time)
+        elif spec["kind"] == "fio":
+            wl = Fio(changes, sfs, args.time)
+        else:
+            wl = Untar(changes, sfs, args.untar_entries)
         tracers = make_tracers(args.tracers.split(","), sfs)
         wl.run(NoTracer())  # warm-up: the image's first writes allocate host blocks
         runs = interleaved([(t.name, lambda t=t: wl.run(t)) for t in tracers], args.rounds)
@@ -323,7 +379,7 @@ def render(results, args):
         "|---|---|---|---|---|---|---|---|",
     ]
     for key, res in results.items():
-        unit = "req/s" if WORKLOADS[key]["kind"] == "fsync" else "entries/s"
+        unit = UNITS[WORKLOADS[key]["kind"]]
         for name, s in res["summary"].items():
             lost = "—" if name == "untraced" else ("not reported" if s["lost"] is None else f"{s['lost']:,}")
             if s["drops"]:
@@ -399,12 +455,15 @@ in rotated order. fsync-heavy is the C engine (`build/workloads/fsync_heavy`, op
 `--file-test-mode rndwr --file-fsync-all on --file-num 16 --file-total-size 64M --time T`: a random
 16 KiB write then an fsync of that file, as one request); its throughput is requests/s of its run
 phase. untar is the C engine on Debian's linux-source-6.1 tarball (in the page cache); its
-throughput is entries / (extraction + syncfs). The workload's CPU per request is its own user +
-system time (getrusage in the engine: fsync-heavy's run phase, untar's extraction) per request or
-entry: fsprof's programs that run in the workload's thread (syscalls, its switch-outs) land in its
-system time, and this figure is far less disturbed by a busy machine's I/O than throughput. Each
-workload waits at a gate until the tracer is
-attached (fsprof's Collector constructed; bpftrace's BEGIN printed; each libbpf tool holding as
+throughput is entries / (extraction + syncfs). fio-b0 is fio itself (`--name=randwrite --thread
+--ioengine=psync --rw=randwrite --bs=4k --fsync=1 --size=64M --time_based --runtime=T`, the job a
+thread of the gated process): 4 KiB buffered random writes, each followed by an fsync, as one
+request; its throughput is fio's writes per second of its runtime. The workload's CPU per request is
+its own user + system time (getrusage in the engine: fsync-heavy's run phase, untar's extraction;
+fio's usr_cpu and sys_cpu of its runtime) per request or entry: fsprof's programs that run in the
+workload's thread (syscalls, its switch-outs) land in its system time, and this figure is far less
+disturbed by a busy machine's I/O than throughput. Each workload waits at a gate until the tracer
+is attached (fsprof's Collector constructed; bpftrace's BEGIN printed; each libbpf tool holding as
 many BPF links as programs), so every request is traced. bpftrace runs `bench/peer.bt`;
 libbpf-tools are `syscount -L -p PID`, `offcputime -p PID` and `biolatency` at once (the
 libbpf-tools that run on this kernel: no kprobes, no fentry). fsprof's lost events are its drop

@@ -296,16 +296,25 @@ PEER_BT = REPO / "bench" / "peer.bt"
 
 class Bpftrace:
     """bpftrace running bench/peer.bt: syscall latency and off-CPU stacks of the workload's
-    threads. It is ready when BEGIN prints (bpftrace runs BEGIN after attaching every probe)."""
+    threads. It is ready when BEGIN prints (bpftrace runs BEGIN after attaching every probe).
+    `follow` replaces the script's `pid == $1` where a workload is many processes: for a server,
+    `comm == "postgres"`, as a user would write it."""
 
     name = "bpftrace"
 
-    def __init__(self, script=PEER_BT):
+    def __init__(self, script=PEER_BT, follow=None):
         self.script = str(script)
+        self.follow = follow
 
     def start(self, pid):
+        script = self.script
+        if self.follow:
+            self._tmp = tempfile.NamedTemporaryFile("w", suffix=".bt", prefix="peer-")
+            self._tmp.write(Path(self.script).read_text().replace("pid == $1", self.follow))
+            self._tmp.flush()
+            script = self._tmp.name
         self.proc = subprocess.Popen(
-            ["bpftrace", self.script, str(pid)],
+            ["bpftrace", script, str(pid)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -320,6 +329,8 @@ class Bpftrace:
     def stop(self):
         stats = own_prog_stats(self.proc.pid)
         out, err = stop_process(self.proc)
+        if self.follow:
+            self._tmp.close()
         lost = sum(
             int(w.split()[1]) for w in (out + err).splitlines() if w.startswith("Lost ") and w.split()[1].isdigit()
         )
