@@ -178,7 +178,13 @@ def closing_note(overhead, startup, pgbench, capacity):
             out.append(
                 f"  With `--stack-sample {p['stack_sample']}`: {p['sampled']['median']:,.0f} tps, {so * 100:+.1f}% "
                 f"({'within' if so <= OVERHEAD_TARGET else 'over'} the {OVERHEAD_TARGET:.0%} target)"
-                + (f"; {st['bpf_ns'] / st['transactions'] / 1e3:.1f} µs of BPF per transaction." if st else ".")
+                + (f"; {st['bpf_ns'] / st['transactions'] / 1e3:.1f} µs of BPF per transaction" if st else "")
+                + (
+                    f", {st['bpf_ns'] / st['transactions'] / (pr['bpf_ns'] / pr['transactions']):.2f}x "
+                    f"bench/peer.bt's {pr['bpf_ns'] / pr['transactions'] / 1e3:.1f} µs."
+                    if st and (pr := pgbench.get("peer_stats"))
+                    else "."
+                )
             )
     if capacity:
         for r in capacity["rows"]:
