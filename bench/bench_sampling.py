@@ -171,8 +171,12 @@ def render(rows, args):
             f"By share of the blocked time (what sampling estimates): largest change "
             f"{b_worst['blocked_diff_pp']:+.1f} points ({b_worst['workload']}, {b_worst['fs']}, {b_worst['op']}: "
             f"{b_worst['blocked_cause']}); {len(rows) - len(b_miss)} of {len(rows)} rows within "
-            f"{TARGET_PP:.0f} points; of the {len(b_miss)} others, {len(noise)} moved less than the full runs "
-            "moved among themselves."
+            f"{TARGET_PP:.0f} points"
+            + (
+                f"; of the {len(b_miss)} others, {len(noise)} moved less than the full runs moved among themselves."
+                if b_miss
+                else "."
+            )
         )
     return "\n".join(lines)
 
