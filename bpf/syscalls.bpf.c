@@ -358,7 +358,7 @@ static __always_inline bool src_on_no_fs(__u8 src)
 	return src == DEV_SRC_GLOBAL || src == DEV_SRC_AIO_REAP;
 }
 
-static __always_inline __u32 aio_submitted(struct task_struct *task, __u64 nr, __u64 iocbpp, struct filter *f);
+int aio_submitted(__u64 nr, __u64 iocbpp);
 
 SEC("tp_btf/sys_enter")
 int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
@@ -397,7 +397,7 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 		key.dev = path_dev(task, AT_FDCWD, (const char *)arg0);
 		break;
 	case DEV_SRC_AIO_SUBMIT:
-		key.dev = aio_submitted(task, SYSCALL_ARG1(regs), SYSCALL_ARG2(regs), f);
+		key.dev = (__u32)aio_submitted(SYSCALL_ARG1(regs), SYSCALL_ARG2(regs));
 		break;
 	}
 	/* A path that placed the call nowhere (an absolute one) is placed by the filesystem events
@@ -899,65 +899,84 @@ struct aio_event {
 	__s64 res2;
 };
 
-/* io_submit(ctx, nr, iocbpp): each iocb on a filesystem (in the filter) followed from now; the
- * call's filesystem is its first iocb's. */
-static __always_inline __u32 aio_submitted(struct task_struct *task, __u64 nr, __u64 iocbpp, struct filter *f)
+/* One iocb that io_submit submits, at iocb (its user address), followed from start_ns if it is on
+ * a filesystem in the filter; its filesystem (a dev_t; 0: none). The per-iocb work of the loops
+ * below is in global functions with scalar arguments, which the verifier checks once: inlined,
+ * it was checked again at each of a loop's 128 turns (fd_dev's loads through the task's BTF type at
+ * every one), 1.5 s of verification and most of fsprof's start-up (docs/benchmarks.md). */
+__noinline int aio_follow(__u64 iocb, __u64 start_ns)
 {
-	struct aio_key k = { .tgid = bpf_get_current_pid_tgid() >> 32 };
-	struct aio_req r = { .start_ns = bpf_ktime_get_ns(), .phase = current_phase() };
+	struct aio_key k = { .tgid = bpf_get_current_pid_tgid() >> 32, .iocb = iocb };
+	struct aio_req r = { .start_ns = start_ns, .phase = current_phase() };
+	struct filter *f = get_filter();
 	struct aio_iocb_head head;
-	__u32 first = 0;
-	__u64 iocb;
 
-	/* Counted one by one (async_inc), not carried across iterations: a value that differs per
-	 * iteration keeps the verifier from pruning, and 128 iterations then exceed its budget. */
+	if (!f || bpf_probe_read_user(&head, sizeof(head), (void *)(iocb + 16)))
+		return 0;
+	r.dev = fd_dev(current_task(), head.fd);
+	if (!r.dev || (f->dev && r.dev != f->dev))
+		return r.dev;
+	r.opcode = head.opcode;
+	if (!bpf_map_update_elem(&aio_reqs, &k, &r, BPF_ANY))
+		async_inc(ASYNC_AIO_FOLLOWED);
+	return r.dev;
+}
+
+/* io_submit(ctx, nr, iocbpp): each iocb followed (aio_follow); the call's filesystem is its first
+ * iocb's. Global too: sys_enter's paths do not multiply its loop. */
+__noinline int aio_submitted(__u64 nr, __u64 iocbpp)
+{
+	__u64 iocb, now = bpf_ktime_get_ns();
+	__u32 first = 0, dev;
+
+	/* No branch on what aio_follow returned: one on a value the verifier does not know made it
+	 * walk the rest of the loop again from each turn (164,000 instructions for 128 turns). */
 	for (int i = 0; i < AIO_MAX_IOCBS; i++) {
 		if (i >= nr)
 			return first;
-		if (bpf_probe_read_user(&iocb, sizeof(iocb), (void *)(iocbpp + i * sizeof(__u64))) ||
-		    bpf_probe_read_user(&head, sizeof(head), (void *)(iocb + 16)))
+		if (bpf_probe_read_user(&iocb, sizeof(iocb), (void *)(iocbpp + i * sizeof(__u64))))
 			return first;
-		r.dev = fd_dev(task, head.fd);
-		if (!first)
-			first = r.dev;
-		if (!r.dev || (f->dev && r.dev != f->dev))
-			continue;
-		k.iocb = iocb;
-		r.opcode = head.opcode;
-		if (!bpf_map_update_elem(&aio_reqs, &k, &r, BPF_ANY))
-			async_inc(ASYNC_AIO_FOLLOWED);
+		dev = (__u32)aio_follow(iocb, now);
+		if (i == 0)
+			first = dev;
 	}
 	if (nr > AIO_MAX_IOCBS)
 		count_drop(DROP_AIO_IOCBS);
 	return first;
 }
 
+/* A reaped event of the iocb at obj with result res: if followed, it ends at now. */
+__noinline int aio_end(__u64 obj, __s64 res, __u64 now)
+{
+	struct aio_key k = { .tgid = bpf_get_current_pid_tgid() >> 32, .iocb = obj };
+	struct aio_req *r = bpf_map_lookup_elem(&aio_reqs, &k);
+	struct op_key key;
+	struct hist *h;
+
+	if (!r)
+		return 0;
+	key.dev = r->dev;
+	key.nr = AIO_NR | r->opcode;
+	key.phase = r->phase;
+	h = hist_add(&uring_hist, &key, now > r->start_ns ? now - r->start_ns : 0, DROP_OPS_FULL);
+	if (h && res > 0)
+		__sync_fetch_and_add(&h->ret_sum, res);
+	bpf_map_delete_elem(&aio_reqs, &k);
+	async_inc(ASYNC_AIO_ENDED);
+	return 0;
+}
+
 /* io_getevents returned n events in the user's array: each followed iocb ends now. */
 static __always_inline void aio_reaped(__u64 events, long n, __u64 now)
 {
-	struct aio_key k = { .tgid = bpf_get_current_pid_tgid() >> 32 };
 	struct aio_event ev;
-	struct op_key key;
-	struct aio_req *r;
-	struct hist *h;
 
 	for (int i = 0; i < AIO_MAX_IOCBS; i++) {
 		if (i >= n)
 			return;
 		if (bpf_probe_read_user(&ev, sizeof(ev), (void *)(events + i * sizeof(ev))))
 			return;
-		k.iocb = ev.obj;
-		r = bpf_map_lookup_elem(&aio_reqs, &k);
-		if (!r)
-			continue;
-		key.dev = r->dev;
-		key.nr = AIO_NR | r->opcode;
-		key.phase = r->phase;
-		h = hist_add(&uring_hist, &key, now > r->start_ns ? now - r->start_ns : 0, DROP_OPS_FULL);
-		if (h && ev.res > 0)
-			__sync_fetch_and_add(&h->ret_sum, ev.res);
-		bpf_map_delete_elem(&aio_reqs, &k);
-		async_inc(ASYNC_AIO_ENDED);
+		aio_end(ev.obj, ev.res, now);
 	}
 	if (n > AIO_MAX_IOCBS)
 		count_drop(DROP_AIO_IOCBS);

@@ -249,9 +249,11 @@ def failed_program(lines: Iterable[str]) -> tuple[str | None, str | None]:
 
 
 # The verifier's log level that prints only its statistics ("verification time 1234 usec",
-# "processed N insns ... peak_states M") after a successful load.
+# "processed N insns ... peak_states M") after a successful load; and a line each time it reaches a
+# call of a global function ("Func#3 ('aio_follow') is global and assumed valid."), in a loop once
+# a turn: a log that fills fails the load (ENOSPC), hence its size.
 _BPF_LOG_STATS = 4
-_STATS_LOG_SIZE = 4096
+_STATS_LOG_SIZE = 1 << 20
 _STATS_FIELDS = {
     "usec": re.compile(r"verification time (\d+) usec"),
     "insns": re.compile(r"processed (\d+) insns"),
