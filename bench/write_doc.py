@@ -462,6 +462,37 @@ WHY_NOTE = [
     "39x -> 2.90x the script's, which itself moved 5.1 -> 5.9 µs), sampled 9.0 -> 11.5 µs (1.76x -> "
     "1.94x): one round each, within what rounds spread by here, and over issue 32's 1.0x target as b"
     "efore.",
+    "The whole bench again (2026-11-29, eighteenth session, a quiet machine). The default "
+    "(`--stack-sample 8`) against bench/peer.bt, BPF time per request: pgbench 0.45x (the script, "
+    'following the server by `comm == "postgres"`, walks every backend\'s stack at every switch: 2.3 µs '
+    "a run), untar 1.74x, fio-b0 2.01x, fsync-b0 2.34x, fsync-b1 3.29x. How far one figure moves "
+    "with the bench around it: four shorter invocations an hour later (`bench/bench_overhead.py "
+    "--rounds 1 --workloads fsync-b0 --tracers fsprof-sampled,bpftrace --stats-rounds 2`, a fresh "
+    "image each) measured fsync-b0 at 20.9-24.2 µs against the script's 12.8-13.6 (1.6-1.8x), where "
+    "the whole bench's bpf_stats rounds, on an image that 30 runs had written, measured 35.2 against "
+    "15.2: the same programs ran 20-40% longer a run there (on_getrq 785-830 ns against 1,086). So "
+    "the ratio holds within a round, not across benches. Where fsync-b0's nanoseconds go (the "
+    "table above, per request): on_switch 8.5 µs (12 runs), on_waking 2.9 µs, the block layer's "
+    "five programs 9.8 µs for 2.2 requests (start, getrq, issue, complete, done), sys_enter and "
+    "sys_exit 3.0 µs, jbd2's commit probes 4.1 µs, the delayed-allocation, dirtying and writeback "
+    "probes 3.0 µs, and three programs on block_bio_queue (ext4's, btrfs's, block's for stacked devices) "
+    "1.8 µs. `fsprof record --pid` does not know the filesystem, so it loads every filesystem's "
+    "objects: XFS's workqueue probes run at every work item of the machine (1.2 µs a request here, "
+    "on ext4).",
+    "Who made each request, priced (the same day; the four invocations above, alternating): without "
+    "the owner's insert at `block_getrq` (an experiment that loses the request's maker) on_getrq took "
+    "575 ns a run against 785-830, on_rq_issue 484-505 against 655-710 and on_rq_complete 337-361 "
+    "against 492-562: about 1 µs a request of fsync-b0's 21-24. `rq_owners` as a plain hash instead of "
+    "an LRU hash saved nothing. Handing the owner to `block_io_start` through a per-CPU slot (both "
+    "run in the submitter, one after the other) would save most of that on kernels that have "
+    "block_io_start (6.5 on); 5.10 and 6.1 would keep the map.",
+    "Start-up (the same day): `fsprof record` was attached 2,037 ms after it started (240 ms on "
+    "2026-11-27): the kernel took 1.8 s to verify syscalls.bpf.o, 884 ms of it on_sys_exit (707,798 "
+    "instructions) and 721 ms on_sys_enter, both for libaio's loops over up to 128 iocbs. The loops "
+    "now call global functions for each iocb (verified once) and no longer branch on what those "
+    "return: on_sys_exit 41,204 instructions (50 ms), on_sys_enter 4,224 (10 ms), `Collector()` "
+    "0.45-0.6 s. What is left is on_getrq (97 ms for 5,382 instructions: its time goes in something "
+    "other than instructions; 190 ms without the io_uring part) and the other objects.",
 ]
 
 
