@@ -491,7 +491,10 @@ WHY_NOTE = [
     "instructions) and 721 ms on_sys_enter, both for libaio's loops over up to 128 iocbs. The loops "
     "now call global functions for each iocb (verified once) and no longer branch on what those "
     "return: on_sys_exit 41,204 instructions (50 ms), on_sys_enter 4,224 (10 ms), `Collector()` "
-    "0.45-0.6 s; `fsprof record` attached after 482 ms (the Start-up table). What is left is mostly "
+    "0.45-0.6 s; `fsprof record` attached after 482 ms. The Start-up section above is that re-run "
+    "(`bench/bench_startup.py` alone, at 500b411); the other sections were measured at 3ee0f62, whose "
+    "programs run the same code at every event (the change is in io_submit's and io_getevents' "
+    "paths only). What is left is mostly "
     "on_getrq, 96 ms for 5,382 instructions: its loads of pointer fields from the task and the bio "
     "(trusted pointers), each a search of the kernel's BTF on each path, as the note \"What "
     'start-up is still spent on" above finds; the libaio loop had paid the same at each turn.',
