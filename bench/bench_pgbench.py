@@ -206,15 +206,7 @@ def prog_costs(server, args, stack_sample=1):
             elapsed = time.time() - rec.attached
         finally:
             rec.wait(interrupt=True)
-    total = sum(p["run_time_ns"] for p in progs)
-    print(f"  bpf_stats: {total / 1e6:.1f} ms of BPF in {elapsed:.1f} s, {tps:,.0f} tps", flush=True)
-    return {
-        "tps": tps,
-        "transactions": transactions(out),
-        "elapsed": elapsed,
-        "bpf_ns": total,
-        "progs": sorted(progs, key=lambda p: -p["run_time_ns"]),
-    }
+    return round_costs("fsprof", tps, out, elapsed, progs)
 
 
 def peer_costs(server, args):
@@ -229,24 +221,26 @@ def peer_costs(server, args):
             elapsed = time.time() - started
         finally:
             progs = peer.stop()["progs"]
+    return round_costs("peer.bt", tps, out, elapsed, progs)
+
+
+def round_costs(who, tps, out, elapsed, progs):
+    """A bpf_stats round's figures: its tps, the transactions pgbench's summary says it processed,
+    the BPF run time of the tracer's programs and each program's."""
     total = sum(p["run_time_ns"] for p in progs)
-    print(f"  bpf_stats peer.bt: {total / 1e6:.1f} ms of BPF in {elapsed:.1f} s, {tps:,.0f} tps", flush=True)
-    return {
-        "tps": tps,
-        "transactions": transactions(out),
-        "elapsed": elapsed,
-        "bpf_ns": total,
-        "progs": sorted(progs, key=lambda p: -p["run_time_ns"]),
-    }
-
-
-def transactions(out):
-    """The transactions pgbench's summary says it processed."""
-    return next(
+    print(f"  bpf_stats {who}: {total / 1e6:.1f} ms of BPF in {elapsed:.1f} s, {tps:,.0f} tps", flush=True)
+    done = next(
         int(line.split(":")[1].split("/")[0])
         for line in out.splitlines()
         if line.startswith("number of transactions actually processed:")
     )
+    return {
+        "tps": tps,
+        "transactions": done,
+        "elapsed": elapsed,
+        "bpf_ns": total,
+        "progs": sorted(progs, key=lambda p: -p["run_time_ns"]),
+    }
 
 
 def completions(log_prefix):
